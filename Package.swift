@@ -1,0 +1,44 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let strict: [SwiftSetting] = [.swiftLanguageMode(.v6)]
+
+let package = Package(
+    name: "Porter",
+    platforms: [.macOS(.v13)],
+    products: [
+        .library(name: "Porter", targets: ["Porter"]),
+        .library(name: "PorterCore", targets: ["PorterCore"]),
+        .executable(name: "porter", targets: ["porter"]),
+        .executable(name: "CustomScheme", targets: ["CustomScheme"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    ],
+    targets: [
+        .target(
+            name: "PorterCore",
+            dependencies: [
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict),
+        .target(name: "PorterData", dependencies: ["PorterCore"], swiftSettings: strict),
+        .target(name: "PorterFile", dependencies: ["PorterCore"], swiftSettings: strict),
+        .target(name: "Porter", dependencies: ["PorterCore", "PorterData", "PorterFile"], swiftSettings: strict),
+        .executableTarget(
+            name: "porter",
+            dependencies: ["Porter", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            swiftSettings: strict),
+        .executableTarget(
+            name: "CustomScheme", dependencies: ["Porter"], path: "Examples/CustomScheme", swiftSettings: strict),
+        .executableTarget(
+            name: "porter-bench", dependencies: ["Porter"], path: "Benchmarks/porter-bench", swiftSettings: strict),
+        .testTarget(name: "PorterCoreTests", dependencies: ["PorterCore"], swiftSettings: strict),
+        .testTarget(name: "PorterDataTests", dependencies: ["PorterData"], swiftSettings: strict),
+        .testTarget(name: "PorterFileTests", dependencies: ["Porter", "PorterFile"], swiftSettings: strict),
+        .testTarget(name: "PorterCLITests", dependencies: ["Porter"], swiftSettings: strict),
+    ]
+)

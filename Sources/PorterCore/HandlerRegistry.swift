@@ -1,0 +1,101 @@
+import Foundation
+
+/// Where a registered handler came from.
+public enum HandlerOrigin: Sendable, Equatable, CustomStringConvertible {
+    case builtIn
+    case inProcess
+    /// Loaded from a plugin file at this path.
+    case plugin(path: String)
+    public var description: String {
+        switch self {
+        case .builtIn: return "built-in"
+        case .inProcess: return "in-process"
+        case .plugin(let path): return "plugin \(path)"
+        }
+    }
+}
+
+/// One registration, as listed by `HandlerRegistry.registrations`.
+public struct HandlerRegistration: Sendable, CustomStringConvertible {
+    public let id: UInt64
+    public let factory: any ProtocolHandlerFactory
+    public let origin: HandlerOrigin
+    public let version: String
+    public var schemes: [String] { factory.schemes.sorted() }
+    public var name: String { factory.name }
+    public var description: String { "\(schemes.joined(separator: ",")) \(name) \(origin) \(version)" }
+}
+
+/// The ordered set of handlers. The most recent registration that can handle a
+/// request wins. Lookups go through a scheme index, so their cost depends only on
+/// the handlers of that scheme. Safe from any thread.
+public final class HandlerRegistry: @unchecked Sendable {
+    /// The process-wide registry `Porter.bootstrap()` fills.
+    public static let shared = HandlerRegistry()
+
+    private struct State {
+        var order: [HandlerRegistration] = []
+        var byScheme: [String: [HandlerRegistration]] = [:]  // newest last
+    }
+    private let state = Locked(State())
+    private let ids = AtomicCounter()
+
+    public init() {}
+
+    /// Registers a handler type; returns a token for `unregister`.
+    @discardableResult
+    public func register(_ type: any ProtocolHandler.Type, origin: HandlerOrigin = .inProcess, version: String = "1.0") -> UInt64 {
+        register(factory: TypeHandlerFactory(type), origin: origin, version: version)
+    }
+
+    @discardableResult
+    public func register(factory: any ProtocolHandlerFactory, origin: HandlerOrigin = .inProcess, version: String = "1.0") -> UInt64 {
+        let reg = HandlerRegistration(id: ids.next(), factory: factory, origin: origin, version: version)
+        state.withLock { s in
+            s.order.append(reg)
+            for scheme in reg.factory.schemes { s.byScheme[scheme, default: []].append(reg) }
+        }
+        return reg.id
+    }
+
+    /// Removes the registration with this token. Returns whether it was there.
+    @discardableResult
+    public func unregister(_ id: UInt64) -> Bool {
+        state.withLock { s in
+            guard let i = s.order.firstIndex(where: { $0.id == id }) else { return false }
+            let reg = s.order.remove(at: i)
+            for scheme in reg.factory.schemes {
+                s.byScheme[scheme]?.removeAll { $0.id == id }
+                if s.byScheme[scheme]?.isEmpty == true { s.byScheme[scheme] = nil }
+            }
+            return true
+        }
+    }
+
+    /// Removes every registration of this handler type.
+    public func unregister(_ type: any ProtocolHandler.Type) {
+        let ids = state.withLock { s in
+            s.order.filter { ($0.factory as? TypeHandlerFactory)?.type == type }.map(\.id)
+        }
+        ids.forEach { unregister($0) }
+    }
+
+    /// Every registration, oldest first.
+    public var registrations: [HandlerRegistration] { state.withLock { $0.order } }
+
+    /// The schemes with at least one handler, sorted.
+    public var schemes: [String] { state.withLock { $0.byScheme.keys.sorted() } }
+
+    /// The newest registration of the request's scheme that can handle it.
+    public func factory(for request: Request) -> (any ProtocolHandlerFactory)? {
+        let candidates = state.withLock { $0.byScheme[request.scheme] }
+        guard let candidates else { return nil }
+        for reg in candidates.reversed() where reg.factory.canHandle(request) { return reg.factory }
+        return nil
+    }
+
+    /// True when some handler serves this scheme.
+    public func hasHandler(forScheme scheme: String) -> Bool {
+        state.withLock { $0.byScheme[scheme.lowercased()] != nil }
+    }
+}

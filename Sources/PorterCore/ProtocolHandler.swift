@@ -1,0 +1,156 @@
+import Foundation
+
+/// The URLProtocol of Porter: one instance loads one request.
+///
+/// Threading: Porter calls `startLoading`, `stopLoading` from the task's serial
+/// queue, never concurrently with each other. `pauseDelivery` and `resumeDelivery`
+/// may come from any thread, including from inside a `ProtocolClient` call the handler
+/// is making, so they must only flip state and return (see `FlowControl`).
+///
+/// A handler reports through its `ProtocolClient`, from any thread, in this order:
+/// optional challenges, then a response (or a redirect), data, then exactly one of
+/// finish or fail. Porter tolerates handlers that break the order (calls after the
+/// end are dropped and logged), but the task sees exactly one completion either way.
+public protocol ProtocolHandler: AnyObject {
+    /// The schemes (lower case) this handler type serves; the registry indexes by them.
+    static var schemes: Set<String> { get }
+    /// A finer check than the scheme (canInit); default true.
+    static func canHandle(_ request: Request) -> Bool
+    /// The form of a request used for cache keys and comparisons; default unchanged.
+    static func canonicalRequest(for request: Request) -> Request
+    /// Whether two requests would give the same cached response; default compares URLs.
+    static func requestIsCacheEquivalent(_ a: Request, _ b: Request) -> Bool
+
+    init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient)
+    func startLoading()
+    /// Stop as soon as possible; after this the client ignores the handler.
+    func stopLoading()
+    /// Back-pressure: stop delivering data until `resumeDelivery`. Default: ignored
+    /// (Porter then buffers what arrives).
+    func pauseDelivery()
+    func resumeDelivery()
+}
+
+extension ProtocolHandler {
+    public static func canHandle(_ request: Request) -> Bool { true }
+    public static func canonicalRequest(for request: Request) -> Request { request }
+    public static func requestIsCacheEquivalent(_ a: Request, _ b: Request) -> Bool {
+        canonicalRequest(for: a).url == canonicalRequest(for: b).url
+    }
+    public func pauseDelivery() {}
+    public func resumeDelivery() {}
+}
+
+/// What a handler calls back. One client serves one handler instance; all methods
+/// may be called from any thread.
+public protocol ProtocolClient: AnyObject, Sendable {
+    /// The response head. `cacheStoragePolicy` says whether it may be cached.
+    func didReceive(_ response: Response, cacheStoragePolicy: CacheStoragePolicy)
+    /// Body bytes, in order.
+    func didLoad(_ data: Data)
+    /// The handler will not load `redirectResponse`'s body; Porter decides whether to
+    /// load `request` (with a new handler) and stops this one.
+    func wasRedirected(to request: Request, redirectResponse: Response)
+    func didFinishLoading()
+    func didFail(with error: PorterError)
+    /// Ask for proof; the answer reaches `challenge`'s reply closure.
+    func didReceive(_ challenge: AuthenticationChallenge)
+    /// Withdraw a challenge (the connection went away); its answer will not be sent.
+    func didCancel(_ challenge: AuthenticationChallenge)
+    /// The cached response handed to the initialiser is still valid: Porter delivers it
+    /// (response and body) and the handler is done.
+    func cachedResponseIsValid()
+    /// Upload progress.
+    func didSendBodyData(bytesSent: Int64, totalBytesSent: Int64, totalBytesExpectedToSend: Int64)
+    /// Timing of one transaction (optional).
+    func didCollect(_ metrics: TransactionMetrics)
+    /// Ask the task's delegate for a fresh copy of a stream body (a 307 to a new place
+    /// or an authentication retry). nil when none can be had.
+    func needNewBodyStream(_ completion: @escaping @Sendable ((any BodyStream)?) -> Void)
+}
+
+/// Timing of one request/response exchange. Dates a handler does not know stay nil.
+public struct TransactionMetrics: Sendable {
+    public var request: Request
+    public var response: Response?
+    public var fetchStartDate: Date?
+    public var domainLookupStartDate: Date?
+    public var domainLookupEndDate: Date?
+    public var connectStartDate: Date?
+    public var secureConnectionStartDate: Date?
+    public var connectEndDate: Date?
+    public var requestStartDate: Date?
+    public var responseStartDate: Date?
+    public var responseEndDate: Date?
+    public var networkProtocolName: String?
+    public var isReusedConnection: Bool
+    /// "networkLoad", "localCache", "revalidated", "local" (no network at all).
+    public var fetchType: String
+    public var countOfRequestBodyBytesSent: Int64
+    public var countOfResponseBodyBytesReceived: Int64
+
+    public init(request: Request, fetchType: String = "local") {
+        self.request = request
+        self.isReusedConnection = false
+        self.fetchType = fetchType
+        self.countOfRequestBodyBytesSent = 0
+        self.countOfResponseBodyBytesReceived = 0
+    }
+}
+
+/// A task's metrics: one transaction per request it loaded (redirects add more).
+public struct TaskMetrics: Sendable {
+    public var transactionMetrics: [TransactionMetrics]
+    public var taskStartDate: Date
+    public var taskEndDate: Date
+    public var redirectCount: Int
+    public var duration: TimeInterval { taskEndDate.timeIntervalSince(taskStartDate) }
+}
+
+/// Makes handlers. A Swift handler type is wrapped by `TypeHandlerFactory`; a plugin
+/// adapter supplies its own factory (one per plugin descriptor).
+public protocol ProtocolHandlerFactory: Sendable {
+    var schemes: Set<String> { get }
+    /// A name for listings ("FileHandler", "sftp (libssh2)").
+    var name: String { get }
+    func canHandle(_ request: Request) -> Bool
+    func canonicalRequest(for request: Request) -> Request
+    func requestIsCacheEquivalent(_ a: Request, _ b: Request) -> Bool
+    func makeHandler(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) -> any ProtocolHandler
+}
+
+/// The factory for a `ProtocolHandler` type.
+public struct TypeHandlerFactory: ProtocolHandlerFactory, @unchecked Sendable {
+    public let type: any ProtocolHandler.Type
+    public init(_ type: any ProtocolHandler.Type) { self.type = type }
+    public var schemes: Set<String> { Set(type.schemes.map { $0.lowercased() }) }
+    public var name: String { String(describing: type) }
+    public func canHandle(_ request: Request) -> Bool { type.canHandle(request) }
+    public func canonicalRequest(for request: Request) -> Request { type.canonicalRequest(for: request) }
+    public func requestIsCacheEquivalent(_ a: Request, _ b: Request) -> Bool { type.requestIsCacheEquivalent(a, b) }
+    public func makeHandler(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) -> any ProtocolHandler {
+        type.init(request: request, cachedResponse: cachedResponse, client: client)
+    }
+}
+
+/// A handler's record of the session's back-pressure requests, safe from any
+/// thread: the delivery loop checks `isPaused` between chunks and parks in
+/// `waitWhilePaused()` or registers a continuation for `resumeDelivery`.
+public final class FlowControl: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var paused = false
+    private var stopped = false
+    public init() {}
+    public func pause() { condition.lock(); paused = true; condition.unlock() }
+    public func resume() { condition.lock(); paused = false; condition.broadcast(); condition.unlock() }
+    public func stop() { condition.lock(); stopped = true; condition.broadcast(); condition.unlock() }
+    public var isPaused: Bool { condition.lock(); defer { condition.unlock() }; return paused }
+    public var isStopped: Bool { condition.lock(); defer { condition.unlock() }; return stopped }
+    /// Blocks the calling (handler-owned) thread while paused. Returns false once stopped.
+    @discardableResult
+    public func waitWhilePaused() -> Bool {
+        condition.lock(); defer { condition.unlock() }
+        while paused && !stopped { condition.wait() }
+        return !stopped
+    }
+}

@@ -1,0 +1,121 @@
+import Foundation
+import HTTPTypes
+
+/// A source of request body bytes read in order, once. Porter reads it from one
+/// thread at a time. Return 0 at the end; throw to fail the task.
+public protocol BodyStream: AnyObject, Sendable {
+    func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int
+}
+
+/// A `BodyStream` over bytes in memory; handy for tests and small bodies.
+public final class DataBodyStream: BodyStream, @unchecked Sendable {
+    private let lock = NSLock()
+    private let data: Data
+    private var offset = 0
+    public init(_ data: Data) { self.data = data }
+    public func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        lock.lock(); defer { lock.unlock() }
+        let n = min(buffer.count, data.count - offset)
+        guard n > 0 else { return 0 }
+        data.withUnsafeBytes { src in
+            buffer.baseAddress!.copyMemory(from: src.baseAddress! + offset, byteCount: n)
+        }
+        offset += n
+        return n
+    }
+}
+
+/// The body a request sends.
+public enum RequestBody: Sendable {
+    case data(Data)
+    case file(URL)
+    case stream(any BodyStream)
+
+    /// The length when known up front.
+    public var knownLength: Int64? {
+        switch self {
+        case .data(let d): return Int64(d.count)
+        case .file(let url):
+            let attrs = try? FileManager.default.attributesOfItem(atPath: url.path)
+            return (attrs?[.size] as? NSNumber)?.int64Value
+        case .stream: return nil
+        }
+    }
+}
+
+/// How a request uses the session's cache (the URL Loading System's policies).
+public enum CachePolicy: Int, Sendable {
+    case useProtocolCachePolicy = 0
+    case reloadIgnoringLocalCacheData = 1
+    case returnCacheDataElseLoad = 2
+    case returnCacheDataDontLoad = 3
+    case reloadRevalidatingCacheData = 4
+}
+
+/// Where a download resumes: the handler that honours it answers with
+/// `Response.resumeOffset == offset` and sends only the bytes after it.
+public struct ResumeRange: Sendable, Equatable {
+    public var offset: Int64
+    /// An opaque validator from the first response (an ETag, a Last-Modified date,
+    /// a size and modification time): a handler starts over if the resource changed.
+    public var validator: String?
+    public init(offset: Int64, validator: String?) {
+        self.offset = offset
+        self.validator = validator
+    }
+}
+
+/// A load request: a value type, copied freely.
+public struct Request: Sendable, CustomStringConvertible {
+    public var url: URL
+    /// "GET" unless set; uploads default to "PUT" when the method was not set.
+    public var method: String
+    public var headerFields: HTTPFields
+    public var body: RequestBody?
+    public var cachePolicy: CachePolicy
+    /// Idle timeout in seconds (0 means the session's).
+    public var timeoutInterval: TimeInterval
+    /// The URL of the top-level document, for cookie policies.
+    public var mainDocumentURL: URL?
+    /// Set by a download task that resumes; handlers that can resume honour it.
+    public var resumeRange: ResumeRange?
+    /// A handler's own keyed values on a request: how an intercepting handler marks
+    /// a request it has already seen.
+    public private(set) var properties: [String: any Sendable]
+
+    public init(url: URL, method: String = "GET", headerFields: HTTPFields = [:], body: RequestBody? = nil,
+                cachePolicy: CachePolicy = .useProtocolCachePolicy, timeoutInterval: TimeInterval = 0) {
+        self.url = url
+        self.method = method
+        self.headerFields = headerFields
+        self.body = body
+        self.cachePolicy = cachePolicy
+        self.timeoutInterval = timeoutInterval
+        self.mainDocumentURL = nil
+        self.resumeRange = nil
+        self.properties = [:]
+    }
+
+    public func property(forKey key: String) -> (any Sendable)? { properties[key] }
+    public mutating func setProperty(_ value: any Sendable, forKey key: String) { properties[key] = value }
+    public mutating func removeProperty(forKey key: String) { properties.removeValue(forKey: key) }
+
+    /// The URL's scheme, lower-cased ("" when it has none).
+    public var scheme: String { url.scheme?.lowercased() ?? "" }
+
+    /// Reads a header by its name (case-insensitive). Invalid names return nil.
+    public func value(forHeader name: String) -> String? {
+        guard let n = HTTPField.Name(name) else { return nil }
+        return headerFields[n]
+    }
+
+    /// Sets or removes a header. Invalid names are ignored and return false.
+    @discardableResult
+    public mutating func setValue(_ value: String?, forHeader name: String) -> Bool {
+        guard let n = HTTPField.Name(name) else { return false }
+        headerFields[n] = value
+        return true
+    }
+
+    public var description: String { "\(method) \(url.absoluteString)" }
+}

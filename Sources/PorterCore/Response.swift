@@ -1,0 +1,88 @@
+import Foundation
+import HTTPTypes
+
+/// What a handler reports before the body: the URL Loading System's URLResponse and
+/// HTTPURLResponse in one value type. `statusCode` is nil for protocols without one.
+public struct Response: Sendable, CustomStringConvertible {
+    public var url: URL
+    public var mimeType: String?
+    /// -1 when unknown. For HTTP with a content coding, the length of the *encoded*
+    /// body as the server sent it (as with URLResponse).
+    public var expectedContentLength: Int64
+    public var textEncodingName: String?
+    public var statusCode: Int?
+    public var headerFields: HTTPFields
+    /// Set when the body starts at this offset of the resource (a resumed download).
+    public var resumeOffset: Int64?
+    /// A value that changes when the resource changes (for resume data).
+    public var validator: String?
+    private var explicitFilename: String?
+
+    public init(url: URL, mimeType: String?, expectedContentLength: Int64, textEncodingName: String? = nil,
+                statusCode: Int? = nil, headerFields: HTTPFields = [:], suggestedFilename: String? = nil) {
+        self.url = url
+        self.mimeType = mimeType
+        self.expectedContentLength = expectedContentLength
+        self.textEncodingName = textEncodingName
+        self.statusCode = statusCode
+        self.headerFields = headerFields
+        self.explicitFilename = suggestedFilename
+        self.resumeOffset = nil
+        self.validator = nil
+    }
+
+    /// A name to save the body under: the handler's suggestion, a Content-Disposition
+    /// filename, the URL's last path component, or "Unknown".
+    public var suggestedFilename: String {
+        if let explicitFilename, !explicitFilename.isEmpty { return explicitFilename }
+        if let cd = headerFields[.contentDisposition], let name = Response.filename(fromContentDisposition: cd) {
+            return name
+        }
+        let last = url.lastPathComponent
+        if !last.isEmpty, last != "/" { return last }
+        return "Unknown"
+    }
+
+    public func value(forHeader name: String) -> String? {
+        guard let n = HTTPField.Name(name) else { return nil }
+        return headerFields[n]
+    }
+
+    static func filename(fromContentDisposition value: String) -> String? {
+        for part in value.split(separator: ";") {
+            let kv = part.trimmingCharacters(in: .whitespaces)
+            guard kv.lowercased().hasPrefix("filename=") else { continue }
+            var name = String(kv.dropFirst("filename=".count))
+            if name.hasPrefix("\""), name.hasSuffix("\""), name.count >= 2 { name = String(name.dropFirst().dropLast()) }
+            let base = (name as NSString).lastPathComponent
+            return base.isEmpty || base == "." || base == ".." ? nil : base
+        }
+        return nil
+    }
+
+    public var description: String {
+        var s = url.absoluteString
+        if let statusCode { s += " \(statusCode)" }
+        if let mimeType { s += " \(mimeType)" }
+        return s + " (\(expectedContentLength) bytes)"
+    }
+}
+
+/// Whether a response may be stored in the cache.
+public enum CacheStoragePolicy: Int, Sendable {
+    case allowed
+    case allowedInMemoryOnly
+    case notAllowed
+}
+
+/// A response and its body as held by a cache.
+public struct CachedResponse: Sendable {
+    public var response: Response
+    public var data: Data
+    public var storagePolicy: CacheStoragePolicy
+    public init(response: Response, data: Data, storagePolicy: CacheStoragePolicy = .allowed) {
+        self.response = response
+        self.data = data
+        self.storagePolicy = storagePolicy
+    }
+}

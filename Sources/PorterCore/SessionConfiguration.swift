@@ -1,0 +1,145 @@
+import Foundation
+import HTTPTypes
+import Logging
+
+/// TLS protocol versions for `SessionConfiguration.tlsMinimumVersion` / `tlsMaximumVersion`.
+public enum TLSVersion: Int, Sendable, Comparable {
+    case tls1_0 = 10, tls1_1 = 11, tls1_2 = 12, tls1_3 = 13
+    public static func < (a: TLSVersion, b: TLSVersion) -> Bool { a.rawValue < b.rawValue }
+}
+
+/// Proxies for a session. By default read from the usual environment variables.
+public struct ProxyConfiguration: Sendable, Equatable {
+    public var httpProxy: URL?
+    public var httpsProxy: URL?
+    /// Used for any scheme without its own entry (curl's `all_proxy`).
+    public var allProxy: URL?
+    /// Host names (and `.domain` suffixes) that bypass proxies; "*" bypasses all.
+    public var noProxy: [String]
+
+    public init(httpProxy: URL? = nil, httpsProxy: URL? = nil, allProxy: URL? = nil, noProxy: [String] = []) {
+        self.httpProxy = httpProxy
+        self.httpsProxy = httpsProxy
+        self.allProxy = allProxy
+        self.noProxy = noProxy
+    }
+
+    public static let none = ProxyConfiguration()
+
+    /// `http_proxy`, `https_proxy`, `all_proxy`, `no_proxy`, lower case first, then upper
+    /// case (curl reads `http_proxy` in lower case only, as upper case is settable by a
+    /// CGI client through the `Proxy:` header).
+    public static func fromEnvironment(_ env: [String: String] = ProcessInfo.processInfo.environment) -> ProxyConfiguration {
+        func value(_ name: String, upperToo: Bool = true) -> URL? {
+            let raw = env[name] ?? (upperToo ? env[name.uppercased()] : nil)
+            guard let raw, !raw.trimmingCharacters(in: .whitespaces).isEmpty else { return nil }
+            let text = raw.contains("://") ? raw : "http://" + raw
+            return URL(string: text)
+        }
+        let no = (env["no_proxy"] ?? env["NO_PROXY"] ?? "")
+            .split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
+        return ProxyConfiguration(httpProxy: value("http_proxy", upperToo: false), httpsProxy: value("https_proxy"),
+                                  allProxy: value("all_proxy"), noProxy: no)
+    }
+
+    /// The proxy to use for `url`, or nil to connect directly.
+    public func proxy(for url: URL) -> URL? {
+        guard let host = url.host?.lowercased() else { return nil }
+        for entry in noProxy {
+            if entry == "*" { return nil }
+            let bare = entry.hasPrefix(".") ? String(entry.dropFirst()) : entry
+            if host == bare || host.hasSuffix("." + bare) { return nil }
+        }
+        switch url.scheme?.lowercased() {
+        case "http": return httpProxy ?? allProxy
+        case "https": return httpsProxy ?? allProxy
+        default: return allProxy
+        }
+    }
+}
+
+/// A session's settings. Copied when a session is made: changing a configuration
+/// afterwards does not change the session.
+public struct SessionConfiguration: Sendable {
+    public enum Kind: Sendable, Equatable {
+        case `default`
+        case ephemeral
+        case background(identifier: String)
+    }
+
+    public private(set) var kind: Kind
+    /// Headers added to every request that does not set them itself.
+    public var additionalHeaders: HTTPFields = [:]
+    /// Idle time in seconds after which a task fails with `.timedOut`; reset by every event.
+    public var timeoutIntervalForRequest: TimeInterval = 60
+    /// Total time in seconds a task may take.
+    public var timeoutIntervalForResource: TimeInterval = 7 * 24 * 3600
+    public var maximumConnectionsPerHost: Int = 6
+    /// Redirects followed per task before `.tooManyRedirects` (curl's default is 50, Porter's 20).
+    public var maximumRedirects: Int = 20
+    /// Schemes a redirect may lead to when it changes scheme. A redirect within one
+    /// scheme is always allowed; http ↔ https is allowed by this default. Add "file",
+    /// "ftp" or a plugin's scheme to opt in.
+    public var allowedRedirectSchemes: Set<String> = ["http", "https"]
+    public var http2Enabled: Bool = true
+    public var tlsMinimumVersion: TLSVersion? = nil
+    public var tlsMaximumVersion: TLSVersion? = nil
+    /// A PEM bundle of extra trusted CAs (nil: the system's).
+    public var caCertificateFile: String? = nil
+    public var proxies: ProxyConfiguration = .fromEnvironment()
+    public var httpShouldSetCookies: Bool = true
+    public var requestCachePolicy: CachePolicy = .useProtocolCachePolicy
+    /// The cache (nil: none). The RFC 9111 store arrives with the stores issue; any
+    /// `ResponseCache` can be plugged in.
+    public var responseCache: (any ResponseCache)? = nil
+    /// Handlers consulted before the registry, most preferred first.
+    public var handlers: [any ProtocolHandlerFactory] = []
+    /// The registry consulted after `handlers`.
+    public var registry: HandlerRegistry = .shared
+    /// Where Porter logs the life cycle of tasks.
+    public var logger: Logger = Logger(label: "porter", factory: { _ in SwiftLogNoOpLogHandler() })
+    /// Back-pressure: when this many received bytes wait for a consumer, the handler
+    /// is asked to pause; it is resumed when they fall below a quarter of it.
+    public var receiveBufferLimit: Int = 8 << 20
+
+    init(kind: Kind) { self.kind = kind }
+
+    /// Shared persistent stores (when they exist).
+    public static var `default`: SessionConfiguration { SessionConfiguration(kind: .default) }
+    /// Nothing persisted; stores private to the session.
+    public static var ephemeral: SessionConfiguration { SessionConfiguration(kind: .ephemeral) }
+    /// Transfers that continue outside the process. Not supported yet: tasks of such a
+    /// session fail with `.unsupportedConfiguration`.
+    public static func background(identifier: String) -> SessionConfiguration {
+        SessionConfiguration(kind: .background(identifier: identifier))
+    }
+
+    /// Puts a handler type in front of the registry for this session.
+    public mutating func prependHandler(_ type: any ProtocolHandler.Type) {
+        handlers.insert(TypeHandlerFactory(type), at: 0)
+    }
+}
+
+/// A store of responses a handler may be handed back. The RFC 9111 decisions live
+/// in the stores issue; this is the contract sessions and handlers use.
+public protocol ResponseCache: AnyObject, Sendable {
+    func cachedResponse(for request: Request) -> CachedResponse?
+    func storeCachedResponse(_ cached: CachedResponse, for request: Request)
+    func removeCachedResponse(for request: Request)
+    func removeAllCachedResponses()
+}
+
+/// A memory-only cache keyed by URL and method: no freshness rules, it keeps what it
+/// is given. Useful for tests and for handlers whose resources never change.
+public final class MemoryResponseCache: ResponseCache, @unchecked Sendable {
+    private let entries = Locked([String: CachedResponse]())
+    public init() {}
+    private func key(_ r: Request) -> String { r.method + " " + r.url.absoluteString }
+    public func cachedResponse(for request: Request) -> CachedResponse? { entries.withLock { $0[key(request)] } }
+    public func storeCachedResponse(_ cached: CachedResponse, for request: Request) {
+        entries.withLock { $0[key(request)] = cached }
+    }
+    public func removeCachedResponse(for request: Request) { _ = entries.withLock { $0.removeValue(forKey: key(request)) } }
+    public func removeAllCachedResponses() { entries.withLock { $0.removeAll() } }
+    public var count: Int { entries.withLock { $0.count } }
+}

@@ -1,0 +1,600 @@
+import Foundation
+import Logging
+
+/// A handler's report, kept with its payload until the state machine lets it through.
+enum HandlerReport: @unchecked Sendable {
+    case response(Response, CacheStoragePolicy)
+    case data(Data)
+    case redirect(Request, Response)
+    case finish
+    case fail(PorterError)
+    case challenge(AuthenticationChallenge)
+    case challengeWithdrawn(AuthenticationChallenge)
+    case cachedResponseValid
+
+    func event(redirectAllowed: Bool) -> TaskStateMachine.HandlerEvent {
+        switch self {
+        case .response: return .response
+        case .data: return .data
+        case .redirect: return .redirect(allowed: redirectAllowed)
+        case .finish: return .finish
+        case .fail: return .fail
+        case .challenge(let c): return .challenge(c.identifier)
+        case .challengeWithdrawn(let c): return .challengeWithdrawn(c.identifier)
+        case .cachedResponseValid: return .cachedResponseValid
+        }
+    }
+}
+
+/// The client Porter hands to one handler instance. Every call hops to the session's
+/// delegate queue; calls from a handler that was replaced (after a redirect) or
+/// whose task ended are dropped there by the state machine.
+final class HandlerClient: ProtocolClient, @unchecked Sendable {
+    private weak var driver: TaskDriver?
+    private let generation: UInt64
+
+    init(driver: TaskDriver, generation: UInt64) {
+        self.driver = driver
+        self.generation = generation
+    }
+
+    private func post(_ report: HandlerReport) {
+        guard let driver else { return }
+        driver.queue.async { driver.process(self.generation, report) }
+    }
+
+    func didReceive(_ response: Response, cacheStoragePolicy: CacheStoragePolicy) { post(.response(response, cacheStoragePolicy)) }
+    func didLoad(_ data: Data) {
+        guard let driver, !data.isEmpty else { return }
+        driver.noteBuffered(data.count, generation: generation)
+        post(.data(data))
+    }
+    func wasRedirected(to request: Request, redirectResponse: Response) { post(.redirect(request, redirectResponse)) }
+    func didFinishLoading() { post(.finish) }
+    func didFail(with error: PorterError) { post(.fail(error)) }
+    func didReceive(_ challenge: AuthenticationChallenge) { post(.challenge(challenge)) }
+    func didCancel(_ challenge: AuthenticationChallenge) { post(.challengeWithdrawn(challenge)) }
+    func cachedResponseIsValid() { post(.cachedResponseValid) }
+    func didSendBodyData(bytesSent: Int64, totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
+        guard let driver else { return }
+        let gen = generation
+        driver.queue.async { driver.sentBodyData(gen, bytesSent, totalBytesSent, totalBytesExpectedToSend) }
+    }
+    func didCollect(_ metrics: TransactionMetrics) {
+        guard let driver else { return }
+        let gen = generation
+        driver.queue.async { driver.collect(gen, metrics) }
+    }
+    func needNewBodyStream(_ completion: @escaping @Sendable ((any BodyStream)?) -> Void) {
+        guard let driver else { completion(nil); return }
+        driver.queue.async { driver.askNewBodyStream(completion) }
+    }
+}
+
+/// Performs what `TaskStateMachine` decides for one task: owns the handler, the
+/// timers and the back-pressure accounting, and hands deliveries to the task that
+/// currently owns the load (a data task can become a download task midway).
+final class TaskDriver: @unchecked Sendable {
+    let session: Session
+    let queue: DispatchQueue
+    private let lock = NSLock()
+
+    // Guarded by `lock`.
+    private var machine: TaskStateMachine
+    private var handler: (any ProtocolHandler)?
+    private var deferred: [(UInt64, HandlerReport)] = []
+    private var buffered = 0
+    private var pausedForFlow = false
+    private var challenges: [UInt64: (AuthenticationChallenge, ChallengeDisposition)] = [:]
+    private var pendingRedirect: Request?
+    private var lastActivity = DispatchTime.now()
+    private(set) var owner: SessionTask?
+
+    // Touched only on `queue`.
+    var currentRequest: Request
+    private(set) var response: Response?
+    private(set) var storagePolicy: CacheStoragePolicy = .notAllowed
+    private var finalError: PorterError?
+    private var transactionMetrics: [TransactionMetrics] = []
+    private var startDate = Date()
+    private var timer: DispatchSourceTimer?
+    private var startTime = DispatchTime.now()
+    private var failureCounts: [ProtectionSpace: Int] = [:]
+    var wantsResumeData = false
+    /// Set before the task is handed out; read on the queue at start.
+    private var startError: PorterError?
+    var needsBodyStreamBeforeStart = false
+
+    /// The task will fail with `error` as soon as it is resumed.
+    func abortBeforeStart(_ error: PorterError) { startError = error }
+
+    var logger: Logger { session.configuration.logger }
+
+    init(session: Session, request: Request, owner: SessionTask, asksResponseDisposition: Bool) {
+        self.session = session
+        self.queue = session.delegateQueue
+        self.currentRequest = request
+        self.owner = owner
+        self.machine = TaskStateMachine(maximumRedirects: session.configuration.maximumRedirects,
+                                        asksResponseDisposition: asksResponseDisposition)
+    }
+
+    // MARK: - state seen from any thread
+
+    var state: TaskState { lock.withLock { machine.lifecycle } }
+    var redirectCount: Int { lock.withLock { machine.redirectCount } }
+
+    /// Runs an event that does not come from the handler (API calls, decisions,
+    /// timers) and performs the action on the queue.
+    func decide(_ event: TaskStateMachine.Event) {
+        let (action, handler) = lock.withLock { () -> (TaskStateMachine.Action, (any ProtocolHandler)?) in
+            let a = machine.handle(event)
+            lastActivity = .now()
+            if a == .pauseDelivery, !pausedForFlow { return (a, self.handler) }
+            return (a, nil)
+        }
+        if action == .pauseDelivery {
+            // Suspension: the handler may pause at once (any thread is fine).
+            handler?.pauseDelivery()
+            return
+        }
+        if action == .none { return }
+        queue.async { self.perform(action, report: nil) }
+    }
+
+    // MARK: - handler reports (on the queue)
+
+    func process(_ generation: UInt64, _ report: HandlerReport) {
+        let action: TaskStateMachine.Action = lock.withLock {
+            lastActivity = .now()
+            // A failure or a withdrawn challenge must reach the machine even behind deferred reports.
+            let jumpsQueue: Bool
+            switch report {
+            case .fail, .challengeWithdrawn: jumpsQueue = true
+            default: jumpsQueue = false
+            }
+            if !deferred.isEmpty && !jumpsQueue && generation == machine.generation && !machine.isFinal {
+                deferred.append((generation, report))
+                return .deferEvent
+            }
+            var allowed = true
+            if case .redirect(let newRequest, _) = report {
+                allowed = redirectAllowed(from: currentRequest, to: newRequest)
+            }
+            let a = machine.handle(.handler(generation: generation, report.event(redirectAllowed: allowed)))
+            if a == .deferEvent { deferred.append((generation, report)) }
+            if case .data(let d) = report, a != .deliverData, a != .deferEvent { buffered -= d.count }
+            return a
+        }
+        if action == .deferEvent { return }
+        perform(action, report: report)
+    }
+
+    /// Replays deferred reports while the machine lets them through.
+    private func drain() {
+        while true {
+            let next: (TaskStateMachine.Action, HandlerReport)? = lock.withLock {
+                guard machine.canProcessHandlerEvents, !deferred.isEmpty else { return nil }
+                let (gen, report) = deferred.removeFirst()
+                var allowed = true
+                if case .redirect(let newRequest, _) = report { allowed = redirectAllowed(from: currentRequest, to: newRequest) }
+                let a = machine.handle(.handler(generation: gen, report.event(redirectAllowed: allowed)))
+                if a == .deferEvent { deferred.insert((gen, report), at: 0); return nil }
+                if case .data(let d) = report, a != .deliverData { buffered -= d.count }
+                return (a, report)
+            }
+            guard let (action, report) = next else { return }
+            perform(action, report: report)
+        }
+    }
+
+    private func redirectAllowed(from old: Request, to new: Request) -> Bool {
+        let newScheme = new.scheme
+        return newScheme == old.scheme || session.configuration.allowedRedirectSchemes.contains(newScheme)
+    }
+
+    // MARK: - actions (on the queue)
+
+    private func perform(_ action: TaskStateMachine.Action, report: HandlerReport?) {
+        switch action {
+        case .none, .deferEvent, .pauseDelivery:
+            break
+        case .start:
+            startDate = Date()
+            startTime = .now()
+            armTimer()
+            if let startError {
+                abort(startError)
+            } else if needsBodyStreamBeforeStart {
+                let gen = lock.withLock { machine.generation }
+                askNewBodyStream { [self] stream in
+                    queue.async {
+                        guard let stream else {
+                            self.process(gen, .fail(PorterError(.requestBodyStreamExhausted,
+                                "a streamed upload needs a body stream and the delegate gave none", url: self.currentRequest.url)))
+                            return
+                        }
+                        self.currentRequest.body = .stream(stream)
+                        self.startLoad(cached: true)
+                    }
+                }
+            } else {
+                startLoad(cached: true)
+            }
+        case .resumeDelivery:
+            let h: (any ProtocolHandler)? = lock.withLock { pausedForFlow ? nil : handler }
+            h?.resumeDelivery()
+            drain()
+        case .deliverResponse:
+            guard case .response(let r, let policy)? = report else { return }
+            response = r
+            storagePolicy = policy
+            owner?.sinkResponse(r, driver: self)
+        case .askResponseDisposition:
+            guard case .response(let r, let policy)? = report, let task = owner as? DataTask else { return }
+            response = r
+            storagePolicy = policy
+            logger.debug("task \(task.taskIdentifier): response \(r)")
+            if let delegate = session.dataDelegate {
+                delegate.dataTask(task, didReceive: r) { [self] disposition in
+                    queue.async { self.decide(.responseDecision(disposition)) }
+                }
+            } else {
+                decide(.responseDecision(.allow))
+            }
+        case .continueAfterDecision:
+            if let response { owner?.sinkResponse(response, driver: self) }
+            drain()
+        case .becomeDownload:
+            guard let dataTask = owner as? DataTask else { return }
+            let download = DownloadTask(session: session, adopting: self, from: dataTask)
+            lock.withLock { owner = download }
+            dataTask.detach()
+            session.adopt(download, replacing: dataTask)
+            session.dataDelegate?.dataTask(dataTask, didBecome: download)
+            if let response { download.sinkResponse(response, driver: self) }
+            drain()
+        case .deliverData:
+            guard case .data(let d)? = report else { return }
+            owner?.sinkData(d, driver: self)
+        case .askRedirect:
+            guard case .redirect(var newRequest, let redirectResponse)? = report else { return }
+            newRequest = prepareRedirect(newRequest)
+            lock.withLock { pendingRedirect = newRequest }
+            logger.debug("redirect \(currentRequest.url.absoluteString) -> \(newRequest.url.absoluteString)")
+            if let delegate = session.taskDelegate, let task = owner {
+                delegate.task(task, willPerformRedirection: redirectResponse, newRequest: newRequest) { [self] chosen in
+                    queue.async {
+                        self.lock.withLock { self.pendingRedirect = chosen }
+                        if chosen == nil { self.response = redirectResponse }
+                        self.decide(.redirectDecision(follow: chosen != nil))
+                    }
+                }
+            } else {
+                decide(.redirectDecision(follow: true))
+            }
+        case .followRedirect:
+            let old = lock.withLock { () -> (any ProtocolHandler)? in
+                let h = handler
+                handler = nil
+                buffered = 0
+                pausedForFlow = false
+                deferred.removeAll()
+                return h
+            }
+            old?.stopLoading()
+            guard let next = lock.withLock({ pendingRedirect }) else { return }
+            currentRequest = next
+            response = nil
+            if case .stream = next.body {
+                let gen = lock.withLock { machine.generation }
+                askNewBodyStream { [self] stream in
+                    queue.async {
+                        guard let stream else {
+                            self.process(gen, .fail(PorterError(.requestBodyStreamExhausted,
+                                "the redirect needs the body again and the delegate gave no new stream", url: next.url)))
+                            return
+                        }
+                        self.currentRequest.body = .stream(stream)
+                        self.startLoad(cached: true)
+                    }
+                }
+            } else {
+                startLoad(cached: true)
+            }
+        case .completeWithRedirectResponse:
+            stopHandler()
+            if let response { owner?.sinkResponse(response, driver: self) }
+            finish(nil)
+        case .askChallenge(let id):
+            guard case .challenge(let challenge)? = report else { return }
+            askChallenge(challenge, id: id)
+        case .replyChallenge(let id):
+            let entry = lock.withLock { challenges.removeValue(forKey: id) }
+            if let (challenge, disposition) = entry { challenge.reply(disposition) }
+            drain()
+        case .forgetChallenge(let id):
+            _ = lock.withLock { challenges.removeValue(forKey: id) }
+            drain()
+        case .deliverCachedResponse:
+            deliverCached()
+        case .ignoreViolation(let why):
+            logger.warning("handler for \(currentRequest.url.absoluteString): \(why)")
+        case .complete(let outcome):
+            finish(error(for: outcome, report: report))
+        case .stopAndComplete(let outcome):
+            stopHandler()
+            finish(error(for: outcome, report: report))
+        }
+    }
+
+    private func error(for outcome: TaskStateMachine.Outcome, report: HandlerReport?) -> PorterError? {
+        let url = currentRequest.url
+        switch outcome {
+        case .finished: return nil
+        case .cancelled: return PorterError(.cancelled, "the task was cancelled", url: url)
+        case .failed:
+            if case .fail(var e)? = report {
+                if e.url == nil { e.url = url }
+                return e
+            }
+            return PorterError(.unknown, "the handler failed", url: url)
+        case .error(let code, let message): return PorterError(code, message, url: url)
+        }
+    }
+
+    /// Drops `Authorization`, `Cookie` and `Proxy-Authorization` when a redirect leaves
+    /// the origin, so credentials never travel to another host.
+    private func prepareRedirect(_ proposed: Request) -> Request {
+        var next = proposed
+        let old = currentRequest.url
+        let sameOrigin = old.scheme?.lowercased() == next.url.scheme?.lowercased()
+            && old.host?.lowercased() == next.url.host?.lowercased() && old.port == next.url.port
+        if !sameOrigin {
+            next.headerFields[.authorization] = nil
+            next.headerFields[.cookie] = nil
+            next.headerFields[.proxyAuthorization] = nil
+        }
+        if next.mainDocumentURL == nil { next.mainDocumentURL = currentRequest.mainDocumentURL }
+        return next
+    }
+
+    private func startLoad(cached: Bool) {
+        let gen = lock.withLock { machine.generation }
+        var request = currentRequest
+        let config = session.configuration
+        if case .background = config.kind {
+            process(gen, .fail(PorterError(.unsupportedConfiguration,
+                "background sessions are not supported yet; use .default or .ephemeral", url: request.url)))
+            return
+        }
+        guard let scheme = request.url.scheme, !scheme.isEmpty else {
+            process(gen, .fail(PorterError(.unsupportedURL, "the URL has no scheme", url: request.url)))
+            return
+        }
+        let factory = config.handlers.first(where: { $0.schemes.contains(request.scheme) && $0.canHandle(request) })
+            ?? config.registry.factory(for: request)
+        guard let factory else {
+            let known = Set(config.registry.schemes + config.handlers.flatMap(\.schemes)).sorted()
+            process(gen, .fail(PorterError(.unsupportedURL,
+                "no handler for scheme '\(scheme)'; registered schemes: \(known.isEmpty ? "none" : known.joined(separator: ", "))",
+                url: request.url)))
+            return
+        }
+        for field in config.additionalHeaders where request.headerFields[field.name] == nil {
+            request.headerFields.append(field)
+        }
+        if request.timeoutInterval <= 0 { request.timeoutInterval = config.timeoutIntervalForRequest }
+        currentRequest = request
+
+        var cachedResponse: CachedResponse?
+        if cached, let cache = config.responseCache {
+            let policy = request.cachePolicy == .useProtocolCachePolicy ? config.requestCachePolicy : request.cachePolicy
+            let key = factory.canonicalRequest(for: request)
+            switch policy {
+            case .reloadIgnoringLocalCacheData: break
+            case .returnCacheDataElseLoad, .returnCacheDataDontLoad:
+                if let hit = cache.cachedResponse(for: key) {
+                    cachedHit = hit
+                    process(gen, .cachedResponseValid)
+                    return
+                }
+                if policy == .returnCacheDataDontLoad {
+                    process(gen, .fail(PorterError(.resourceUnavailable,
+                        "no cached response and the cache policy forbids loading", url: request.url)))
+                    return
+                }
+            case .useProtocolCachePolicy, .reloadRevalidatingCacheData:
+                cachedResponse = cache.cachedResponse(for: key)
+            }
+        }
+        cachedHit = cachedResponse
+        logger.debug("start \(request) with \(factory.name)")
+        let client = HandlerClient(driver: self, generation: gen)
+        let handler = factory.makeHandler(request: request, cachedResponse: cachedResponse, client: client)
+        let proceed = lock.withLock { () -> Bool in
+            guard !machine.isFinal, machine.generation == gen else { return false }
+            self.handler = handler
+            return true
+        }
+        guard proceed else { return }
+        handler.startLoading()
+        if lock.withLock({ machine.lifecycle == .suspended }) { handler.pauseDelivery() }
+    }
+
+    private var cachedHit: CachedResponse?
+
+    /// Serves the cached response through the same path as a handler's reports.
+    private func deliverCached() {
+        guard let hit = cachedHit else {
+            let gen = lock.withLock { machine.generation }
+            process(gen, .fail(PorterError(.protocolViolation, "cachedResponseIsValid without a cached response",
+                                           url: currentRequest.url)))
+            return
+        }
+        stopHandler(keepReference: true)
+        var fetch = TransactionMetrics(request: currentRequest, fetchType: "localCache")
+        fetch.response = hit.response
+        transactionMetrics.append(fetch)
+        let gen = lock.withLock { machine.generation }
+        process(gen, .response(hit.response, .notAllowed))
+        if !hit.data.isEmpty {
+            noteBuffered(hit.data.count, generation: gen)
+            process(gen, .data(hit.data))
+        }
+        process(gen, .finish)
+    }
+
+    private func stopHandler(keepReference: Bool = false) {
+        let h = lock.withLock { () -> (any ProtocolHandler)? in
+            let h = handler
+            if !keepReference { handler = nil }
+            return h
+        }
+        h?.stopLoading()
+    }
+
+    private func askChallenge(_ challenge: AuthenticationChallenge, id: UInt64) {
+        var challenge = challenge
+        let space = challenge.protectionSpace
+        challenge.previousFailureCount = max(challenge.previousFailureCount, failureCounts[space] ?? 0)
+        failureCounts[space, default: 0] += 1
+        let asked = challenge
+        let answer: @Sendable (ChallengeDisposition) -> Void = { [self] disposition in
+            queue.async {
+                let resolved = disposition == .performDefaultHandling ? self.defaultDisposition(for: asked) : disposition
+                let known = self.lock.withLock { () -> Bool in
+                    guard self.machine.lifecycle != .completed, self.machine.lifecycle != .canceling else { return false }
+                    self.challenges[id] = (asked, resolved)
+                    return true
+                }
+                guard known else { return }
+                self.decide(.challengeDecision(id, cancel: resolved == .cancelAuthenticationChallenge))
+            }
+        }
+        logger.debug("challenge \(asked)")
+        if let delegate = session.taskDelegate, let task = owner {
+            delegate.task(task, didReceive: asked, completion: answer)
+        } else {
+            answer(.performDefaultHandling)
+        }
+    }
+
+    /// Default handling: the proposed credential, the first time only; otherwise let
+    /// the handler carry on without one.
+    private func defaultDisposition(for challenge: AuthenticationChallenge) -> ChallengeDisposition {
+        if let proposed = challenge.proposedCredential, challenge.previousFailureCount == 0 {
+            return .useCredential(proposed)
+        }
+        return .performDefaultHandling
+    }
+
+    func askNewBodyStream(_ completion: @escaping @Sendable ((any BodyStream)?) -> Void) {
+        if let delegate = session.taskDelegate, let task = owner {
+            delegate.task(task, needNewBodyStream: completion)
+        } else {
+            completion(nil)
+        }
+    }
+
+    func sentBodyData(_ gen: UInt64, _ sent: Int64, _ total: Int64, _ expected: Int64) {
+        let live = lock.withLock { () -> Bool in
+            lastActivity = .now()
+            return !machine.isFinal && machine.generation == gen
+        }
+        guard live, let task = owner else { return }
+        task.noteSent(total: total, expected: expected)
+        session.taskDelegate?.task(task, didSendBodyData: sent, totalBytesSent: total, totalBytesExpectedToSend: expected)
+    }
+
+    func collect(_ gen: UInt64, _ metrics: TransactionMetrics) {
+        guard lock.withLock({ machine.generation == gen && !machine.isFinal }) else { return }
+        transactionMetrics.append(metrics)
+    }
+
+    // MARK: - back-pressure
+
+    /// Called on the handler's thread as data arrives: past the limit, pause it.
+    func noteBuffered(_ count: Int, generation: UInt64) {
+        lock.withLock {
+            guard generation == machine.generation else { return }
+            buffered += count
+            if !pausedForFlow, buffered > session.configuration.receiveBufferLimit {
+                pausedForFlow = true
+                if machine.lifecycle != .suspended { handler?.pauseDelivery() }
+            }
+        }
+    }
+
+    /// Called when a consumer is done with `count` bytes.
+    func consumed(_ count: Int) {
+        lock.withLock {
+            buffered -= count
+            if pausedForFlow, buffered <= session.configuration.receiveBufferLimit / 4 {
+                pausedForFlow = false
+                if machine.lifecycle == .running { handler?.resumeDelivery() }
+            }
+        }
+    }
+
+    var bufferedByteCount: Int { lock.withLock { buffered } }
+
+    // MARK: - timers
+
+    private func armTimer() {
+        let config = session.configuration
+        let idle = currentRequest.timeoutInterval > 0 ? currentRequest.timeoutInterval : config.timeoutIntervalForRequest
+        let total = config.timeoutIntervalForResource
+        let tick = max(0.02, min(1.0, min(idle, total) / 4))
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.schedule(deadline: .now() + tick, repeating: tick)
+        timer.setEventHandler { [weak self] in self?.checkTimeouts(idle: idle, total: total) }
+        self.timer = timer
+        timer.resume()
+    }
+
+    private func checkTimeouts(idle: TimeInterval, total: TimeInterval) {
+        let now = DispatchTime.now()
+        let expired = lock.withLock { () -> Bool in
+            // Time spent suspended, paused by a slow consumer or waiting for the delegate is not the peer's.
+            if machine.lifecycle != .running || machine.wait != .none || pausedForFlow { lastActivity = now }
+            let idleFor = Double(now.uptimeNanoseconds - lastActivity.uptimeNanoseconds) / 1e9
+            return idleFor > idle
+        }
+        let elapsed = Double(now.uptimeNanoseconds - startTime.uptimeNanoseconds) / 1e9
+        if expired || elapsed > total {
+            logger.debug("timeout after \(elapsed)s for \(currentRequest.url.absoluteString)")
+            decide(.timeout)
+        }
+    }
+
+    // MARK: - completion
+
+    private func finish(_ error: PorterError?) {
+        timer?.cancel()
+        timer = nil
+        finalError = error
+        lock.withLock { deferred.removeAll() }
+        guard let task = owner else { return }
+        if let error { logger.debug("task \(task.taskIdentifier) failed: \(error)") } else {
+            logger.debug("task \(task.taskIdentifier) finished")
+        }
+        let metrics = TaskMetrics(transactionMetrics: transactionMetrics.isEmpty
+                                    ? [TransactionMetrics(request: currentRequest)] : transactionMetrics,
+                                  taskStartDate: startDate, taskEndDate: Date(), redirectCount: redirectCount)
+        task.sinkComplete(error, driver: self)
+        session.taskDelegate?.task(task, didFinishCollecting: metrics)
+        decide(.completionDelivered)
+        lock.withLock { owner = nil; handler = nil; challenges.removeAll() }
+        session.taskDidComplete(task)
+    }
+
+    /// For sinks: something went wrong on our side of the delivery (a full disk).
+    func abort(_ error: PorterError) {
+        let gen = lock.withLock { machine.generation }
+        process(gen, .fail(error))
+    }
+
+    var cacheCandidateStoragePolicy: CacheStoragePolicy { storagePolicy }
+}
+
