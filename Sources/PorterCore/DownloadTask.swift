@@ -75,7 +75,7 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
             path = resume.partialFilePath
         }
         if fd < 0 {
-            var template = Array((Session.temporaryDirectory + "/porter-download-XXXXXX").utf8CString)
+            var template = Array(((session.configuration.downloadDirectory ?? Session.temporaryDirectory) + "/.porter-download-XXXXXX").utf8CString)
             fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
             if fd >= 0 { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
             path = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }

@@ -39,6 +39,18 @@ public final class HandlerRegistry: @unchecked Sendable {
     }
     private let state = Locked(State())
     private let ids = AtomicCounter()
+    private let onceLock = NSLock()
+    private var onceKeys = Set<String>()
+
+    /// Runs `body` the first time `key` is seen by this registry; later calls (from any
+    /// thread) wait for that first run to end and then return. For set-up such as
+    /// `Porter.bootstrap()`.
+    public func performOnce(key: String, _ body: () -> Void) {
+        onceLock.lock()
+        defer { onceLock.unlock() }
+        guard onceKeys.insert(key).inserted else { return }
+        body()
+    }
 
     public init() {}
 

@@ -1,0 +1,280 @@
+import Foundation
+import PorterCore
+
+/// The handler for `file:` URLs.
+///
+/// - Reads stream in chunks of `chunkSize` on the handler's own queue (constant memory
+///   whatever the file's size) and honour back-pressure.
+/// - A folder gives a `DirectoryListing` (`text/x-porter-listing`).
+/// - Only local URLs: a host other than empty or `localhost` is refused.
+/// - A request with a body (an upload task) writes the file atomically: the bytes go
+///   to a temporary file in the same folder, which is renamed over the target only
+///   when complete, so readers see the old file or the new one, never a mix.
+/// - Downloads resume: the validator is the file's size and modification time.
+public final class FileHandler: ProtocolHandler, @unchecked Sendable {
+    public static var schemes: Set<String> { ["file"] }
+    public static let chunkSize = 1 << 20
+
+    private let request: Request
+    private let client: any ProtocolClient
+    private let queue = DispatchQueue(label: "porter.file")
+    private let flow = FlowControl()
+    private var fd: Int32 = -1
+    private var remaining: Int64 = 0
+
+    public init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {
+        self.request = request
+        self.client = client
+    }
+
+    deinit { if fd >= 0 { close(fd) } }
+
+    public static func canonicalRequest(for request: Request) -> Request {
+        var r = request
+        r.url = r.url.standardizedFileURL
+        return r
+    }
+
+    public func startLoading() {
+        queue.async { [self] in
+            do {
+                let path = try FileHandler.localPath(of: request.url)
+                if request.body != nil {
+                    try upload(to: path)
+                } else {
+                    try openForReading(path)
+                }
+            } catch let error as PorterError {
+                finish(error)
+            } catch {
+                finish(PorterError(.unknown, "\(error)", url: request.url))
+            }
+        }
+    }
+
+    public func stopLoading() {
+        flow.stop()
+        queue.async { [self] in closeFile() }
+    }
+    public func pauseDelivery() { flow.pause() }
+    public func resumeDelivery() {
+        flow.resume()
+        queue.async { [self] in pump() }
+    }
+
+    /// The file-system path of a `file:` URL; refuses remote hosts and empty paths.
+    static func localPath(of url: URL) throws -> String {
+        if let host = url.host, !host.isEmpty, host.lowercased() != "localhost" {
+            throw PorterError(.unsupportedURL, "file: URLs with a remote host (\(host)) are not supported", url: url)
+        }
+        let path = url.path  // percent-decoded
+        guard path.hasPrefix("/") else { throw PorterError(.badURL, "a file: URL needs an absolute path", url: url) }
+        return path
+    }
+
+    static func validator(_ st: stat) -> String {
+        "\(st.st_size)-\(st.st_mtim.tv_sec).\(st.st_mtim.tv_nsec)-\(st.st_ino)"
+    }
+
+    private func finish(_ error: PorterError?) {
+        closeFile()
+        guard !flow.isStopped else { return }
+        flow.stop()
+        if let error { client.didFail(with: error) } else { client.didFinishLoading() }
+    }
+
+    private func closeFile() {
+        if fd >= 0 { close(fd); fd = -1 }
+    }
+
+    // MARK: reading
+
+    private func openForReading(_ path: String) throws {
+        fd = open(path, O_RDONLY | O_CLOEXEC)
+        if fd < 0 { throw PorterError.fromErrno(errno, url: request.url, doing: "cannot open \(path)") }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { throw PorterError.fromErrno(errno, url: request.url, doing: "cannot stat \(path)") }
+        switch st.st_mode & S_IFMT {
+        case S_IFDIR:
+            closeFile()
+            try list(path)
+            return
+        case S_IFREG:
+            break
+        default:
+            throw PorterError(.resourceUnavailable, "\(path) is not a regular file or a folder", url: request.url)
+        }
+        let size = Int64(st.st_size)
+        let validator = FileHandler.validator(st)
+        var offset: Int64 = 0
+        if let range = request.resumeRange, range.validator == validator, range.offset > 0, range.offset <= size {
+            offset = range.offset
+            guard lseek(fd, off_t(offset), SEEK_SET) == offset else {
+                throw PorterError.fromErrno(errno, url: request.url, doing: "cannot seek in \(path)")
+            }
+        }
+        remaining = size - offset
+        let mime = MediaTypes.mimeType(forPath: path)
+        var response = Response(url: request.url, mimeType: mime, expectedContentLength: remaining)
+        response.headerFields[.contentType] = mime
+        response.headerFields[.contentLength] = String(remaining)
+        response.validator = validator
+        if offset > 0 { response.resumeOffset = offset }
+        var metrics = TransactionMetrics(request: request)
+        metrics.fetchStartDate = Date()
+        client.didReceive(response, cacheStoragePolicy: .notAllowed)
+        if request.method == "HEAD" {
+            finish(nil)
+            return
+        }
+        client.didCollect(metrics)
+        pump()
+    }
+
+    /// Reads and delivers until paused, stopped or at the end (on `queue`).
+    private func pump() {
+        guard fd >= 0 else { return }
+        while remaining > 0 {
+            if flow.isStopped || flow.isPaused { return }
+            let want = Int(min(Int64(FileHandler.chunkSize), remaining))
+            var chunk = Data(count: want)
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress!, want) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                finish(PorterError.fromErrno(errno, url: request.url, doing: "read failed"))
+                return
+            }
+            if n == 0 {
+                finish(PorterError(.networkConnectionLost, "the file shrank while it was read", url: request.url))
+                return
+            }
+            if n < want { chunk.count = n }
+            remaining -= Int64(n)
+            client.didLoad(chunk)
+        }
+        finish(nil)
+    }
+
+    private func list(_ path: String) throws {
+        guard let dir = opendir(path) else {
+            throw PorterError.fromErrno(errno, url: request.url, doing: "cannot list \(path)")
+        }
+        defer { closedir(dir) }
+        var entries: [DirectoryListing.Entry] = []
+        while let ent = readdir(dir) {
+            let name = withUnsafeBytes(of: ent.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            if name == "." || name == ".." { continue }
+            var st = stat()
+            let full = path.hasSuffix("/") ? path + name : path + "/" + name
+            guard lstat(full, &st) == 0 else { continue }
+            let kind: DirectoryListing.Entry.Kind
+            switch st.st_mode & S_IFMT {
+            case S_IFDIR: kind = .directory
+            case S_IFREG: kind = .file
+            case S_IFLNK: kind = .symlink
+            default: kind = .other
+            }
+            entries.append(DirectoryListing.Entry(name: name, kind: kind, size: Int64(st.st_size),
+                                                  modified: Date(timeIntervalSince1970: TimeInterval(st.st_mtim.tv_sec))))
+        }
+        let body = DirectoryListing(entries: entries).serialized()
+        var response = Response(url: request.url, mimeType: DirectoryListing.mimeType,
+                                expectedContentLength: Int64(body.count), textEncodingName: "utf-8")
+        response.headerFields[.contentType] = DirectoryListing.contentType
+        response.headerFields[.contentLength] = String(body.count)
+        client.didReceive(response, cacheStoragePolicy: .notAllowed)
+        if request.method != "HEAD", !body.isEmpty { client.didLoad(body) }
+        finish(nil)
+    }
+
+    // MARK: writing
+
+    private func upload(to path: String) throws {
+        let folder = (path as NSString).deletingLastPathComponent
+        let base = (path as NSString).lastPathComponent
+        guard !base.isEmpty, !path.hasSuffix("/") else {
+            throw PorterError(.cannotCreateFile, "an upload needs a file name, not a folder", url: request.url)
+        }
+        var template = Array((folder + "/." + base + ".porter-XXXXXX").utf8CString)
+        let out = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+        if out < 0 {
+            let e = errno
+            throw PorterError(e == ENOENT ? .fileDoesNotExist : .cannotCreateFile, "cannot create a file in \(folder)",
+                              url: request.url, cause: .errno(e))
+        }
+        let temp = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+        var done = false
+        defer {
+            close(out)
+            if !done { unlink(temp) }
+        }
+        let expected = request.body?.knownLength ?? -1
+        var total: Int64 = 0
+        func put(_ raw: UnsafeRawBufferPointer) throws {
+            var off = 0
+            while off < raw.count {
+                if flow.isStopped { throw PorterError(.cancelled, "upload stopped", url: request.url) }
+                let n = write(out, raw.baseAddress! + off, raw.count - off)
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw PorterError(.cannotWriteToFile, "cannot write \(temp)", url: request.url, cause: .errno(errno))
+                }
+                off += n
+            }
+            total += Int64(raw.count)
+            client.didSendBodyData(bytesSent: Int64(raw.count), totalBytesSent: total, totalBytesExpectedToSend: expected)
+        }
+        var buffer = [UInt8](repeating: 0, count: FileHandler.chunkSize)
+        switch request.body {
+        case .data(let d)?:
+            var off = 0
+            repeat {
+                let end = min(d.count, off + FileHandler.chunkSize)
+                try d[off..<end].withUnsafeBytes { try put($0) }
+                off = end
+            } while off < d.count
+        case .file(let source)?:
+            let src = open(source.path, O_RDONLY | O_CLOEXEC)
+            if src < 0 { throw PorterError.fromErrno(errno, url: source, doing: "cannot open the upload's source file") }
+            defer { close(src) }
+            while true {
+                let n = buffer.withUnsafeMutableBytes { read(src, $0.baseAddress!, $0.count) }
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw PorterError.fromErrno(errno, url: source, doing: "cannot read the upload's source file")
+                }
+                if n == 0 { break }
+                try buffer.withUnsafeBytes { try put(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            }
+        case .stream(let stream)?:
+            while true {
+                let n = try buffer.withUnsafeMutableBytes { try stream.read(into: $0) }
+                if n <= 0 { break }
+                try buffer.withUnsafeBytes { try put(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            }
+        case nil:
+            break
+        }
+        guard fsync(out) == 0 else {
+            throw PorterError(.cannotWriteToFile, "cannot flush \(temp)", url: request.url, cause: .errno(errno))
+        }
+        // Keep the target's permissions when replacing it; a new file gets 0644 less the umask.
+        var st = stat()
+        if stat(path, &st) == 0 { fchmod(out, st.st_mode & 0o7777) } else {
+            let mask = umask(0); umask(mask)
+            fchmod(out, 0o666 & ~mask)
+        }
+        guard rename(temp, path) == 0 else {
+            let e = errno
+            throw PorterError(e == EACCES || e == EPERM ? .noPermissionsToReadFile : .cannotWriteToFile,
+                              "cannot move the upload into place at \(path)", url: request.url, cause: .errno(e))
+        }
+        done = true
+        var response = Response(url: request.url, mimeType: nil, expectedContentLength: 0)
+        response.headerFields[.contentLength] = "0"
+        client.didReceive(response, cacheStoragePolicy: .notAllowed)
+        finish(nil)
+    }
+}
