@@ -28,12 +28,13 @@ let package = Package(
         .target(name: "PorterData", dependencies: ["PorterCore"], swiftSettings: strict),
         .target(name: "PorterFile", dependencies: ["PorterCore"], swiftSettings: strict),
         .target(name: "Porter", dependencies: ["PorterCore", "PorterData", "PorterFile"], swiftSettings: strict),
-        .executableTarget(
-            name: "porter",
+        .target(
+            name: "PorterCLI",
             dependencies: ["Porter", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strict),
+        .executableTarget(name: "porter", dependencies: ["PorterCLI"], swiftSettings: strict),
         .executableTarget(
-            name: "CustomScheme", dependencies: ["Porter"], path: "Examples/CustomScheme", swiftSettings: strict),
+            name: "CustomScheme", dependencies: ["Porter", "PorterCLI"], path: "Examples/CustomScheme", swiftSettings: strict),
         .executableTarget(
             name: "porter-bench", dependencies: ["Porter"], path: "Benchmarks/porter-bench", swiftSettings: strict),
         .testTarget(name: "PorterCoreTests", dependencies: ["PorterCore"], swiftSettings: strict),

@@ -1,0 +1,92 @@
+import Foundation
+import Porter
+
+/// Writes to a file descriptor, all of it, retrying on EINTR.
+func writeAll(_ fd: Int32, _ data: Data) -> Bool {
+    data.withUnsafeBytes { raw in
+        var off = 0
+        while off < raw.count {
+            let n = write(fd, raw.baseAddress! + off, raw.count - off)
+            if n < 0 {
+                if errno == EINTR { continue }
+                return false
+            }
+            off += n
+        }
+        return true
+    }
+}
+
+func writeAll(_ fd: Int32, _ text: String) -> Bool { writeAll(fd, Data(text.utf8)) }
+
+/// One line on stderr.
+func note(_ text: String) { _ = writeAll(2, text + "\n") }
+
+/// The response head as `-i` / `-I` print it: a status line for HTTP, then the fields.
+func responseHead(_ r: Response) -> String {
+    var s = ""
+    if let status = r.statusCode { s += "HTTP \(status)\r\n" }
+    var fields = r.headerFields
+    if fields[.contentType] == nil, let mime = r.mimeType { fields[.contentType] = mime }
+    if fields[.contentLength] == nil, r.expectedContentLength >= 0 { fields[.contentLength] = String(r.expectedContentLength) }
+    for f in fields { s += "\(f.name.rawName): \(f.value)\r\n" }
+    return s + "\r\n"
+}
+
+/// A one-line progress bar on stderr, redrawn at most ten times a second.
+final class ProgressBar: @unchecked Sendable {
+    private var last = DispatchTime(uptimeNanoseconds: 0)
+    private let start = DispatchTime.now()
+    func update(_ done: Int64, of total: Int64, force: Bool = false) {
+        let now = DispatchTime.now()
+        guard force || now.uptimeNanoseconds - last.uptimeNanoseconds > 100_000_000 else { return }
+        last = now
+        let secs = max(0.001, Double(now.uptimeNanoseconds - start.uptimeNanoseconds) / 1e9)
+        let rate = Double(done) / secs
+        var line = "\r"
+        if total > 0 {
+            let frac = min(1, Double(done) / Double(total))
+            let width = 30
+            let filled = Int(frac * Double(width))
+            line += "[" + String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled) + "]"
+            line += String(format: " %5.1f%%", frac * 100)
+        }
+        line += " " + human(Double(done)) + " " + human(rate) + "/s "
+        _ = writeAll(2, line)
+    }
+    func finish() { _ = writeAll(2, "\n") }
+    private func human(_ v: Double) -> String {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
+        var v = v, i = 0
+        while v >= 1024, i < units.count - 1 { v /= 1024; i += 1 }
+        return String(format: i == 0 ? "%.0f %@" : "%.1f %@", v, units[i])
+    }
+}
+
+/// `--write-out json`: one object per URL.
+func writeOutJSON(url: String, response: Response?, bytes: Int64, elapsed: Double, error: PorterError?) -> String {
+    func esc(_ s: String) -> String {
+        var o = ""
+        for u in s.unicodeScalars {
+            switch u {
+            case "\"": o += "\\\""
+            case "\\": o += "\\\\"
+            case "\n": o += "\\n"
+            case "\r": o += "\\r"
+            case "\t": o += "\\t"
+            default:
+                if u.value < 0x20 { o += String(format: "\\u%04x", u.value) } else { o.unicodeScalars.append(u) }
+            }
+        }
+        return "\"" + o + "\""
+    }
+    let scheme = URL(string: url)?.scheme?.lowercased() ?? ""
+    var parts = ["\"url\":\(esc(url))", "\"scheme\":\(esc(scheme))"]
+    parts.append("\"status\":" + (response?.statusCode.map(String.init) ?? "null"))
+    parts.append("\"mime_type\":" + (response?.mimeType.map(esc) ?? "null"))
+    parts.append("\"bytes\":\(bytes)")
+    parts.append(String(format: "\"elapsed\":%.6f", elapsed))
+    parts.append("\"error\":" + (error.map { esc($0.code.description) } ?? "null"))
+    parts.append("\"error_code\":" + (error.map { String($0.code.rawValue) } ?? "null"))
+    return "{" + parts.joined(separator: ",") + "}\n"
+}

@@ -1,0 +1,121 @@
+import ArgumentParser
+import Foundation
+import Logging
+import Porter
+
+/// The `porter` command. An application that registers its own handlers can run it
+/// in-process with `PorterCommand.main(arguments)`.
+public struct PorterCommand: ParsableCommand {
+    public init() {}
+    public static let configuration = CommandConfiguration(
+        commandName: "porter",
+        abstract: "Load URLs of any registered scheme (data:, file:, and what plugins add), curl-style.",
+        discussion: """
+            Exit codes: 0 success, 1 other error, 2 unsupported or malformed URL, 3 not found, \
+            4 permission denied, 5 cannot connect, 6 timed out, 7 TLS, 8 authentication, \
+            9 too many redirects or a refused redirect, 10 cancelled, 11 bad response, \
+            12 cannot write output, 22 HTTP error with --fail, 64 bad command line.
+            """,
+        version: Porter.version,
+        subcommands: [Fetch.self, Handlers.self],
+        defaultSubcommand: Fetch.self)
+}
+
+struct Handlers: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List every registered handler and where it came from.")
+
+    func run() throws {
+        Porter.bootstrap()
+        var rows = [["SCHEME", "HANDLER", "ORIGIN", "VERSION"]]
+        for reg in HandlerRegistry.shared.registrations {
+            rows.append([reg.schemes.joined(separator: ","), reg.name, reg.origin.description, reg.version])
+        }
+        let widths = (0..<4).map { c in rows.map { $0[c].count }.max() ?? 0 }
+        for row in rows {
+            let line = row.enumerated().map { i, v in i == 3 ? v : v.padding(toLength: widths[i], withPad: " ", startingAt: 0) }
+            print(line.joined(separator: "  "))
+        }
+    }
+}
+
+struct Fetch: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "fetch", abstract: "Load URLs (the default command).")
+
+    @Argument(help: "URLs to load, in order.")
+    var urls: [String] = []
+
+    @Option(name: [.customShort("o"), .long], help: "Write the body to FILE (atomically); one per URL, in order.")
+    var output: [String] = []
+
+    @Flag(name: [.customShort("i"), .long], help: "Print the response head before the body.")
+    var include = false
+
+    @Flag(name: [.customShort("I"), .long], help: "Send HEAD and print only the response head.")
+    var head = false
+
+    @Option(name: [.customShort("X"), .long], help: "Request method.")
+    var request: String?
+
+    @Option(name: [.customShort("H"), .long], help: "Add a header, 'Name: value' ('Name:' removes it).")
+    var header: [String] = []
+
+    @Option(name: [.customShort("d"), .long], help: "Send DATA as the body (POST); '@FILE' reads a file. Repeats join with '&'.")
+    var data: [String] = []
+
+    @Option(name: .long, help: "Send DATA as the body unchanged; '@FILE' reads a file.")
+    var dataBinary: String?
+
+    @Option(name: [.customShort("T"), .long], help: "Upload FILE to the URL (a URL ending in '/' gets the file's name).")
+    var uploadFile: String?
+
+    @Option(name: [.customShort("u"), .long], help: "USER:PASSWORD for authentication challenges.")
+    var user: String?
+
+    @Option(name: .long, help: "Give up after SECONDS in total.")
+    var maxTime: Double?
+
+    @Option(name: .long, help: "Follow at most N redirects.")
+    var maxRedirs: Int?
+
+    @Flag(name: [.customShort("s"), .long], help: "No progress bar and no error messages.")
+    var silent = false
+
+    @Flag(name: [.customShort("v"), .long], help: "Print the life cycle of each task on stderr.")
+    var verbose = false
+
+    @Flag(name: [.customShort("f"), .long], help: "Fail (exit 22) with no body on an HTTP status of 400 or more.")
+    var fail = false
+
+    @Option(name: [.customShort("w"), .long], help: "'json': print one JSON object per URL after it.")
+    var writeOut: String?
+
+    @Option(name: .long, help: "Read URLs from FILE, one per line (with the ones given as arguments).")
+    var urlList: String?
+
+    @Option(name: .long, help: "How many URLs to load at once (with --url-list).")
+    var concurrency: Int = 1
+
+    func validate() throws {
+        if urls.isEmpty && urlList == nil { throw ValidationError("give at least one URL (or --url-list FILE)") }
+        if let w = writeOut, w != "json" { throw ValidationError("--write-out supports 'json' only") }
+        if concurrency < 1 { throw ValidationError("--concurrency must be at least 1") }
+        for h in header where !h.contains(":") { throw ValidationError("a header needs 'Name: value': \(h)") }
+        if let u = user, !u.contains(":") { throw ValidationError("--user needs USER:PASSWORD") }
+    }
+
+    func run() throws {
+        Porter.bootstrap()
+        var all = urls
+        if let list = urlList {
+            guard let text = try? String(contentsOfFile: list, encoding: .utf8) else {
+                note("porter: cannot read \(list)")
+                throw ExitCode(PorterExit.notFound.rawValue)
+            }
+            all += text.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
+                .filter { !$0.isEmpty && !$0.hasPrefix("#") }
+        }
+        let runner = try Runner(options: self)
+        let code = runner.run(all)
+        if code != .success { throw ExitCode(code.rawValue) }
+    }
+}

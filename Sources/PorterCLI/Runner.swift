@@ -1,0 +1,297 @@
+import Foundation
+import Logging
+import Porter
+
+/// One URL's transfer as the CLI sees it.
+final class Transfer: @unchecked Sendable {
+    let urlText: String
+    let output: String?
+    let start = DispatchTime.now()
+    var response: Response?
+    var bytes: Int64 = 0
+    var error: PorterError?
+    var httpFailed = false
+    var writeFailed = false
+    var body = Data()
+    var bar: ProgressBar?
+    let done = DispatchSemaphore(value: 0)
+    init(urlText: String, output: String?) {
+        self.urlText = urlText
+        self.output = output
+    }
+}
+
+/// Runs the transfers of one `porter` invocation. Delegate calls arrive on the
+/// session's serial queue, so the per-task state needs no further locking.
+final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
+    let options: Fetch
+    private let lock = NSLock()
+    private var transfers: [ObjectIdentifier: Transfer] = [:]
+    private var sessions: [String: Session] = [:]
+    private let credential: Credential?
+    private let stderrIsTTY = isatty(2) == 1
+    private let buffered: Bool
+    private var logger: Logger
+
+    init(options: Fetch) throws {
+        self.options = options
+        if let u = options.user, let colon = u.firstIndex(of: ":") {
+            credential = Credential(user: String(u[..<colon]), password: String(u[u.index(after: colon)...]))
+        } else {
+            credential = nil
+        }
+        buffered = options.concurrency > 1
+        if options.verbose {
+            var l = Logger(label: "porter") { StreamLogHandler.standardError(label: $0) }
+            l.logLevel = .debug
+            logger = l
+        } else {
+            logger = Logger(label: "porter") { _ in SwiftLogNoOpLogHandler() }
+        }
+        signal(SIGPIPE, SIG_IGN)
+    }
+
+    private func session(downloadDirectory: String?) -> Session {
+        lock.withLock {
+            let key = downloadDirectory ?? ""
+            if let s = sessions[key] { return s }
+            var config = SessionConfiguration.ephemeral
+            config.logger = logger
+            config.downloadDirectory = downloadDirectory
+            if let t = options.maxTime { config.timeoutIntervalForResource = t; config.timeoutIntervalForRequest = t }
+            if let r = options.maxRedirs { config.maximumRedirects = r }
+            let s = Session(configuration: config, delegate: self)
+            sessions[key] = s
+            return s
+        }
+    }
+
+    private func transfer(for task: SessionTask) -> Transfer? {
+        lock.withLock { transfers[ObjectIdentifier(task)] }
+    }
+
+    /// Runs every URL; returns the exit code of the last failure (or success).
+    func run(_ urls: [String]) -> PorterExit {
+        var result = PorterExit.success
+        let interrupt = installInterruptHandler()
+        defer { interrupt.cancel() }
+        let slots = DispatchSemaphore(value: options.concurrency)
+        let group = DispatchGroup()
+        var started: [Transfer] = []
+        for (i, text) in urls.enumerated() {
+            slots.wait()
+            let output = i < options.output.count ? options.output[i] : nil
+            let transfer = Transfer(urlText: text, output: output)
+            started.append(transfer)
+            group.enter()
+            if let failure = start(transfer) {
+                transfer.error = failure
+                finishTransfer(transfer)
+                slots.signal()
+                group.leave()
+                continue
+            }
+            DispatchQueue.global().async {
+                transfer.done.wait()
+                slots.signal()
+                group.leave()
+            }
+            if options.concurrency == 1 { group.wait() }
+        }
+        group.wait()
+        for t in started {
+            if t.writeFailed { result = .writeError } else if let e = t.error {
+                result = t.httpFailed ? .httpError : PorterExit(e.code)
+            } else if t.httpFailed {
+                result = .httpError
+            }
+        }
+        return result
+    }
+
+    private func installInterruptHandler() -> DispatchSourceSignal {
+        signal(SIGINT, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
+        source.setEventHandler { [weak self] in
+            guard let self else { return }
+            let all = self.lock.withLock { Array(self.sessions.values) }
+            for s in all { for t in s.allTasks { t.cancel() } }
+        }
+        source.resume()
+        return source
+    }
+
+    /// Makes and starts the task; returns an error when it cannot even be made.
+    private func start(_ t: Transfer) -> PorterError? {
+        guard let url = URL(string: t.urlText) else {
+            return PorterError(.badURL, "not a valid URL: \(t.urlText)")
+        }
+        var request = Request(url: url)
+        if options.head { request.method = "HEAD" }
+        for h in options.header {
+            let colon = h.firstIndex(of: ":")!
+            let name = String(h[..<colon]).trimmingCharacters(in: .whitespaces)
+            let value = String(h[h.index(after: colon)...]).trimmingCharacters(in: .whitespaces)
+            if !request.setValue(value.isEmpty ? nil : value, forHeader: name) {
+                return PorterError(.badURL, "not a valid header name: \(name)")
+            }
+        }
+        do {
+            if let body = try requestBody() {
+                request.body = .data(body)
+                request.method = "POST"
+                if request.value(forHeader: "Content-Type") == nil, !options.data.isEmpty {
+                    request.setValue("application/x-www-form-urlencoded", forHeader: "Content-Type")
+                }
+            }
+        } catch let e as PorterError {
+            return e
+        } catch {
+            return PorterError(.unknown, "\(error)")
+        }
+        if let m = options.request { request.method = m }
+
+        let dir = t.output.map { (($0 as NSString).deletingLastPathComponent as NSString).isEqual(to: "") ? "." : ($0 as NSString).deletingLastPathComponent }
+        let session = session(downloadDirectory: dir)
+        let task: SessionTask
+        if let file = options.uploadFile {
+            if url.absoluteString.hasSuffix("/") {
+                request.url = url.appendingPathComponent((file as NSString).lastPathComponent)
+            }
+            task = session.uploadTask(with: request, fromFile: URL(fileURLWithPath: file))
+        } else if t.output != nil {
+            task = session.downloadTask(with: request)
+            if stderrIsTTY && !options.silent { t.bar = ProgressBar() }
+        } else {
+            task = session.dataTask(with: request)
+        }
+        lock.withLock { transfers[ObjectIdentifier(task)] = t }
+        if options.verbose { note("> \(request.method) \(request.url.absoluteString)") }
+        task.resume()
+        return nil
+    }
+
+    private func requestBody() throws -> Data? {
+        func load(_ spec: String) throws -> Data {
+            guard spec.hasPrefix("@") else { return Data(spec.utf8) }
+            let path = String(spec.dropFirst())
+            if path == "-" { return FileHandle.standardInput.readDataToEndOfFile() }
+            guard let d = FileManager.default.contents(atPath: path) else {
+                throw PorterError(.fileDoesNotExist, "cannot read \(path)")
+            }
+            return d
+        }
+        if let raw = options.dataBinary { return try load(raw) }
+        guard !options.data.isEmpty else { return nil }
+        var out = Data()
+        for (i, d) in options.data.enumerated() {
+            if i > 0 { out.append(UInt8(ascii: "&")) }
+            var chunk = try load(d)
+            if d.hasPrefix("@") { chunk.removeAll { $0 == 0x0A || $0 == 0x0D } }
+            out.append(chunk)
+        }
+        return out
+    }
+
+    private func finishTransfer(_ t: Transfer) {
+        t.bar?.finish()
+        if let e = t.error, !options.silent, !t.httpFailed { note("porter: \(e.message) (\(e.code))") }
+        if t.httpFailed, !options.silent, let s = t.response?.statusCode { note("porter: the server answered \(s)") }
+        if buffered, !t.body.isEmpty, t.error == nil { if !writeAll(1, t.body) { t.writeFailed = true } }
+        if options.writeOut == "json" {
+            let elapsed = Double(DispatchTime.now().uptimeNanoseconds - t.start.uptimeNanoseconds) / 1e9
+            _ = writeAll(1, writeOutJSON(url: t.urlText, response: t.response, bytes: t.bytes, elapsed: elapsed, error: t.error))
+        }
+    }
+
+    // MARK: - delegate
+
+    private func noteResponse(_ t: Transfer, _ response: Response) -> Bool {
+        t.response = response
+        if options.verbose { note("< \(response)") }
+        if options.include || options.head {
+            if !writeAll(1, responseHead(response)) { t.writeFailed = true; return false }
+        }
+        if options.fail, let s = response.statusCode, s >= 400 {
+            t.httpFailed = true
+            return false
+        }
+        return true
+    }
+
+    func dataTask(_ task: DataTask, didReceive response: Response,
+                  completion: @escaping @Sendable (ResponseDisposition) -> Void) {
+        guard let t = transfer(for: task) else { completion(.allow); return }
+        completion(noteResponse(t, response) ? .allow : .cancel)
+    }
+
+    func dataTask(_ task: DataTask, didReceive data: Data) {
+        guard let t = transfer(for: task) else { return }
+        t.bytes += Int64(data.count)
+        if options.head { return }
+        if buffered { t.body.append(data); return }
+        if !writeAll(1, data) {
+            t.writeFailed = true
+            task.cancel()
+        }
+    }
+
+    func downloadTask(_ task: DownloadTask, didWriteData bytesWritten: Int64, totalBytesWritten: Int64,
+                      totalBytesExpectedToWrite: Int64) {
+        guard let t = transfer(for: task) else { return }
+        if t.response == nil, let r = task.response, !noteResponse(t, r) { task.cancel(); return }
+        t.bytes = totalBytesWritten
+        t.bar?.update(totalBytesWritten, of: totalBytesExpectedToWrite)
+    }
+
+    func downloadTask(_ task: DownloadTask, didFinishDownloadingTo location: URL) {
+        guard let t = transfer(for: task), let dest = t.output else { return }
+        if t.response == nil, let r = task.response, !noteResponse(t, r) { return }
+        if t.httpFailed { return }
+        t.bytes = task.countOfBytesReceived
+        if rename(location.path, dest) != 0 {
+            let e = errno
+            t.error = PorterError(.cannotMoveFile, "cannot move the download to \(dest)", url: task.originalRequest.url,
+                                  cause: .errno(e))
+        }
+    }
+
+    func task(_ task: SessionTask, willPerformRedirection response: Response, newRequest: Request,
+              completion: @escaping @Sendable (Request?) -> Void) {
+        if options.verbose { note("* redirected to \(newRequest.url.absoluteString)") }
+        completion(newRequest)
+    }
+
+    func task(_ task: SessionTask, didReceive challenge: AuthenticationChallenge,
+              completion: @escaping @Sendable (ChallengeDisposition) -> Void) {
+        if options.verbose { note("* \(challenge)") }
+        switch challenge.protectionSpace.authenticationMethod {
+        case .serverTrust, .clientCertificate:
+            completion(.performDefaultHandling)
+        default:
+            if let credential, challenge.previousFailureCount == 0 {
+                completion(.useCredential(credential))
+            } else if challenge.proposedCredential != nil, challenge.previousFailureCount == 0 {
+                completion(.performDefaultHandling)
+            } else {
+                completion(.cancelAuthenticationChallenge)
+            }
+        }
+    }
+
+    func task(_ task: SessionTask, didCompleteWithError error: PorterError?) {
+        guard let t = transfer(for: task) else { return }
+        if t.response == nil { t.response = task.response }
+        if t.bytes == 0 { t.bytes = task.countOfBytesReceived }
+        if let error, t.error == nil, !(t.httpFailed && error.code == .cancelled) {
+            t.error = error
+        }
+        if options.verbose {
+            let elapsed = Double(DispatchTime.now().uptimeNanoseconds - t.start.uptimeNanoseconds) / 1e9
+            note(String(format: "* %@ after %lld bytes in %.3f s", t.error == nil ? "done" : "failed", t.bytes, elapsed))
+        }
+        finishTransfer(t)
+        lock.withLock { _ = transfers.removeValue(forKey: ObjectIdentifier(task)) }
+        t.done.signal()
+    }
+}
