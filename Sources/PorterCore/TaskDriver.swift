@@ -147,12 +147,9 @@ final class TaskDriver: @unchecked Sendable {
     func process(_ generation: UInt64, _ report: HandlerReport) {
         let action: TaskStateMachine.Action = lock.withLock {
             lastActivity = .now()
-            // A failure or a withdrawn challenge must reach the machine even behind deferred reports.
+            // A withdrawn challenge must reach the machine even behind deferred reports.
             let jumpsQueue: Bool
-            switch report {
-            case .fail, .challengeWithdrawn: jumpsQueue = true
-            default: jumpsQueue = false
-            }
+            if case .challengeWithdrawn = report { jumpsQueue = true } else { jumpsQueue = false }
             if !deferred.isEmpty && !jumpsQueue && generation == machine.generation && !machine.isFinal {
                 deferred.append((generation, report))
                 return .deferEvent
@@ -582,8 +579,9 @@ final class TaskDriver: @unchecked Sendable {
         let metrics = TaskMetrics(transactionMetrics: transactionMetrics.isEmpty
                                     ? [TransactionMetrics(request: currentRequest)] : transactionMetrics,
                                   taskStartDate: startDate, taskEndDate: Date(), redirectCount: redirectCount)
-        task.sinkComplete(error, driver: self)
+        // As in the URL Loading System: metrics first, then the completion.
         session.taskDelegate?.task(task, didFinishCollecting: metrics)
+        task.sinkComplete(error, driver: self)
         decide(.completionDelivered)
         lock.withLock { owner = nil; handler = nil; challenges.removeAll() }
         session.taskDidComplete(task)

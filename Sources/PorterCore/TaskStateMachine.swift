@@ -19,7 +19,8 @@ public enum TaskState: Int, Sendable, CustomStringConvertible {
 /// - nothing after it (every event in `.completed` or `.canceling` yields `.none`);
 /// - handler events of an earlier handler (before a redirect) are dropped by generation;
 /// - handler events that arrive while a delegate decision is pending, or while the task
-///   is suspended, are deferred and replayed in order (`canProcessHandlerEvents`).
+///   is suspended, are deferred and replayed in order (`canProcessHandlerEvents`);
+///   only a withdrawn challenge goes straight through, as it ends the wait.
 struct TaskStateMachine: Sendable {
     enum Outcome: Equatable, Sendable {
         case finished
@@ -175,9 +176,6 @@ struct TaskStateMachine: Sendable {
     }
 
     private mutating func handle(_ event: HandlerEvent) -> Action {
-        // A failure ends the task at once, even mid-decision or suspended: the delegate's
-        // pending answer will find the task completed and be dropped.
-        if event == .fail { return end(.stopAndComplete(.failed)) }
         if case .challengeWithdrawn(let id) = event {
             if wait == .challengeDecision(id) {
                 wait = .none
@@ -185,8 +183,12 @@ struct TaskStateMachine: Sendable {
             }
             return .none
         }
+        // Everything else, a failure included, keeps its place in line: the delegate sees
+        // the response and the data that came before a failure, then the failure.
         guard canProcessHandlerEvents else { return .deferEvent }
         switch event {
+        case .fail:
+            return end(.stopAndComplete(.failed))
         case .response:
             if responseReceived { return .ignoreViolation("a second response was dropped") }
             responseReceived = true
@@ -223,7 +225,7 @@ struct TaskStateMachine: Sendable {
         case .cachedResponseValid:
             if responseReceived { return .ignoreViolation("cachedResponseIsValid after a response was dropped") }
             return .deliverCachedResponse
-        case .fail, .challengeWithdrawn:
+        case .challengeWithdrawn:
             return .none  // handled above
         }
     }

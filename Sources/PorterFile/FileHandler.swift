@@ -90,7 +90,8 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
     // MARK: reading
 
     private func openForReading(_ path: String) throws {
-        fd = open(path, O_RDONLY | O_CLOEXEC)
+        // O_NONBLOCK so a FIFO or a device cannot hang the open; cleared for regular files.
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         if fd < 0 { throw PorterError.fromErrno(errno, url: request.url, doing: "cannot open \(path)") }
         var st = stat()
         guard fstat(fd, &st) == 0 else { throw PorterError.fromErrno(errno, url: request.url, doing: "cannot stat \(path)") }
@@ -100,7 +101,7 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
             try list(path)
             return
         case S_IFREG:
-            break
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
         default:
             throw PorterError(.resourceUnavailable, "\(path) is not a regular file or a folder", url: request.url)
         }

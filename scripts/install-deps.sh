@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what Porter's build, demo and tests need and is missing. Safe to run often:
+# it does nothing when everything is there.
+set -euo pipefail
+
+need=()
+[ -f /etc/mime.types ] || need+=(media-types)
+command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
+
+if ! command -v swift >/dev/null 2>&1; then
+    echo "install-deps: no 'swift' on PATH; Porter needs Swift 6 (swift.org toolchain)" >&2
+    exit 1
+fi
+
+if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" != 0 ]; then
+        if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
+            echo "install-deps: missing ${need[*]} and not root (no sudo): install them with apt-get" >&2
+            exit 1
+        fi
+    else
+        SUDO=
+    fi
+    echo "install-deps: installing ${need[*]}"
+    # Keep apt from starting system daemons on their default ports.
+    if [ ! -f /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+        $SUDO chmod +x /usr/sbin/policy-rc.d
+    fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
