@@ -204,9 +204,9 @@ public final class Session: @unchecked Sendable {
             return .some(d)
         }
         guard let delegate else { return }
+        state.withLock { $0.delegate = nil }
         delegateQueue.async {
             delegate?.session(self, didBecomeInvalidWithError: nil)
-            self.state.withLock { $0.delegate = nil }
         }
     }
 
