@@ -195,7 +195,9 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
     private func upload(to path: String) throws {
         let folder = (path as NSString).deletingLastPathComponent
         let base = (path as NSString).lastPathComponent
-        guard !base.isEmpty, !path.hasSuffix("/") else {
+        var existing = stat()
+        let isFolder = stat(path, &existing) == 0 && (existing.st_mode & S_IFMT) == S_IFDIR
+        guard !base.isEmpty, !path.hasSuffix("/"), !request.url.hasDirectoryPath, !isFolder else {
             throw PorterError(.cannotCreateFile, "an upload needs a file name, not a folder", url: request.url)
         }
         var template = Array((folder + "/." + base + ".porter-XXXXXX").utf8CString)

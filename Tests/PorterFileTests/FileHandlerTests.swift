@@ -1,0 +1,237 @@
+import XCTest
+@testable import Porter
+@testable import PorterFile
+
+final class FileHandlerTests: XCTestCase {
+    private var dir: String!
+    private var session: Session!
+
+    override func setUp() {
+        dir = NSTemporaryDirectory() + "porter-file-\(UUID().uuidString)"
+        try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        Porter.bootstrap()
+        session = Session(configuration: .ephemeral)
+    }
+    override func tearDown() { try? FileManager.default.removeItem(atPath: dir) }
+
+    private func write(_ name: String, _ data: Data) -> URL {
+        let url = URL(fileURLWithPath: dir + "/" + name)
+        XCTAssertTrue(FileManager.default.createFile(atPath: url.path, contents: data))
+        return url
+    }
+
+    func testReadsWithMIMETypeFromTheSystemTable() async throws {
+        XCTAssertTrue(MediaTypes.isAvailable, "/etc/mime.types (media-types) must be installed")
+        let url = write("hello.txt", Data("hello\n".utf8))
+        let (data, response) = try await session.data(from: url)
+        XCTAssertEqual(data, Data("hello\n".utf8))
+        XCTAssertEqual(response.mimeType, "text/plain")
+        XCTAssertEqual(response.expectedContentLength, 6)
+        XCTAssertEqual(response.suggestedFilename, "hello.txt")
+        XCTAssertNil(response.statusCode)
+        XCTAssertEqual(MediaTypes.mimeType(forPath: "/a/b.JSON"), "application/json")
+        XCTAssertEqual(MediaTypes.mimeType(forPath: "/a/page.html"), "text/html")
+        XCTAssertEqual(MediaTypes.mimeType(forPath: "/a/noext"), "application/octet-stream")
+        XCTAssertEqual(MediaTypes.mimeType(forPath: "/a/.hidden"), "application/octet-stream")
+    }
+
+    func testPercentEncodedPathsAndLocalhost() async throws {
+        _ = write("a file %.txt", Data("odd name".utf8))
+        let encoded = URL(string: "file://localhost" + (dir + "/a%20file%20%25.txt"))!
+        let (data, _) = try await session.data(from: encoded)
+        XCTAssertEqual(String(decoding: data, as: UTF8.self), "odd name")
+    }
+
+    func testErrors() async throws {
+        let cases: [(String, PorterError.Code)] = [
+            ("file://remote.example.com/etc/hostname", .unsupportedURL),
+            ("file://" + dir + "/missing.txt", .fileDoesNotExist),
+            ("file://" + dir + "/missing/deeper.txt", .fileDoesNotExist),
+        ]
+        for (text, code) in cases {
+            do {
+                _ = try await session.data(from: URL(string: text)!)
+                XCTFail(text)
+            } catch let e as PorterError {
+                XCTAssertEqual(e.code, code, text)
+                XCTAssertEqual(e.url?.absoluteString, text)
+            }
+        }
+        // A path through a regular file.
+        let f = write("plain", Data("x".utf8))
+        do {
+            _ = try await session.data(from: f.appendingPathComponent("child"))
+            XCTFail()
+        } catch let e as PorterError {
+            XCTAssertEqual(e.code, .fileDoesNotExist)
+            XCTAssertEqual(e.cause?.domain, "errno")
+            XCTAssertEqual(e.cause?.code, Int(ENOTDIR))
+        }
+        // A FIFO must not hang the handler.
+        let fifo = dir + "/fifo"
+        XCTAssertEqual(mkfifo(fifo, 0o600), 0)
+        do {
+            _ = try await session.data(from: URL(fileURLWithPath: fifo))
+            XCTFail()
+        } catch let e as PorterError { XCTAssertEqual(e.code, .resourceUnavailable) }
+    }
+
+    func testPermissionDenied() async throws {
+        let url = write("secret", Data("x".utf8))
+        chmod(url.path, 0)
+        if geteuid() == 0 {
+            // Root reads anything; the CLI test runs this case as an unprivileged user.
+            // Here check the mapping the handler applies to the errno it would get.
+            XCTAssertEqual(PorterError.fromErrno(EACCES, url: url, doing: "open").code, .noPermissionsToReadFile)
+            return
+        }
+        do {
+            _ = try await session.data(from: url)
+            XCTFail()
+        } catch let e as PorterError { XCTAssertEqual(e.code, .noPermissionsToReadFile) }
+    }
+
+    func testDirectoryListing() async throws {
+        _ = write("b.txt", Data("12345".utf8))
+        _ = write("a\nnewline", Data())
+        try FileManager.default.createDirectory(atPath: dir + "/sub", withIntermediateDirectories: false)
+        symlink("b.txt", dir + "/link")
+        let (data, response) = try await session.data(from: URL(fileURLWithPath: dir + "/"))
+        XCTAssertEqual(response.mimeType, DirectoryListing.mimeType)
+        let listing = try DirectoryListing.parse(data)
+        XCTAssertEqual(listing.entries.map(\.name), ["a\nnewline", "b.txt", "link", "sub"])
+        XCTAssertEqual(listing.entries.map(\.kind), [.file, .file, .symlink, .directory])
+        XCTAssertEqual(listing.entries[1].size, 5)
+        XCTAssertNotNil(listing.entries[1].modified)
+        XCTAssertTrue(String(decoding: data, as: UTF8.self).contains(" a%0Anewline\n"))
+        XCTAssertEqual(try DirectoryListing.parse(listing.serialized()), listing, "round trip")
+        XCTAssertThrowsError(try DirectoryListing.parse(Data("garbage\n".utf8)))
+    }
+
+    func testHeadGivesTheResponseOnly() async throws {
+        let url = write("h.bin", Data(count: 1000))
+        var r = Request(url: url)
+        r.method = "HEAD"
+        let (data, response) = try await session.data(for: r)
+        XCTAssertEqual(data.count, 0)
+        XCTAssertEqual(response.expectedContentLength, 1000)
+    }
+
+    /// A file larger than the back-pressure limit streams through in chunks, all bytes in order.
+    func testLargeFileStreamsInChunks() async throws {
+        var bytes = [UInt8](repeating: 0, count: 24 << 20)
+        for i in stride(from: 0, to: bytes.count, by: 4096) { bytes[i] = UInt8(truncatingIfNeeded: i / 4096) }
+        let original = Data(bytes)
+        let url = write("big.bin", original)
+        var config = SessionConfiguration.ephemeral
+        config.receiveBufferLimit = 2 << 20
+        let (stream, response) = try await Session(configuration: config).bytes(from: url)
+        XCTAssertEqual(response.expectedContentLength, Int64(original.count))
+        var received = Data()
+        var largest = 0
+        for try await chunk in stream.chunks {
+            largest = max(largest, chunk.count)
+            received.append(chunk)
+            XCTAssertLessThanOrEqual(stream.task.bufferedByteCount, (2 << 20) + 2 * FileHandler.chunkSize)
+        }
+        XCTAssertEqual(received, original)
+        XCTAssertLessThanOrEqual(largest, FileHandler.chunkSize)
+    }
+
+    func testDownloadResumesFromTheOffset() throws {
+        var bytes = [UInt8](repeating: 0, count: 8 << 20)
+        for i in bytes.indices { bytes[i] = UInt8(truncatingIfNeeded: i * 31) }
+        let original = Data(bytes)
+        let url = write("resume.bin", original)
+        final class Delegate: DownloadDelegate, @unchecked Sendable {
+            let lock = NSLock()
+            var resumeData: Data?
+            var resumedAt: Int64?
+            var file: Data?
+            var error: PorterError?
+            let done = DispatchSemaphore(value: 0)
+            let cancelAfter: Int64?
+            init(cancelAfter: Int64?) { self.cancelAfter = cancelAfter }
+            func downloadTask(_ task: DownloadTask, didWriteData w: Int64, totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
+                if let c = cancelAfter, totalBytesWritten >= c {
+                    task.cancel(byProducingResumeData: { d in self.lock.withLock { self.resumeData = d } })
+                }
+            }
+            func downloadTask(_ task: DownloadTask, didResumeAtOffset offset: Int64, expectedTotalBytes: Int64) {
+                lock.withLock { resumedAt = offset }
+            }
+            func downloadTask(_ task: DownloadTask, didFinishDownloadingTo location: URL) {
+                lock.withLock { file = try? Data(contentsOf: location) }
+            }
+            func task(_ task: SessionTask, didCompleteWithError error: PorterError?) {
+                lock.withLock { self.error = error }
+                done.signal()
+            }
+        }
+        var config = SessionConfiguration.ephemeral
+        config.downloadDirectory = dir
+        let first = Delegate(cancelAfter: 2 << 20)
+        Session(configuration: config, delegate: first).downloadTask(with: url).resume()
+        XCTAssertEqual(first.done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(first.error?.code, .cancelled)
+        let resumeData = try XCTUnwrap(first.resumeData)
+        let info = try ResumeData(data: resumeData)
+        XCTAssertGreaterThanOrEqual(info.bytesReceived, 2 << 20)
+        XCTAssertLessThan(info.bytesReceived, Int64(original.count))
+
+        let second = Delegate(cancelAfter: nil)
+        Session(configuration: config, delegate: second).downloadTask(withResumeData: resumeData).resume()
+        XCTAssertEqual(second.done.wait(timeout: .now() + 10), .success)
+        XCTAssertNil(second.error)
+        XCTAssertEqual(second.resumedAt, info.bytesReceived, "the file handler honoured the offset")
+        XCTAssertEqual(second.file, original)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), ["resume.bin"], "no partial file left")
+
+        // The file changes: the validator no longer matches and the download starts over.
+        let third = Delegate(cancelAfter: 1 << 20)
+        Session(configuration: config, delegate: third).downloadTask(with: url).resume()
+        XCTAssertEqual(third.done.wait(timeout: .now() + 10), .success)
+        let changed = Data(repeating: 9, count: 3 << 20)
+        try changed.write(to: url)
+        let fourth = Delegate(cancelAfter: nil)
+        Session(configuration: config, delegate: fourth).downloadTask(withResumeData: try XCTUnwrap(third.resumeData)).resume()
+        XCTAssertEqual(fourth.done.wait(timeout: .now() + 10), .success)
+        XCTAssertNil(fourth.resumedAt)
+        XCTAssertEqual(fourth.file, changed)
+    }
+
+    func testUploadWritesAtomically() async throws {
+        let target = write("target.txt", Data("old contents".utf8))
+        chmod(target.path, 0o640)
+        let (_, response) = try await session.upload(for: Request(url: target), from: Data("new contents".utf8))
+        XCTAssertEqual(response.expectedContentLength, 0)
+        XCTAssertEqual(try Data(contentsOf: target), Data("new contents".utf8))
+        var st = stat()
+        stat(target.path, &st)
+        XCTAssertEqual(st.st_mode & 0o777, 0o640, "the target's permissions are kept")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), ["target.txt"], "no temporary file left")
+
+        let fresh = URL(fileURLWithPath: dir + "/fresh.bin")
+        let big = Data((0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0) })
+        let source = write("source.bin", big)
+        _ = try await session.upload(for: Request(url: fresh), fromFile: source)
+        XCTAssertEqual(try Data(contentsOf: fresh), big)
+
+        do {
+            _ = try await session.upload(for: Request(url: URL(fileURLWithPath: dir + "/no/such/dir/x")), from: Data("x".utf8))
+            XCTFail()
+        } catch let e as PorterError { XCTAssertEqual(e.code, .fileDoesNotExist) }
+        do {
+            _ = try await session.upload(for: Request(url: URL(fileURLWithPath: dir + "/")), from: Data("x".utf8))
+            XCTFail()
+        } catch let e as PorterError { XCTAssertEqual(e.code, .cannotCreateFile) }
+        XCTAssertEqual(Set(try FileManager.default.contentsOfDirectory(atPath: dir)), ["target.txt", "fresh.bin", "source.bin"])
+    }
+
+    func testBootstrapIsIdempotentAndThreadSafe() {
+        let registry = HandlerRegistry()
+        DispatchQueue.concurrentPerform(iterations: 50) { _ in Porter.bootstrap(registry: registry) }
+        XCTAssertEqual(registry.registrations.map(\.name), ["DataHandler", "FileHandler"])
+        XCTAssertEqual(registry.registrations.map(\.origin), [.builtIn, .builtIn])
+    }
+}
