@@ -147,14 +147,18 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
             callback(error?.code == .cancelled ? resumeData : nil)
         }
         let location = error == nil ? path.map { URL(fileURLWithPath: $0) } : nil
+        // The file is the callee's only during the call that hands it over.
         switch sink {
         case .completion(let handler):
             handler(location, response, error)
+            if let location { unlink(location.path) }
         case .delegate:
-            if let location { session.downloadDelegate?.downloadTask(self, didFinishDownloadingTo: location) }
+            if let location {
+                session.downloadDelegate?.downloadTask(self, didFinishDownloadingTo: location)
+                unlink(location.path)
+            }
             session.taskDelegate?.task(self, didCompleteWithError: error)
         }
-        if error == nil, let path { unlink(path) }
     }
 
     private func makeResumeData(for error: PorterError, driver: TaskDriver) -> ResumeData? {
