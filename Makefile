@@ -16,8 +16,7 @@ demo: build
 	@bash scripts/demo.sh
 
 test: deps
-	$(SWIFT) build --build-tests
-	PORTER_BIN=$(CURDIR)/$(PORTER) CUSTOM_SCHEME_BIN=$(CURDIR)/.build/debug/CustomScheme $(SWIFT) test --skip-build
+	@bash scripts/test.sh
 
 bench: deps
 	@bash Benchmarks/run.sh

@@ -469,7 +469,7 @@ final class TaskDriver: @unchecked Sendable {
                 self.decide(.challengeDecision(id, cancel: resolved == .cancelAuthenticationChallenge))
             }
         }
-        logger.debug("challenge \(asked)")
+        logger.debug("\(asked)")
         if let delegate = session.taskDelegate, let task = owner {
             delegate.task(task, didReceive: asked, completion: answer)
         } else {

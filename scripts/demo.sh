@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# `make demo`: Porter loading URLs of several schemes through the CLI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+P=.build/debug/porter
+CS=.build/debug/CustomScheme
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+show() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@" || echo "(exit code $?)"; }
+
+echo "== data: URLs (RFC 2397) =="
+show $P 'data:,Hello%20World'
+echo
+show $P -i 'data:text/html;charset=utf-8;base64,PGI+UG9ydGVyPC9iPgo='
+
+echo
+echo "== file: URLs =="
+printf 'Porter reads local files in chunks.\n' > "$work/note.txt"
+dd if=/dev/urandom of="$work/blob.bin" bs=1M count=32 status=none
+mkdir "$work/sub"
+show $P "file://$work/note.txt"
+show $P -w json -o "$work/copy.bin" "file://$work/blob.bin"
+cmp "$work/blob.bin" "$work/copy.bin" && echo "copy.bin is identical to blob.bin"
+show $P "file://$work/"
+show $P -T "$work/note.txt" "file://$work/sub/"
+show $P "file://$work/sub/note.txt"
+
+echo
+echo "== a custom scheme, registered at run time by Examples/CustomScheme =="
+show $CS cli fortune://any/2
+show $CS cli -v -u porter:demo fortune://private/3
+show $CS cli handlers
+
+echo
+echo "== errors are clear and have their own exit codes =="
+show $P nope://x
+show $P "file://$work/missing"
+show $P handlers

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# `make test`: build everything (the CLI and the example are run by the tests), run
+# every XCTest, and end with one summary line. Later issues start their real servers
+# (nginx, vsftpd, sshd, proxies) here, on loopback, and stop them on exit.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+swift build --build-tests || exit 1
+
+export PORTER_BIN="$PWD/.build/debug/porter"
+export CUSTOM_SCHEME_BIN="$PWD/.build/debug/CustomScheme"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+swift test --skip-build --disable-swift-testing 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+
+summary=$(grep -E "^[[:space:]]*Executed [0-9]+ tests?, with [0-9]+ failures?" "$log" | tail -n 1)
+total=$(sed -E 's/.*Executed ([0-9]+) tests?.*/\1/' <<<"$summary")
+failed=$(sed -E 's/.*with ([0-9]+) failures?.*/\1/' <<<"$summary")
+if [ -z "$summary" ]; then
+    echo "test: no XCTest summary found (the test run crashed?)"
+    exit 1
+fi
+echo "tests: $((total - failed)) passed, $failed failed"
+if [ "$status" -ne 0 ] || [ "$failed" -ne 0 ]; then exit 1; fi
