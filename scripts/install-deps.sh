@@ -6,6 +6,7 @@ set -euo pipefail
 need=()
 [ -f /etc/mime.types ] || need+=(media-types)
 command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
+[ -x /usr/bin/time ] || need+=(time)   # GNU time: a child's true peak RSS in tests and benchmarks
 
 if ! command -v swift >/dev/null 2>&1; then
     echo "install-deps: no 'swift' on PATH; Porter needs Swift 6 (swift.org toolchain)" >&2

@@ -1,1 +1,143 @@
-print("bench")
+// porter-bench: the measurements behind BENCHMARKS.md (run by `make bench`).
+//
+//   porter-bench data MB           decode an MB-megabyte base64 data: URL: Porter vs Foundation
+//   porter-bench registry N        handler lookup with N handlers registered
+//   porter-bench measure CMD...    run CMD, print "elapsed_s peak_rss_kib exit"
+//   porter-bench foundation-file URL OUT   copy a file: URL with Foundation's URLSession
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Porter
+
+func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
+
+func best(of runs: Int, _ body: () throws -> Void) rethrows -> Double {
+    var b = Double.infinity
+    for _ in 0..<runs {
+        let t = now()
+        try body()
+        b = min(b, now() - t)
+    }
+    return b
+}
+
+func dataBench(megabytes: Int) throws {
+    var payload = [UInt8](repeating: 0, count: megabytes << 20)
+    var x: UInt32 = 2463534242
+    for i in payload.indices { x ^= x << 13; x ^= x >> 17; x ^= x << 5; payload[i] = UInt8(truncatingIfNeeded: x) }
+    let body = Data(payload)
+    let text = "data:application/octet-stream;base64," + body.base64EncodedString()
+    let mb = Double(body.count) / 1e6
+    let inMB = Double(text.utf8.count) / 1e6
+
+    var check = Data()
+    let porter = try best(of: 5) { check = try DataURL.decode(text).body }
+    precondition(check == body, "decoded bytes differ")
+    print(String(format: "data.porter_decode_s %.4f decoded_MBps %.0f input_MBps %.0f", porter, mb / porter, inMB / porter))
+
+    // Foundation's own base64 decoder on the same bytes (no data: URL processing around it).
+    let b64 = String(text.dropFirst("data:application/octet-stream;base64,".count))
+    var fcheck: Data?
+    let foundationB64 = best(of: 5) { fcheck = Data(base64Encoded: b64) }
+    precondition(fcheck == body)
+    print(String(format: "data.foundation_base64_s %.4f decoded_MBps %.0f", foundationB64, mb / foundationB64))
+
+    // End to end: the URL through a session, and through Foundation's URLSession.
+    Porter.bootstrap()
+    let url = URL(string: text)!
+    let session = Session(configuration: .ephemeral)
+    let porterSession = best(of: 3) {
+        let sem = DispatchSemaphore(value: 0)
+        session.dataTask(with: url) { d, _, _ in precondition(d?.count == body.count); sem.signal() }.resume()
+        sem.wait()
+    }
+    print(String(format: "data.porter_session_s %.4f decoded_MBps %.0f", porterSession, mb / porterSession))
+    let foundationSession = best(of: 3) {
+        let sem = DispatchSemaphore(value: 0)
+        URLSession.shared.dataTask(with: url) { d, _, e in
+            if d?.count != body.count { print("data.foundation_session_error \(String(describing: e)) bytes=\(d?.count ?? -1)") }
+            sem.signal()
+        }.resume()
+        sem.wait()
+    }
+    print(String(format: "data.foundation_session_s %.4f decoded_MBps %.0f", foundationSession, mb / foundationSession))
+}
+
+final class NullHandler: ProtocolHandler {
+    static var schemes: Set<String> { [] }
+    init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {}
+    func startLoading() {}
+    func stopLoading() {}
+}
+
+struct SchemeFactory: ProtocolHandlerFactory {
+    let schemes: Set<String>
+    let name: String
+    let accepts: Bool
+    func canHandle(_ request: Request) -> Bool { accepts }
+    func canonicalRequest(for request: Request) -> Request { request }
+    func requestIsCacheEquivalent(_ a: Request, _ b: Request) -> Bool { a.url == b.url }
+    func makeHandler(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) -> any ProtocolHandler {
+        NullHandler(request: request, cachedResponse: cachedResponse, client: client)
+    }
+}
+
+func registryBench(handlers: Int) {
+    let lookups = 1_000_000
+    for count in [1, handlers] {
+        let registry = HandlerRegistry()
+        // `count` handlers of other schemes, three of the looked-up scheme (two decline).
+        for i in 0..<count { registry.register(factory: SchemeFactory(schemes: ["s\(i)"], name: "s\(i)", accepts: true)) }
+        registry.register(factory: SchemeFactory(schemes: ["target"], name: "t0", accepts: true))
+        registry.register(factory: SchemeFactory(schemes: ["target"], name: "t1", accepts: false))
+        registry.register(factory: SchemeFactory(schemes: ["target"], name: "t2", accepts: false))
+        let request = Request(url: URL(string: "target://host/path")!)
+        var found = 0
+        let t = best(of: 3) {
+            for _ in 0..<lookups where registry.factory(for: request) != nil { found += 1 }
+        }
+        precondition(found == 3 * lookups)
+        print(String(format: "registry.lookup_ns handlers=%d %.1f", count + 3, t / Double(lookups) * 1e9))
+    }
+}
+
+func measure(_ args: [String]) -> Never {
+    var pid: pid_t = 0
+    let argv = args.map { strdup($0) } + [nil]
+    let start = now()
+    guard posix_spawnp(&pid, args[0], nil, nil, argv, environ) == 0 else {
+        print("measure: cannot run \(args[0])")
+        exit(1)
+    }
+    var status: Int32 = 0
+    var usage = rusage()
+    wait4(pid, &status, 0, &usage)
+    let elapsed = now() - start
+    let code = (status & 0x7f) == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+    print(String(format: "%.4f %ld %d", elapsed, usage.ru_maxrss, code))
+    exit(0)
+}
+
+func foundationFile(_ source: String, _ dest: String) -> Never {
+    URLSession.shared.downloadTask(with: URL(string: source)!) { location, _, error in
+        if let location {
+            do { try FileManager.default.moveItem(at: location, to: URL(fileURLWithPath: dest)) } catch { exit(2) }
+            exit(0)
+        }
+        FileHandle.standardError.write(Data("foundation: \(String(describing: error))\n".utf8))
+        exit(1)
+    }.resume()
+    while true { sleep(60) }
+}
+
+let args = Array(CommandLine.arguments.dropFirst())
+switch args.first {
+case "data": try dataBench(megabytes: Int(args.dropFirst().first ?? "100") ?? 100)
+case "registry": registryBench(handlers: Int(args.dropFirst().first ?? "100") ?? 100)
+case "measure": measure(Array(args.dropFirst()))
+case "foundation-file": foundationFile(args[1], args[2])
+default:
+    print("usage: porter-bench data MB | registry N | measure CMD... | foundation-file URL OUT")
+    exit(64)
+}
