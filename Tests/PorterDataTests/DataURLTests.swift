@@ -95,6 +95,30 @@ final class DataURLTests: XCTestCase {
         XCTAssertEqual(try decode(wrapped).body, original, "line breaks every 76 characters are whitespace")
     }
 
+    /// Differential check of the decoder's fast and slow paths against Foundation's
+    /// encoder: every length up to 300, with whitespace and padding varied.
+    func testForgivingBase64AgainstFoundationAtEveryLength() throws {
+        var rng = SystemRandomNumberGenerator()
+        for length in 0...300 {
+            let original = Data((0..<length).map { _ in UInt8.random(in: 0...255, using: &rng) })
+            var encoded = Array(original.base64EncodedString().utf8)
+            if Bool.random(using: &rng) { while encoded.last == UInt8(ascii: "=") { encoded.removeLast() } }
+            if length > 0 && Bool.random(using: &rng) {
+                for _ in 0..<Int.random(in: 1...4, using: &rng) {
+                    encoded.insert([0x20, 0x0A, 0x09, 0x0D, 0x0C].randomElement(using: &rng)!,
+                                   at: Int.random(in: 0...encoded.count, using: &rng))
+                }
+            }
+            let url = "data:;base64," + String(decoding: encoded, as: UTF8.self)
+            XCTAssertEqual(try DataURL.decode(url).body, original, "length \(length): \(url)")
+            if !encoded.isEmpty {
+                var broken = encoded
+                broken.insert(UInt8(ascii: "*"), at: Int.random(in: 0..<broken.count, using: &rng))
+                XCTAssertThrowsError(try DataURL.decode("data:;base64," + String(decoding: broken, as: UTF8.self)), "length \(length)")
+            }
+        }
+    }
+
     func testHandlerThroughASession() async throws {
         let registry = HandlerRegistry()
         registry.register(DataHandler.self)

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# `make bench`: release build, then Porter against cat, curl and Foundation's
+# URLSession on this machine in this run. Writes BENCHMARKS.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v curl >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl; }
+
+swift build -c release --product porter >/dev/null
+swift build -c release --product porter-bench >/dev/null
+BIN=$(swift build -c release --show-bin-path)
+P=$BIN/porter
+B=$BIN/porter-bench
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/porter-bench.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+out=BENCHMARKS.md.tmp
+
+echo "data: decoding..." >&2
+data=$($B data 100)
+echo "registry..." >&2
+registry=$($B registry 100)
+
+echo "file: 1 GiB..." >&2
+head -c 64M /dev/urandom > "$work/part"
+for i in $(seq 16); do cat "$work/part"; done > "$work/src"
+rm "$work/part"
+cat "$work/src" > /dev/null   # warm the page cache
+src="$work/src"
+
+# measure NAME CMD...: best elapsed of 3 runs and the peak RSS of that run
+measure() {
+    local name=$1; shift
+    local bestt="" bestm="" status=0
+    for run in 1 2 3; do
+        rm -f "$work/dst"
+        local line
+        line=$( { /usr/bin/time -f "%e %M %x" "$@" 2>&1 >/dev/null; } | tail -n 1)
+        local t m x
+        read -r t m x <<<"$(sed -E 's/^Command exited with non-zero status [0-9]+ *//' <<<"$line")"
+        [ "$x" = 0 ] || status=$x
+        if [ -z "$bestt" ] || awk "BEGIN{exit !($t < $bestt)}"; then bestt=$t; bestm=$m; fi
+    done
+    echo "$name $bestt $bestm $status"
+}
+sink() { sh -c "$1" _ "${@:2}"; }
+rows=()
+rows+=("$(measure "cat > file" sh -c 'cat "$0" > "$1"' "$src" "$work/dst")")
+rows+=("$(measure "porter -o file" "$P" -s -o "$work/dst" "file://$src")")
+rows+=("$(measure "curl -o file" curl -s -o "$work/dst" "file://$src")")
+rows+=("$(measure "Foundation URLSession download" "$B" foundation-file "file://$src" "$work/dst")")
+rows+=("$(measure "cat > /dev/null" sh -c 'cat "$0" > /dev/null' "$src")")
+rows+=("$(measure "porter > /dev/null" sh -c '"$0" -s "$1" > /dev/null' "$P" "file://$src")")
+rows+=("$(measure "curl > /dev/null" sh -c 'curl -s "$0" > /dev/null' "file://$src")")
+baseline=$(measure "porter data:,x (start-up)" "$P" -s "data:,x")
+
+gib=$(( $(stat -c %s "$src") ))
+{
+    echo "# Benchmarks"
+    echo
+    echo "Made by \`make bench\` (\`Benchmarks/run.sh\`) on $(date -u +%Y-%m-%d), $(nproc) cores, $(uname -m), Swift $(swift --version 2>/dev/null | sed -nE 's/.*Swift version ([0-9.]+).*/\1/p' | head -1), curl $(curl --version | head -1 | cut -d' ' -f2); release build."
+    echo "All figures come from one run on one machine: compare ratios, not absolute numbers across machines."
+    echo
+    echo "## file: — 1 GiB from the page cache"
+    echo
+    echo "Best of three; peak RSS from GNU time (\`%M\`)."
+    echo
+    echo "| command | seconds | MB/s | × cat | peak RSS (MiB) | exit |"
+    echo "|---|---:|---:|---:|---:|---:|"
+    cat_file=$(awk '{print $(NF-2)}' <<<"${rows[0]}")
+    cat_null=$(awk '{print $(NF-2)}' <<<"${rows[4]}")
+    for r in "${rows[@]}"; do
+        name=${r% * * *}; rest=${r##"$name "}
+        read -r t m x <<<"$rest"
+        ref=$cat_file; [[ "$name" == *"/dev/null"* ]] && ref=$cat_null
+        if [ "$x" = 0 ]; then
+            awk -v n="$name" -v t="$t" -v m="$m" -v x="$x" -v ref="$ref" -v b="$gib" \
+                'BEGIN{printf "| %s | %.2f | %.0f | %.2f | %.1f | %s |\n", n, t, b/t/1e6, ref/t, m/1024, x}'
+        else
+            echo "| $name | failed | – | – | – | $x |"
+        fi
+    done
+    read -r _ _ _ bt bm bx <<<"$baseline"
+    awk -v m="$bm" 'BEGIN{printf "\n`porter data:,x` alone peaks at %.1f MiB: the rest of porter'"'"'s figure is its 8 MiB receive buffer and chunks in flight.\n", m/1024}'
+    echo
+    echo "## data: — a 100 MB payload as a base64 data: URL"
+    echo
+    echo '```'
+    echo "$data"
+    echo '```'
+    echo
+    echo "- \`porter_decode\`: \`DataURL.decode\` on the URL text (percent-decoding, WHATWG forgiving base64, media type)."
+    echo "- \`foundation_base64\`: \`Data(base64Encoded:)\` on the base64 part alone, for reference."
+    echo "- \`porter_session\` / \`foundation_session\`: the same URL loaded end to end by a data task of each library."
+    echo
+    echo "## Handler registry lookup"
+    echo
+    echo '```'
+    echo "$registry"
+    echo '```'
+    echo
+    echo "Each lookup finds the newest of three handlers for the scheme that accepts the request; the other handlers are of other schemes and cost nothing (scheme index)."
+} > "$out"
+mv "$out" BENCHMARKS.md
+cat BENCHMARKS.md
