@@ -19,6 +19,8 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
     private let client: any ProtocolClient
     private let queue = DispatchQueue(label: "porter.file")
     private let flow = FlowControl()
+    /// Chunks in flight are bounded by the session's receive buffer; keep that many warm.
+    private let pool = BufferPool(bufferSize: FileHandler.chunkSize, keep: 12)
     private var fd: Int32 = -1
     private var remaining: Int64 = 0
 
@@ -138,20 +140,18 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
         while remaining > 0 {
             if flow.isStopped || flow.isPaused { return }
             let want = Int(min(Int64(FileHandler.chunkSize), remaining))
-            var chunk = Data(count: want)
-            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress!, want) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                finish(PorterError.fromErrno(errno, url: request.url, doing: "read failed"))
+            let buffer = pool.take()
+            let n = read(fd, buffer, want)
+            if n <= 0 {
+                let err = errno
+                pool.give(buffer)
+                if n < 0 && err == EINTR { continue }
+                finish(n < 0 ? PorterError.fromErrno(err, url: request.url, doing: "read failed")
+                             : PorterError(.networkConnectionLost, "the file shrank while it was read", url: request.url))
                 return
             }
-            if n == 0 {
-                finish(PorterError(.networkConnectionLost, "the file shrank while it was read", url: request.url))
-                return
-            }
-            if n < want { chunk.count = n }
             remaining -= Int64(n)
-            client.didLoad(chunk)
+            client.didLoad(pool.data(buffer, count: n))
         }
         finish(nil)
     }

@@ -442,6 +442,48 @@ final class SessionTests: XCTestCase {
         XCTAssertEqual(none.error(t3)?.code, .requestBodyStreamExhausted)
     }
 
+    func testRedirectOfAStreamBodyAsksForANewStream() {
+        let d = RecordingDelegate()
+        d.bodyStream = { DataBodyStream(Data("second copy".utf8)) }
+        let session = Session(configuration: testConfiguration { $0.allowedRedirectSchemes.insert("echo") }, delegate: d)
+        let target = "echo://h/".addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+        var r = Request(url: url("redir://h/to?\(target)"), method: "POST")
+        r.body = .stream(DataBodyStream(Data("first copy".utf8)))
+        let t = session.uploadTask(withStreamedRequest: r)
+        XCTAssertTrue(d.run(t))
+        XCTAssertNil(d.error(t))
+        XCTAssertEqual(d.events.filter { $0 == "needStream" }.count, 1, "asked once, for the redirect")
+        XCTAssertEqual(String(decoding: d.data(t), as: UTF8.self), "second copy", "the consumed stream is not reused")
+    }
+
+    func testAsyncAPIWithADelegateAnsweringChallenges() async throws {
+        let d = RecordingDelegate()
+        d.challengeAnswer = { c in
+            .useCredential(Credential(user: "alice", password: c.previousFailureCount == 0 ? "typo" : "secret"))
+        }
+        let session = Session(configuration: testConfiguration(), delegate: d)
+        let (data, _) = try await session.data(from: url("auth://h/login"))
+        XCTAssertEqual(String(decoding: data, as: UTF8.self), "welcome alice")
+        XCTAssertEqual(d.challenges.map(\.previousFailureCount), [0, 1])
+        let (bytes, _) = try await session.bytes(from: url("auth://h/login"))
+        let collected = try await bytes.collect()
+        XCTAssertEqual(String(decoding: collected, as: UTF8.self), "welcome alice")
+    }
+
+    func testRequestPropertiesTravelWithTheRequest() {
+        var r = Request(url: url("chunks://h/1/1"))
+        XCTAssertNil(r.property(forKey: "seen"))
+        r.setProperty(true, forKey: "seen")
+        r.setProperty(3, forKey: "count")
+        XCTAssertEqual(r.property(forKey: "seen") as? Bool, true)
+        XCTAssertEqual(r.property(forKey: "count") as? Int, 3)
+        let copy = r
+        r.removeProperty(forKey: "seen")
+        XCTAssertNil(r.property(forKey: "seen"))
+        XCTAssertEqual(copy.property(forKey: "seen") as? Bool, true, "a value type: the copy keeps its own")
+        XCTAssertFalse(r.setValue("x", forHeader: "bad header"), "an invalid header name is refused, not trapped on")
+    }
+
     // MARK: - suspend, resume, identity
 
     func testSuspendHoldsDeliveryUntilResume() {
