@@ -2,8 +2,10 @@ import Foundation
 
 /// The URLProtocol of Porter: one instance loads one request.
 ///
-/// Threading: Porter calls `startLoading`, `stopLoading` from the task's serial
-/// queue, never concurrently with each other. `pauseDelivery` and `resumeDelivery`
+/// Threading: Porter calls `startLoading`, `stopLoading` from the session's delivery
+/// queue, never concurrently with each other; they must return promptly (do the I/O
+/// on a thread, queue or event loop of the handler's own), as every task of the session
+/// is delivered on that queue. `pauseDelivery` and `resumeDelivery`
 /// may come from any thread, including from inside a `ProtocolClient` call the handler
 /// is making, so they must only flip state and return (see `FlowControl`).
 ///

@@ -185,10 +185,11 @@ final class ByteStreamBuffer: @unchecked Sendable {
         }
     }
 
-    /// The next chunk, nil at the end; throws the task's error.
-    func next() async throws -> Data? {
-        enum Ready { case chunk(Data), end, fail(PorterError), wait }
-        let ready: Ready = lock.withLock {
+    private enum Ready { case chunk(Data), end, fail(PorterError), wait }
+
+    /// Takes what is ready; when nothing is and `waiter` is given, registers it for `append`/`finish`.
+    private func takeReady(orRegister waiter: CheckedContinuation<Data?, Error>?) -> Ready {
+        lock.withLock {
             if head < chunks.count {
                 let c = chunks[head]
                 chunks[head] = Data()
@@ -197,36 +198,34 @@ final class ByteStreamBuffer: @unchecked Sendable {
                 return .chunk(c)
             }
             if finished { return failure.map { .fail($0) } ?? .end }
+            if let waiter { chunkWaiter = waiter }
             return .wait
         }
-        switch ready {
+    }
+
+    /// The next chunk, nil at the end; throws the task's error.
+    func next() async throws -> Data? {
+        switch takeReady(orRegister: nil) {
         case .chunk(let c):
             task?.driver.consumed(c.count)
             return c
         case .end: return nil
         case .fail(let e): throw e
         case .wait:
-            return try await withCheckedThrowingContinuation { cont in
-                let now: Ready = lock.withLock {
-                    if head < chunks.count {
-                        let c = chunks[head]
-                        chunks[head] = Data()
-                        head += 1
-                        return .chunk(c)
+            // A cancelled consumer cancels the transfer, which ends this wait with `.cancelled`.
+            let task = self.task
+            return try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { cont in
+                    switch self.takeReady(orRegister: cont) {
+                    case .chunk(let c):
+                        self.task?.driver.consumed(c.count)
+                        cont.resume(returning: c)
+                    case .end: cont.resume(returning: nil)
+                    case .fail(let e): cont.resume(throwing: e)
+                    case .wait: break
                     }
-                    if finished { return failure.map { .fail($0) } ?? .end }
-                    chunkWaiter = cont
-                    return .wait
                 }
-                switch now {
-                case .chunk(let c):
-                    task?.driver.consumed(c.count)
-                    cont.resume(returning: c)
-                case .end: cont.resume(returning: nil)
-                case .fail(let e): cont.resume(throwing: e)
-                case .wait: break
-                }
-            }
+            } onCancel: { task?.cancel() }
         }
     }
 }

@@ -160,7 +160,11 @@ final class TaskDriver: @unchecked Sendable {
             }
             let a = machine.handle(.handler(generation: generation, report.event(redirectAllowed: allowed)))
             if a == .deferEvent { deferred.append((generation, report)) }
-            if case .data(let d) = report, a != .deliverData, a != .deferEvent { buffered -= d.count }
+            // Dropped data no longer waits for a consumer. Data of a replaced handler was
+            // never counted (noteBuffered checks the generation), so it is not uncounted.
+            if case .data(let d) = report, generation == machine.generation, a != .deliverData, a != .deferEvent {
+                buffered -= d.count
+            }
             return a
         }
         if action == .deferEvent { return }
@@ -177,7 +181,7 @@ final class TaskDriver: @unchecked Sendable {
                 if case .redirect(let newRequest, _) = report { allowed = redirectAllowed(from: currentRequest, to: newRequest) }
                 let a = machine.handle(.handler(generation: gen, report.event(redirectAllowed: allowed)))
                 if a == .deferEvent { deferred.insert((gen, report), at: 0); return nil }
-                if case .data(let d) = report, a != .deliverData { buffered -= d.count }
+                if case .data(let d) = report, gen == machine.generation, a != .deliverData { buffered -= d.count }
                 return (a, report)
             }
             guard let (action, report) = next else { return }
@@ -579,10 +583,11 @@ final class TaskDriver: @unchecked Sendable {
         let metrics = TaskMetrics(transactionMetrics: transactionMetrics.isEmpty
                                     ? [TransactionMetrics(request: currentRequest)] : transactionMetrics,
                                   taskStartDate: startDate, taskEndDate: Date(), redirectCount: redirectCount)
-        // As in the URL Loading System: metrics first, then the completion.
+        // The state reads .completed in (and after) the completion callback, as with
+        // URLSessionTask; metrics come first, then the completion.
+        decide(.completionDelivered)
         session.taskDelegate?.task(task, didFinishCollecting: metrics)
         task.sinkComplete(error, driver: self)
-        decide(.completionDelivered)
         lock.withLock { owner = nil; handler = nil; challenges.removeAll() }
         session.taskDidComplete(task)
     }

@@ -139,6 +139,21 @@ final class BackPressureTests: XCTestCase {
         XCTAssertGreaterThan(maxAhead, 0)
     }
 
+    func testCancellingTheConsumerCancelsTheTransfer() async throws {
+        let session = Session(configuration: testConfiguration())
+        let (bytes, _) = try await session.bytes(from: URL(string: "bad://h/response-then-silent")!)
+        let job = Task { try await bytes.collect() }
+        try await Task.sleep(nanoseconds: 50_000_000)
+        job.cancel()
+        do {
+            _ = try await job.value
+            XCTFail("a cancelled consumer must not wait for data that never comes")
+        } catch let e as PorterError {
+            XCTAssertEqual(e.code, .cancelled)
+        }
+        XCTAssertEqual(bytes.task.state, .completed)
+    }
+
     func testByteByByteAndEarlyStopCancels() async throws {
         let session = Session(configuration: testConfiguration())
         let (bytes, _) = try await session.bytes(from: URL(string: "chunks://h/3/5")!)

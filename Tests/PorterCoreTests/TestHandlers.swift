@@ -215,6 +215,8 @@ final class MisbehavingHandler: ProtocolHandler, @unchecked Sendable {
             client.didFail(with: PorterError(.networkConnectionLost, "late"))
         case "silent":
             break
+        case "response-then-silent":
+            client.didReceive(r, cacheStoragePolicy: .notAllowed)
         case "data-before-response":
             client.didLoad(Data("x".utf8))
             client.didReceive(r, cacheStoragePolicy: .notAllowed)
