@@ -5,7 +5,7 @@ set -euo pipefail
 
 need=()
 [ -f /etc/mime.types ] || need+=(media-types)
-command -v setpriv >/dev/null 2>&1 || need+=(util-linux)
+{ command -v setpriv && command -v script; } >/dev/null 2>&1 || need+=(util-linux bsdutils)
 [ -x /usr/bin/time ] || need+=(time)   # GNU time: a child's true peak RSS in tests and benchmarks
 
 if ! command -v swift >/dev/null 2>&1; then

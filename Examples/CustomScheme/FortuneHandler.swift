@@ -7,6 +7,7 @@ import Porter
 /// - `fortune://private/N`   the same, after a password challenge (porter / demo)
 /// - `fortune://moved/N`     redirects to `fortune://any/N`
 /// - `fortune://missing/`    answers status 404
+/// - `fortune://slow/`       a first line, then one more every second for a minute
 ///
 /// It uses only the public ProtocolHandler / ProtocolClient contract: exactly what a
 /// built-in handler or a plugin gets.
@@ -53,6 +54,11 @@ final class FortuneHandler: ProtocolHandler, @unchecked Sendable {
                 }
             }
             client.didReceive(challenge)
+        case "slow":
+            var r = Response(url: url, mimeType: "text/plain", expectedContentLength: -1)
+            r.statusCode = 200
+            client.didReceive(r, cacheStoragePolicy: .notAllowed)
+            drip(0)
         case "missing":
             let text = "no such fortune\n"
             var r = Response(url: url, mimeType: "text/plain", expectedContentLength: Int64(text.utf8.count))
@@ -75,5 +81,15 @@ final class FortuneHandler: ProtocolHandler, @unchecked Sendable {
         client.didFinishLoading()
     }
 
-    func stopLoading() {}
+    private let stopped = FlowControl()
+
+    /// One line a second until stopped, from a queue of the handler's own.
+    private func drip(_ n: Int) {
+        guard !stopped.isStopped else { return }
+        guard n < 60 else { client.didFinishLoading(); return }
+        client.didLoad(Data("line \(n)\n".utf8))
+        DispatchQueue.global().asyncAfter(deadline: .now() + 1) { [self] in drip(n + 1) }
+    }
+
+    func stopLoading() { stopped.stop() }
 }

@@ -9,6 +9,7 @@ final class Transfer: @unchecked Sendable {
     let start = DispatchTime.now()
     var response: Response?
     var bytes: Int64 = 0
+    var expected: Int64 = -1
     var error: PorterError?
     var httpFailed = false
     var writeFailed = false
@@ -194,7 +195,10 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
     }
 
     private func finishTransfer(_ t: Transfer) {
-        t.bar?.finish()
+        if let bar = t.bar {
+            if t.error == nil { bar.update(t.bytes, of: t.expected, force: true) }
+            bar.finish()
+        }
         if let e = t.error, !options.silent, !t.httpFailed { note("porter: \(e.message) (\(e.code))") }
         if t.httpFailed, !options.silent, let s = t.response?.statusCode { note("porter: the server answered \(s)") }
         if buffered, !t.body.isEmpty, t.error == nil { if !writeAll(1, t.body) { t.writeFailed = true } }
@@ -241,6 +245,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         guard let t = transfer(for: task) else { return }
         if t.response == nil, let r = task.response, !noteResponse(t, r) { task.cancel(); return }
         t.bytes = totalBytesWritten
+        t.expected = totalBytesExpectedToWrite
         t.bar?.update(totalBytesWritten, of: totalBytesExpectedToWrite)
     }
 

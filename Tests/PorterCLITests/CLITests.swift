@@ -204,6 +204,40 @@ final class CLITests: XCTestCase {
         XCTAssertTrue(demo.out.contains("delegate: completed ok"), demo.out)
     }
 
+    func testMaxTimeAndInterrupt() throws {
+        let cs = CLITests.customScheme
+        let start = Date()
+        let timed = try run(["cli", "--max-time", "0.5", "fortune://slow/"], executable: cs)
+        XCTAssertEqual(timed.status, 6, timed.stderr)
+        XCTAssertEqual(timed.out, "line 0\n")
+        XCTAssertLessThan(Date().timeIntervalSince(start), 5)
+
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: cs)
+        p.arguments = ["cli", "-o", dir + "/slow.txt", "fortune://slow/"]
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        Thread.sleep(forTimeInterval: 1.5)
+        kill(p.processIdentifier, SIGINT)
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationReason, .exit)
+        XCTAssertEqual(p.terminationStatus, 10, "Ctrl-C cancels and exits 10")
+        XCTAssertEqual(entries, [], "no output file and no temporary file after an interrupted download")
+    }
+
+    func testProgressBarOnATerminal() throws {
+        let src = file("bar.bin", Data(count: 8 << 20))
+        // `script` gives porter a pseudo-terminal; without one there is no bar.
+        let cmd = "\(CLITests.porter) -o \(dir!)/bar.out file://\(src)"
+        let tty = try run(["-qec", cmd, "/dev/null"], executable: "/usr/bin/script")
+        XCTAssertEqual(tty.status, 0, tty.stderr)
+        XCTAssertTrue(tty.out.contains("100.0%"), tty.out)
+        XCTAssertTrue(tty.out.contains("MiB"), tty.out)
+        let plain = try run(["-o", dir + "/bar2.out", "file://" + src])
+        XCTAssertEqual(plain.stderr, "", "no bar when stderr is not a terminal")
+    }
+
     /// `porter -o` on a large file keeps memory flat: the body streams through.
     func testLargeDownloadKeepsMemoryFlat() throws {
         let path = dir + "/big.bin"
