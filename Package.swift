@@ -25,9 +25,12 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict),
+        .target(name: "CCurl", linkerSettings: [.linkedLibrary("curl")]),
+        .target(name: "PorterCurl", dependencies: ["PorterCore", "CCurl"], swiftSettings: strict),
+        .target(name: "PorterHTTP", dependencies: ["PorterCore", "PorterCurl", "CCurl"], swiftSettings: strict),
         .target(name: "PorterData", dependencies: ["PorterCore"], swiftSettings: strict),
         .target(name: "PorterFile", dependencies: ["PorterCore"], swiftSettings: strict),
-        .target(name: "Porter", dependencies: ["PorterCore", "PorterData", "PorterFile"], swiftSettings: strict),
+        .target(name: "Porter", dependencies: ["PorterCore", "PorterData", "PorterFile", "PorterHTTP"], swiftSettings: strict),
         .target(
             name: "PorterCLI",
             dependencies: ["Porter", .product(name: "ArgumentParser", package: "swift-argument-parser")],
@@ -41,5 +44,6 @@ let package = Package(
         .testTarget(name: "PorterDataTests", dependencies: ["PorterData"], swiftSettings: strict),
         .testTarget(name: "PorterFileTests", dependencies: ["Porter", "PorterFile"], swiftSettings: strict),
         .testTarget(name: "PorterCLITests", dependencies: ["Porter"], swiftSettings: strict),
+        .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP"], swiftSettings: strict),
     ]
 )

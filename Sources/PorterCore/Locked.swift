@@ -1,3 +1,6 @@
+/// Porter's version, for User-Agent strings and listings.
+public let porterVersion = "0.1.0"
+
 import Foundation
 
 /// A value behind a lock: the one way Porter shares mutable state across threads.

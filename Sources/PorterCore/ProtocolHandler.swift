@@ -43,9 +43,26 @@ extension ProtocolHandler {
     public func resumeDelivery() {}
 }
 
+/// What a handler may know of the session it loads for (URLProtocol reaches the same
+/// through `task.session.configuration`).
+public struct SessionContext: Sendable {
+    /// The session's settings: timeouts, TLS, CA file, proxies, HTTP/2, extra headers.
+    public let configuration: SessionConfiguration
+    /// Unique per session in this process: a key for per-session state such as a
+    /// connection pool.
+    public let sessionIdentifier: UInt64
+
+    public init(configuration: SessionConfiguration, sessionIdentifier: UInt64) {
+        self.configuration = configuration
+        self.sessionIdentifier = sessionIdentifier
+    }
+}
+
 /// What a handler calls back. One client serves one handler instance; all methods
 /// may be called from any thread.
 public protocol ProtocolClient: AnyObject, Sendable {
+    /// The session this load belongs to.
+    var context: SessionContext { get }
     /// The response head. `cacheStoragePolicy` says whether it may be cached.
     func didReceive(_ response: Response, cacheStoragePolicy: CacheStoragePolicy)
     /// Body bytes, in order.

@@ -12,6 +12,9 @@ public final class Session: @unchecked Sendable {
 
     public let configuration: SessionConfiguration
     public let delegateQueue: DispatchQueue
+    /// Unique per session in this process (`SessionContext.sessionIdentifier`).
+    public let identifier: UInt64 = Session.identifiers.next()
+    private static let identifiers = AtomicCounter()
     public var sessionDescription: String? {
         get { state.withLock { $0.description } }
         set { state.withLock { $0.description = newValue } }

@@ -84,8 +84,14 @@ public struct SessionConfiguration: Sendable {
     public var http2Enabled: Bool = true
     public var tlsMinimumVersion: TLSVersion? = nil
     public var tlsMaximumVersion: TLSVersion? = nil
-    /// A PEM bundle of extra trusted CAs (nil: the system's).
+    /// A PEM bundle of trusted CAs used instead of the system's (nil: the system's).
     public var caCertificateFile: String? = nil
+    /// Turns TLS verification off: any certificate, any host name. Only ever set on an
+    /// explicit request (the CLI's `-k`); prefer `caCertificateFile` or a server-trust
+    /// challenge answered by the delegate.
+    public var tlsVerificationDisabled: Bool = false
+    /// A client certificate and key (PEM files) offered to TLS servers that ask.
+    public var clientCertificate: (certificatePath: String, keyPath: String)? = nil
     public var proxies: ProxyConfiguration = .fromEnvironment()
     public var httpShouldSetCookies: Bool = true
     public var requestCachePolicy: CachePolicy = .useProtocolCachePolicy

@@ -32,10 +32,13 @@ enum HandlerReport: @unchecked Sendable {
 final class HandlerClient: ProtocolClient, @unchecked Sendable {
     private weak var driver: TaskDriver?
     private let generation: UInt64
+    let context: SessionContext
 
     init(driver: TaskDriver, generation: UInt64) {
         self.driver = driver
         self.generation = generation
+        self.context = SessionContext(configuration: driver.session.configuration,
+                                      sessionIdentifier: driver.session.identifier)
     }
 
     private func post(_ report: HandlerReport) {

@@ -1,0 +1,44 @@
+/*
+ * Typed wrappers for libcurl's variadic calls, which Swift cannot call directly.
+ * Each takes exactly the argument type libcurl documents for that option class.
+ */
+#ifndef PORTER_CURL_H
+#define PORTER_CURL_H
+
+#include <curl/curl.h>
+
+typedef size_t (*porter_curl_data_cb)(char *ptr, size_t size, size_t nmemb, void *userdata);
+typedef int (*porter_curl_xferinfo_cb)(void *userdata, curl_off_t dltotal, curl_off_t dlnow,
+                                       curl_off_t ultotal, curl_off_t ulnow);
+
+CURLcode porter_easy_setopt_long(CURL *handle, CURLoption option, long value);
+CURLcode porter_easy_setopt_off(CURL *handle, CURLoption option, curl_off_t value);
+/* Strings (copied by libcurl), struct curl_slist *, and userdata pointers. */
+CURLcode porter_easy_setopt_ptr(CURL *handle, CURLoption option, const void *value);
+/* CURLOPT_WRITEFUNCTION, CURLOPT_HEADERFUNCTION, CURLOPT_READFUNCTION. */
+CURLcode porter_easy_setopt_data_cb(CURL *handle, CURLoption option, porter_curl_data_cb cb);
+CURLcode porter_easy_setopt_xferinfo_cb(CURL *handle, porter_curl_xferinfo_cb cb);
+
+CURLcode porter_easy_getinfo_long(CURL *handle, CURLINFO info, long *value);
+CURLcode porter_easy_getinfo_off(CURL *handle, CURLINFO info, curl_off_t *value);
+CURLcode porter_easy_getinfo_string(CURL *handle, CURLINFO info, const char **value);
+CURLcode porter_easy_getinfo_certinfo(CURL *handle, struct curl_certinfo **value);
+
+CURLMcode porter_multi_setopt_long(CURLM *multi, CURLMoption option, long value);
+
+/* The CURLMsg's result for a CURLMSG_DONE message (a union in C). */
+CURLcode porter_curlmsg_result(const CURLMsg *msg);
+
+/* Macro constants Swift cannot import (casts, shifts, or-ed macros). */
+static const long porter_curlauth_basic = (long)CURLAUTH_BASIC;
+static const long porter_curlauth_digest = (long)CURLAUTH_DIGEST;
+static const long porter_curlauth_ntlm = (long)CURLAUTH_NTLM;
+static const long porter_curlauth_negotiate = (long)CURLAUTH_NEGOTIATE;
+static const long porter_curlauth_any = (long)CURLAUTH_ANY;
+static const int porter_curlpause_cont = CURLPAUSE_CONT;
+static const size_t porter_writefunc_pause = CURL_WRITEFUNC_PAUSE;
+static const size_t porter_readfunc_pause = CURL_READFUNC_PAUSE;
+static const size_t porter_readfunc_abort = CURL_READFUNC_ABORT;
+static const long porter_global_default = CURL_GLOBAL_DEFAULT;
+
+#endif

@@ -1,0 +1,80 @@
+import CCurl
+import Foundation
+import PorterCore
+
+/// One thread driving one libcurl multi handle. Every curl call on a handle of this
+/// loop happens on its thread; other threads hand it work with `execute` and wake it
+/// with `curl_multi_wakeup`. Connections, DNS results and TLS sessions are cached by the
+/// multi handle and reused by every transfer on the loop.
+public final class CurlLoop: @unchecked Sendable {
+    /// The process-wide loop the built-in handlers use.
+    public static let shared = CurlLoop(name: "porter.curl")
+
+    private let multi: UnsafeMutableRawPointer
+    private let lock = NSLock()
+    private var commands: [() -> Void] = []
+    // Loop thread only:
+    private var active: [UnsafeMutableRawPointer: CurlTransfer] = [:]
+
+    public init(name: String) {
+        CurlLoop.globalInit
+        multi = curl_multi_init()!
+        _ = porter_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 64)
+        let thread = Thread { [unowned self] in self.run() }
+        thread.name = name
+        thread.stackSize = 1 << 20
+        thread.start()
+    }
+
+    private static let globalInit: Void = { curl_global_init(porter_global_default) }()
+
+    /// Runs `work` on the loop thread, soon.
+    public func execute(_ work: @escaping () -> Void) {
+        lock.lock()
+        commands.append(work)
+        lock.unlock()
+        curl_multi_wakeup(multi)
+    }
+
+    /// Starts a configured transfer (loop thread).
+    func add(_ transfer: CurlTransfer) {
+        active[transfer.easy] = transfer
+        let rc = curl_multi_add_handle(multi, transfer.easy)
+        if rc != CURLM_OK {
+            active[transfer.easy] = nil
+            transfer.finish(CURLE_FAILED_INIT)
+        }
+    }
+
+    /// Stops a transfer without a completion (loop thread).
+    func remove(_ transfer: CurlTransfer) {
+        guard active.removeValue(forKey: transfer.easy) != nil else { return }
+        curl_multi_remove_handle(multi, transfer.easy)
+    }
+
+    private func run() {
+        var running: Int32 = 0
+        while true {
+            lock.lock()
+            let work = commands
+            commands.removeAll(keepingCapacity: true)
+            lock.unlock()
+            for w in work { w() }
+
+            curl_multi_perform(multi, &running)
+            var left: Int32 = 0
+            while let msg = curl_multi_info_read(multi, &left) {
+                guard msg.pointee.msg == CURLMSG_DONE, let easy = msg.pointee.easy_handle else { continue }
+                let result = porter_curlmsg_result(msg)
+                if let transfer = active.removeValue(forKey: easy) {
+                    curl_multi_remove_handle(multi, easy)
+                    transfer.finish(result)
+                }
+            }
+            lock.lock()
+            let pending = !commands.isEmpty
+            lock.unlock()
+            if !pending { curl_multi_poll(multi, nil, 0, 1000, nil) }
+        }
+    }
+}

@@ -1,0 +1,169 @@
+import CCurl
+import Foundation
+import PorterCore
+
+/// One libcurl easy handle and the callbacks of the handler that owns it. Created,
+/// configured, started, paused and ended on its loop's thread only; the closures run
+/// there too. Protocol-neutral: the http and ftp handlers both drive it.
+public final class CurlTransfer: @unchecked Sendable {
+    public enum WriteResult { case consumed, pause, abort }
+    public enum ReadResult { case bytes(Int), end, pause, abort }
+
+    public let loop: CurlLoop
+    let easy: UnsafeMutableRawPointer
+    private let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
+    private var lists: [UnsafeMutablePointer<curl_slist>] = []
+    private var started = false
+    private var ended = false
+
+    /// One header line as received, CRLF included. Return false to abort.
+    public var onHeader: (UnsafeRawBufferPointer) -> Bool = { _ in true }
+    /// Body bytes. `.pause` leaves them with libcurl, which offers them again after `resume()`.
+    public var onData: (UnsafeRawBufferPointer) -> WriteResult = { _ in .consumed }
+    /// Fill the buffer with upload bytes.
+    public var onRead: (UnsafeMutableRawBufferPointer) -> ReadResult = { _ in .end }
+    /// Progress (download total/now, upload total/now). Return false to abort.
+    public var onProgress: (Int64, Int64, Int64, Int64) -> Bool = { _, _, _, _ in true }
+    /// The end, exactly once, unless `cancel()` came first.
+    public var onComplete: (CURLcode) -> Void = { _ in }
+
+    /// Loop thread only.
+    public init(loop: CurlLoop) {
+        self.loop = loop
+        easy = curl_easy_init()!
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        _ = porter_easy_setopt_ptr(easy, CURLOPT_PRIVATE, me)
+        _ = porter_easy_setopt_ptr(easy, CURLOPT_WRITEDATA, me)
+        _ = porter_easy_setopt_ptr(easy, CURLOPT_HEADERDATA, me)
+        _ = porter_easy_setopt_ptr(easy, CURLOPT_READDATA, me)
+        _ = porter_easy_setopt_ptr(easy, CURLOPT_XFERINFODATA, me)
+        _ = porter_easy_setopt_data_cb(easy, CURLOPT_WRITEFUNCTION, curlWrite)
+        _ = porter_easy_setopt_data_cb(easy, CURLOPT_HEADERFUNCTION, curlHeader)
+        _ = porter_easy_setopt_data_cb(easy, CURLOPT_READFUNCTION, curlRead)
+        _ = porter_easy_setopt_xferinfo_cb(easy, curlProgress)
+        _ = porter_easy_setopt_long(easy, CURLOPT_NOPROGRESS, 0)
+        _ = porter_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
+        errorBuffer.initialize(to: 0)
+        _ = porter_easy_setopt_ptr(easy, CURLOPT_ERRORBUFFER, errorBuffer)
+    }
+
+    /// libcurl's detail message for the last failure ("" when none).
+    public var errorText: String { String(cString: errorBuffer) }
+
+    deinit {
+        for l in lists { curl_slist_free_all(l) }
+        curl_easy_cleanup(easy)
+        errorBuffer.deallocate()
+    }
+
+    // MARK: options (loop thread)
+
+    @discardableResult public func set(_ option: CURLoption, _ value: Int) -> CURLcode {
+        porter_easy_setopt_long(easy, option, value)
+    }
+    @discardableResult public func set(_ option: CURLoption, offset value: Int64) -> CURLcode {
+        porter_easy_setopt_off(easy, option, curl_off_t(value))
+    }
+    /// libcurl copies strings (since 7.17), so `value` need not outlive the call.
+    @discardableResult public func set(_ option: CURLoption, _ value: String?) -> CURLcode {
+        guard let value else { return porter_easy_setopt_ptr(easy, option, nil) }
+        return value.withCString { porter_easy_setopt_ptr(easy, option, $0) }
+    }
+    /// A list option (headers); the list lives as long as the transfer.
+    @discardableResult public func set(_ option: CURLoption, list: [String]) -> CURLcode {
+        var head: UnsafeMutablePointer<curl_slist>?
+        for item in list { head = item.withCString { curl_slist_append(head, $0) } }
+        if let head { lists.append(head) }
+        return porter_easy_setopt_ptr(easy, option, head)
+    }
+
+    public func info(_ info: CURLINFO) -> Int {
+        var v = 0
+        _ = porter_easy_getinfo_long(easy, info, &v)
+        return v
+    }
+    public func info(offset info: CURLINFO) -> Int64 {
+        var v: curl_off_t = 0
+        _ = porter_easy_getinfo_off(easy, info, &v)
+        return Int64(v)
+    }
+    public func info(string info: CURLINFO) -> String? {
+        var p: UnsafePointer<CChar>?
+        guard porter_easy_getinfo_string(easy, info, &p) == CURLE_OK, let p else { return nil }
+        return String(cString: p)
+    }
+
+    // MARK: life (loop thread)
+
+    public func start() {
+        guard !started else { return }
+        started = true
+        loop.add(self)
+    }
+
+    /// Ends the transfer without calling `onComplete`.
+    public func cancel() {
+        guard !ended else { return }
+        ended = true
+        loop.remove(self)
+        clearCallbacks()
+    }
+
+    /// Lets paused data (and uploads) flow again.
+    public func resume() {
+        guard started, !ended else { return }
+        curl_easy_pause(easy, porter_curlpause_cont)
+    }
+
+    func finish(_ code: CURLcode) {
+        guard !ended else { return }
+        ended = true
+        let done = onComplete
+        clearCallbacks()
+        done(code)
+    }
+
+    /// Drops the closures (they capture the handler) so nothing runs after the end.
+    private func clearCallbacks() {
+        onHeader = { _ in false }
+        onData = { _ in .abort }
+        onRead = { _ in .abort }
+        onProgress = { _, _, _, _ in false }
+        onComplete = { _ in }
+    }
+}
+
+private func transfer(_ p: UnsafeMutableRawPointer?) -> CurlTransfer? {
+    p.map { Unmanaged<CurlTransfer>.fromOpaque($0).takeUnretainedValue() }
+}
+
+private let curlWrite: porter_curl_data_cb = { ptr, size, count, user in
+    guard let t = transfer(user), let ptr else { return 0 }
+    let n = size * count
+    switch t.onData(UnsafeRawBufferPointer(start: ptr, count: n)) {
+    case .consumed: return n
+    case .pause: return porter_writefunc_pause
+    case .abort: return 0
+    }
+}
+
+private let curlHeader: porter_curl_data_cb = { ptr, size, count, user in
+    guard let t = transfer(user), let ptr else { return 0 }
+    let n = size * count
+    return t.onHeader(UnsafeRawBufferPointer(start: ptr, count: n)) ? n : 0
+}
+
+private let curlRead: porter_curl_data_cb = { ptr, size, count, user in
+    guard let t = transfer(user), let ptr else { return porter_readfunc_abort }
+    switch t.onRead(UnsafeMutableRawBufferPointer(start: ptr, count: size * count)) {
+    case .bytes(let n): return n
+    case .end: return 0
+    case .pause: return porter_readfunc_pause
+    case .abort: return porter_readfunc_abort
+    }
+}
+
+private let curlProgress: porter_curl_xferinfo_cb = { user, dlTotal, dlNow, ulTotal, ulNow in
+    guard let t = transfer(user) else { return 1 }
+    return t.onProgress(Int64(dlTotal), Int64(dlNow), Int64(ulTotal), Int64(ulNow)) ? 0 : 1
+}

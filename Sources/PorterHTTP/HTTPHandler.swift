@@ -1,0 +1,497 @@
+import CCurl
+import Foundation
+import HTTPTypes
+import PorterCore
+import PorterCurl
+
+/// The handler for `http:` and `https:` on libcurl, through the public contract only.
+///
+/// - libcurl never follows redirects: each 3xx with a Location is reported to the
+///   client (`wasRedirected`), which lets the delegate decide. 301/302 turn POST into
+///   GET and 303 turns anything but HEAD into GET (dropping the body); 307/308 keep the
+///   method and body.
+/// - A 401 or 407 with a challenge header becomes an `AuthenticationChallenge`
+///   (Basic, Digest, NTLM, Negotiate); a credential retries the request with it, and
+///   default handling delivers the 401/407 as the response.
+/// - TLS is verified against the system CAs or `caCertificateFile`; `expectedContentLength`
+///   is the Content-Length as sent (the *encoded* length when libcurl decodes gzip,
+///   deflate or br for you), -1 when absent.
+/// - Back-pressure pauses libcurl (`CURL_WRITEFUNC_PAUSE`) until resumed.
+public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
+    public static var schemes: Set<String> { ["http", "https"] }
+    public static let defaultUserAgent = "Porter/\(porterVersion)"
+
+    /// The request being sent; an authentication retry may give it a fresh body stream.
+    private var request: Request  // loop thread after init
+    private let client: any ProtocolClient
+    private let loop: CurlLoop
+    private let flags = NSLock()
+    private var wantPause = false  // guarded by flags
+    private var stopped = false    // guarded by flags
+
+    // Loop thread only:
+    private var transfer: CurlTransfer?
+    private var head = Head()
+    private var mode = Mode.waiting
+    private var body: BodySource?
+    private var credential: Credential?
+    private var authMethod: AuthenticationMethod?
+    private var failures = 0
+    private var lastSent: Int64 = 0
+    private var started = Date()
+
+    private enum Mode {
+        case waiting
+        case body
+        case redirect(Response)
+        case challenge(Response, Data)
+    }
+
+    private struct Head {
+        var status = 0
+        var fields = HTTPFields()
+        var version = ""
+    }
+
+    public init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {
+        self.request = request
+        self.client = client
+        self.loop = CurlLoop.shared
+    }
+
+    private var isStopped: Bool { flags.withLock { stopped } }
+
+    public func startLoading() {
+        loop.execute { [self] in begin() }
+    }
+
+    public func stopLoading() {
+        flags.withLock { stopped = true }
+        loop.execute { [self] in
+            transfer?.cancel()
+            transfer = nil
+            body?.close()
+        }
+    }
+
+    public func pauseDelivery() { flags.withLock { wantPause = true } }
+
+    public func resumeDelivery() {
+        flags.withLock { wantPause = false }
+        loop.execute { [self] in transfer?.resume() }
+    }
+
+    // MARK: - set-up (loop thread)
+
+    private func begin() {
+        guard !isStopped else { return }
+        let config = client.context.configuration
+        let t = CurlTransfer(loop: loop)
+        transfer = t
+        head = Head()
+        mode = .waiting
+        started = Date()
+        lastSent = 0
+
+        t.set(CURLOPT_URL, request.url.absoluteString)
+        t.set(CURLOPT_FOLLOWLOCATION, 0)
+        t.set(CURLOPT_ACCEPT_ENCODING, "")  // all codings libcurl can decode, decoded transparently
+        t.set(CURLOPT_BUFFERSIZE, 256 * 1024)
+        t.set(CURLOPT_HTTP_VERSION, config.http2Enabled ? Int(CURL_HTTP_VERSION_2TLS) : Int(CURL_HTTP_VERSION_1_1))
+        t.set(CURLOPT_PROXY, config.proxies.proxy(for: request.url)?.absoluteString ?? "")  // "" also stops libcurl reading the environment itself
+        let idle = request.timeoutInterval > 0 ? request.timeoutInterval : config.timeoutIntervalForRequest
+        t.set(CURLOPT_CONNECTTIMEOUT_MS, Int(min(idle, 3600) * 1000))
+        t.set(CURLOPT_PROTOCOLS_STR, "http,https")
+
+        // TLS: verified unless explicitly disabled.
+        t.set(CURLOPT_SSL_VERIFYPEER, config.tlsVerificationDisabled ? 0 : 1)
+        t.set(CURLOPT_SSL_VERIFYHOST, config.tlsVerificationDisabled ? 0 : 2)
+        if let ca = config.caCertificateFile { t.set(CURLOPT_CAINFO, ca) }
+        if let cert = config.clientCertificate {
+            t.set(CURLOPT_SSLCERT, cert.certificatePath)
+            t.set(CURLOPT_SSLKEY, cert.keyPath)
+        }
+        var sslVersion = Int(CURL_SSLVERSION_DEFAULT)
+        switch config.tlsMinimumVersion {
+        case .tls1_0?: sslVersion = Int(CURL_SSLVERSION_TLSv1_0)
+        case .tls1_1?: sslVersion = Int(CURL_SSLVERSION_TLSv1_1)
+        case .tls1_2?: sslVersion = Int(CURL_SSLVERSION_TLSv1_2)
+        case .tls1_3?: sslVersion = Int(CURL_SSLVERSION_TLSv1_3)
+        case nil: break
+        }
+        switch config.tlsMaximumVersion {
+        case .tls1_0?: sslVersion |= Int(CURL_SSLVERSION_MAX_TLSv1_0)
+        case .tls1_1?: sslVersion |= Int(CURL_SSLVERSION_MAX_TLSv1_1)
+        case .tls1_2?: sslVersion |= Int(CURL_SSLVERSION_MAX_TLSv1_2)
+        case .tls1_3?: sslVersion |= Int(CURL_SSLVERSION_MAX_TLSv1_3)
+        case nil: break
+        }
+        t.set(CURLOPT_SSLVERSION, sslVersion)
+
+        if let credential, let user = credential.user, let password = credential.password {
+            t.set(CURLOPT_USERNAME, user)
+            t.set(CURLOPT_PASSWORD, password)
+            t.set(CURLOPT_HTTPAUTH, HTTPHandler.curlAuth(authMethod))
+        }
+
+        configureMethodAndBody(t)
+
+        var lines: [String] = []
+        var hasUserAgent = false
+        for field in request.headerFields {
+            if field.name == .userAgent { hasUserAgent = true }
+            // Header values cannot carry CR or LF: drop such a field rather than let it split the request.
+            if field.value.contains(where: { $0 == "\r" || $0 == "\n" }) { continue }
+            lines.append("\(field.name.rawName): \(field.value)")
+        }
+        if !hasUserAgent { lines.append("User-Agent: \(HTTPHandler.defaultUserAgent)") }
+        t.set(CURLOPT_HTTPHEADER, list: lines)
+
+        t.onHeader = { [unowned self] line in header(line) }
+        t.onData = { [unowned self] bytes in data(bytes) }
+        t.onRead = { [unowned self] buffer in read(buffer) }
+        t.onProgress = { [unowned self] _, _, ulTotal, ulNow in progress(ulTotal, ulNow) }
+        t.onComplete = { [self] code in complete(code) }
+        t.start()
+    }
+
+    private func configureMethodAndBody(_ t: CurlTransfer) {
+        let method = request.method.uppercased()
+        body?.close()
+        body = request.body.map(BodySource.init)
+        if method == "HEAD" {
+            t.set(CURLOPT_NOBODY, 1)
+            return
+        }
+        guard let body else {
+            if method == "GET" { t.set(CURLOPT_HTTPGET, 1) } else { t.set(CURLOPT_CUSTOMREQUEST, request.method) }
+            return
+        }
+        let length = body.length ?? -1
+        if method == "POST" {
+            t.set(CURLOPT_POST, 1)
+            t.set(CURLOPT_POSTFIELDSIZE_LARGE, offset: length)
+        } else {
+            t.set(CURLOPT_UPLOAD, 1)
+            t.set(CURLOPT_INFILESIZE_LARGE, offset: length)
+            if method != "PUT" { t.set(CURLOPT_CUSTOMREQUEST, request.method) }
+        }
+    }
+
+    static func curlAuth(_ method: AuthenticationMethod?) -> Int {
+        switch method {
+        case .httpBasic?: return Int(porter_curlauth_basic)
+        case .httpDigest?: return Int(porter_curlauth_digest)
+        case .ntlm?: return Int(porter_curlauth_ntlm)
+        case .negotiate?: return Int(porter_curlauth_negotiate)
+        default: return Int(porter_curlauth_any)
+        }
+    }
+
+    // MARK: - callbacks (loop thread)
+
+    private func header(_ raw: UnsafeRawBufferPointer) -> Bool {
+        guard !isStopped else { return false }
+        // Trim on bytes: "\r\n" is a single Character in Swift.
+        var end = raw.count
+        while end > 0, raw[end - 1] == 0x0A || raw[end - 1] == 0x0D { end -= 1 }
+        let line = String(decoding: UnsafeRawBufferPointer(rebasing: raw[0..<end]), as: UTF8.self)
+        if line.hasPrefix("HTTP/") {
+            // A new header block (after a 1xx, or the next hop of a proxy CONNECT).
+            let parts = line.split(separator: " ", maxSplits: 2)
+            head = Head()
+            head.version = parts.first.map(String.init) ?? ""
+            head.status = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
+            return true
+        }
+        if line.isEmpty {
+            if head.status >= 200 || head.status == 0 { endOfHead() }
+            return true
+        }
+        guard let colon = line.firstIndex(of: ":") else { return true }  // tolerate junk lines
+        let name = line[..<colon].trimmingCharacters(in: .whitespaces)
+        let value = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        if let n = HTTPField.Name(name) { head.fields.append(HTTPField(name: n, value: value)) }
+        return true
+    }
+
+    private func makeResponse() -> Response {
+        let url = transfer?.info(string: CURLINFO_EFFECTIVE_URL).flatMap { URL(string: $0) } ?? request.url
+        let contentType = head.fields[.contentType].flatMap { MIMEType(parsing: $0) }
+        let length = head.fields[.contentLength].flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) } ?? -1
+        var r = Response(url: url, mimeType: contentType?.essence, expectedContentLength: length,
+                         textEncodingName: contentType?.parameter("charset"), statusCode: head.status,
+                         headerFields: head.fields)
+        r.validator = head.fields[.eTag] ?? head.fields[.lastModified]
+        if head.status == 206, let range = head.fields[.contentRange], let start = HTTPHandler.rangeStart(range) {
+            r.resumeOffset = start
+        }
+        return r
+    }
+
+    /// "bytes 100-199/200" → 100.
+    static func rangeStart(_ value: String) -> Int64? {
+        guard value.lowercased().hasPrefix("bytes ") else { return nil }
+        let spec = value.dropFirst(6)
+        guard let dash = spec.firstIndex(of: "-") else { return nil }
+        return Int64(spec[..<dash].trimmingCharacters(in: .whitespaces))
+    }
+
+    private func endOfHead() {
+        let response = makeResponse()
+        let status = head.status
+        if [301, 302, 303, 307, 308].contains(status), head.fields[.location] != nil {
+            mode = .redirect(response)
+            return
+        }
+        let challengeHeader: HTTPField.Name = status == 407 ? .proxyAuthenticate : .wwwAuthenticate
+        if status == 401 || status == 407, head.fields[challengeHeader] != nil {
+            mode = .challenge(response, Data())
+            return
+        }
+        mode = .body
+        let method = request.method.uppercased()
+        let cacheable = (method == "GET" && status == 200) ? CacheStoragePolicy.allowed : .notAllowed
+        client.didReceive(response, cacheStoragePolicy: cacheable)
+    }
+
+    private func data(_ bytes: UnsafeRawBufferPointer) -> CurlTransfer.WriteResult {
+        if isStopped { return .abort }
+        switch mode {
+        case .body:
+            if flags.withLock({ wantPause }) { return .pause }
+            client.didLoad(Data(bytes))
+        case .waiting:
+            // Body bytes with no header block (HTTP/0.9 or a broken server).
+            return .abort
+        case .redirect:
+            break  // the redirect's own body is not wanted
+        case .challenge(let r, var kept):
+            if kept.count < 64 * 1024 { kept.append(contentsOf: bytes.prefix(64 * 1024 - kept.count)) }
+            mode = .challenge(r, kept)
+        }
+        return .consumed
+    }
+
+    private func read(_ buffer: UnsafeMutableRawBufferPointer) -> CurlTransfer.ReadResult {
+        guard let body, !isStopped else { return .abort }
+        do {
+            let n = try body.read(into: buffer)
+            return n == 0 ? .end : .bytes(n)
+        } catch {
+            return .abort
+        }
+    }
+
+    private func progress(_ total: Int64, _ now: Int64) -> Bool {
+        if isStopped { return false }
+        if now > lastSent {
+            let delta = now - lastSent
+            lastSent = now
+            client.didSendBodyData(bytesSent: delta, totalBytesSent: now,
+                                   totalBytesExpectedToSend: total > 0 ? total : (body?.length ?? -1))
+        }
+        return true
+    }
+
+    private func complete(_ code: CURLcode) {
+        guard !isStopped, let t = transfer else { return }
+        body?.close()
+        reportMetrics(t)
+        if code != CURLE_OK {
+            if case .waiting = mode, code == CURLE_WRITE_ERROR {
+                client.didFail(with: PorterError(.badServerResponse, "the server sent a body without a response head",
+                                                 url: request.url))
+            } else {
+                client.didFail(with: .curl(code, url: request.url, detail: t.errorText))
+            }
+            return
+        }
+        switch mode {
+        case .waiting:
+            client.didFail(with: PorterError(.badServerResponse, "no response from the server", url: request.url))
+        case .body:
+            client.didFinishLoading()
+        case .redirect(let response):
+            redirect(response, target: t.info(string: CURLINFO_REDIRECT_URL))
+        case .challenge(let response, let kept):
+            challenge(response, body: kept)
+        }
+    }
+
+    private func reportMetrics(_ t: CurlTransfer) {
+        var m = TransactionMetrics(request: request, fetchType: "networkLoad")
+        func at(_ info: CURLINFO) -> Date? {
+            let us = t.info(offset: info)
+            return us > 0 ? started.addingTimeInterval(Double(us) / 1e6) : nil
+        }
+        m.fetchStartDate = started
+        m.domainLookupStartDate = started
+        m.domainLookupEndDate = at(CURLINFO_NAMELOOKUP_TIME_T)
+        m.connectStartDate = m.domainLookupEndDate
+        m.connectEndDate = at(CURLINFO_APPCONNECT_TIME_T) ?? at(CURLINFO_CONNECT_TIME_T)
+        m.secureConnectionStartDate = request.url.scheme?.lowercased() == "https" ? at(CURLINFO_CONNECT_TIME_T) : nil
+        m.requestStartDate = at(CURLINFO_PRETRANSFER_TIME_T)
+        m.responseStartDate = at(CURLINFO_STARTTRANSFER_TIME_T)
+        m.responseEndDate = at(CURLINFO_TOTAL_TIME_T)
+        switch t.info(CURLINFO_HTTP_VERSION) {
+        case Int(CURL_HTTP_VERSION_2_0): m.networkProtocolName = "h2"
+        case Int(CURL_HTTP_VERSION_1_0): m.networkProtocolName = "http/1.0"
+        case Int(CURL_HTTP_VERSION_1_1): m.networkProtocolName = "http/1.1"
+        default: break
+        }
+        m.isReusedConnection = t.info(CURLINFO_NUM_CONNECTS) == 0
+        m.countOfResponseBodyBytesReceived = t.info(offset: CURLINFO_SIZE_DOWNLOAD_T)
+        m.countOfRequestBodyBytesSent = t.info(offset: CURLINFO_SIZE_UPLOAD_T)
+        client.didCollect(m)
+    }
+
+    // MARK: - redirects
+
+    private func redirect(_ response: Response, target: String?) {
+        guard let target, let url = URL(string: target) else {
+            // A Location libcurl cannot resolve: the 3xx is the answer.
+            client.didReceive(response, cacheStoragePolicy: .notAllowed)
+            client.didFinishLoading()
+            return
+        }
+        var next = request
+        next.url = url
+        let method = request.method.uppercased()
+        let status = response.statusCode ?? 0
+        if (status == 303 && method != "HEAD") || ((status == 301 || status == 302) && method == "POST") {
+            next.method = "GET"
+            next.body = nil
+            next.headerFields[.contentType] = nil
+            next.headerFields[.contentLength] = nil
+            next.headerFields[.transferEncoding] = nil
+        }
+        client.wasRedirected(to: next, redirectResponse: response)
+    }
+
+    // MARK: - authentication
+
+    private func challenge(_ response: Response, body kept: Data) {
+        let isProxy = response.statusCode == 407
+        let header = response.headerFields[isProxy ? .proxyAuthenticate : .wwwAuthenticate] ?? ""
+        let (method, realm) = HTTPHandler.parseChallenge(header)
+        let url = request.url
+        let space = ProtectionSpace(host: url.host ?? "", port: url.port ?? (url.scheme == "https" ? 443 : 80),
+                                    protocol: url.scheme?.lowercased() ?? "http", realm: realm,
+                                    authenticationMethod: method, isProxy: isProxy)
+        var proposed: Credential?
+        if credential == nil, let user = url.user, let password = url.password {
+            proposed = Credential(user: user.removingPercentEncoding ?? user, password: password.removingPercentEncoding ?? password)
+        }
+        let challenge = AuthenticationChallenge(protectionSpace: space, proposedCredential: proposed,
+                                                previousFailureCount: failures, failureResponse: response) { [self] disposition in
+            loop.execute { [self] in answer(disposition, method: method, response: response, body: kept) }
+        }
+        client.didReceive(challenge)
+    }
+
+    private func answer(_ disposition: ChallengeDisposition, method: AuthenticationMethod, response: Response, body kept: Data) {
+        guard !isStopped else { return }
+        switch disposition {
+        case .useCredential(let c) where c.user != nil:
+            credential = c
+            authMethod = method
+            failures += 1
+            if case .stream = request.body {
+                client.needNewBodyStream { [self] stream in
+                    loop.execute { [self] in
+                        guard let stream else {
+                            client.didFail(with: PorterError(.requestBodyStreamExhausted,
+                                "authentication needs the body again and no new stream was given", url: request.url))
+                            return
+                        }
+                        retry(with: .stream(stream))
+                    }
+                }
+            } else {
+                retry(with: request.body)
+            }
+        case .cancelAuthenticationChallenge:
+            break  // the session ends the task and stops this handler
+        default:
+            // Default handling, a rejected space or an unusable credential: the 401/407 is the answer.
+            client.didReceive(response, cacheStoragePolicy: .notAllowed)
+            if !kept.isEmpty { client.didLoad(kept) }
+            client.didFinishLoading()
+        }
+    }
+
+    private func retry(with body: RequestBody?) {
+        request.body = body
+        transfer = nil
+        begin()
+    }
+
+    /// "Digest realm="x", nonce=..." → (.httpDigest, "x").
+    static func parseChallenge(_ header: String) -> (AuthenticationMethod, String?) {
+        let trimmed = header.trimmingCharacters(in: .whitespaces)
+        let scheme = trimmed.prefix { $0 != " " }.lowercased()
+        let method: AuthenticationMethod
+        switch scheme {
+        case "basic": method = .httpBasic
+        case "digest": method = .httpDigest
+        case "ntlm": method = .ntlm
+        case "negotiate": method = .negotiate
+        default: method = .custom(scheme)
+        }
+        var realm: String?
+        if let r = trimmed.range(of: "realm=", options: .caseInsensitive) {
+            var rest = trimmed[r.upperBound...]
+            if rest.hasPrefix("\"") {
+                rest = rest.dropFirst()
+                realm = String(rest.prefix { $0 != "\"" })
+            } else {
+                realm = String(rest.prefix { $0 != "," && $0 != " " })
+            }
+        }
+        return (method, realm)
+    }
+}
+
+/// Reads a request body for libcurl's read callback (loop thread).
+final class BodySource {
+    private let source: RequestBody
+    private var offset = 0
+    private var fd: Int32 = -1
+    let length: Int64?
+
+    init(_ body: RequestBody) {
+        source = body
+        length = body.knownLength
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        switch source {
+        case .data(let d):
+            let n = min(buffer.count, d.count - offset)
+            guard n > 0 else { return 0 }
+            d.withUnsafeBytes { src in buffer.baseAddress!.copyMemory(from: src.baseAddress! + offset, byteCount: n) }
+            offset += n
+            return n
+        case .file(let url):
+            if fd < 0 {
+                fd = open(url.path, O_RDONLY | O_CLOEXEC)
+                if fd < 0 { throw PorterError.fromErrno(errno, url: url, doing: "cannot open the request body") }
+            }
+            while true {
+                let n = Foundation.read(fd, buffer.baseAddress!, buffer.count)
+                if n < 0 && errno == EINTR { continue }
+                if n < 0 { throw PorterError.fromErrno(errno, url: url, doing: "cannot read the request body") }
+                return n
+            }
+        case .stream(let s):
+            return try s.read(into: buffer)
+        }
+    }
+
+    func close() {
+        if fd >= 0 { Foundation.close(fd); fd = -1 }
+    }
+
+    deinit { close() }
+}
