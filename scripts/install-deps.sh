@@ -7,6 +7,12 @@ need=()
 [ -f /etc/mime.types ] || need+=(media-types)
 { command -v setpriv && command -v script; } >/dev/null 2>&1 || need+=(util-linux bsdutils)
 [ -x /usr/bin/time ] || need+=(time)   # GNU time: a child's true peak RSS in tests and benchmarks
+# libcurl (http/https) and the real servers the protocol tests start on loopback.
+[ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -f /usr/include/curl/curl.h ] || need+=(libcurl4-openssl-dev)
+[ -x /usr/sbin/nginx ] || need+=(nginx)
+[ -f /usr/lib/nginx/modules/ngx_http_echo_module.so ] || need+=(libnginx-mod-http-echo)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v curl >/dev/null 2>&1 || need+=(curl)
 
 if ! command -v swift >/dev/null 2>&1; then
     echo "install-deps: no 'swift' on PATH; Porter needs Swift 6 (swift.org toolchain)" >&2

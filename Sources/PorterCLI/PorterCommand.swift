@@ -71,6 +71,12 @@ struct Fetch: ParsableCommand {
     @Option(name: [.customShort("u"), .long], help: "USER:PASSWORD for authentication challenges.")
     var user: String?
 
+    @Option(name: .long, help: "Trust the CA certificates in this PEM file (instead of the system's).")
+    var cacert: String?
+
+    @Flag(name: [.customShort("k"), .long], help: "Do not verify TLS certificates (explicit only; prefer --cacert).")
+    var insecure = false
+
     @Option(name: .long, help: "Give up after SECONDS in total.")
     var maxTime: Double?
 

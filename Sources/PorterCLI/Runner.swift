@@ -61,6 +61,8 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             config.downloadDirectory = downloadDirectory
             if let t = options.maxTime { config.timeoutIntervalForResource = t; config.timeoutIntervalForRequest = t }
             if let r = options.maxRedirs { config.maximumRedirects = r }
+            config.caCertificateFile = options.cacert
+            config.tlsVerificationDisabled = options.insecure
             let s = Session(configuration: config, delegate: self)
             sessions[key] = s
             return s

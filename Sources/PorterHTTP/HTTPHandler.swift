@@ -45,6 +45,8 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         case body
         case redirect(Response)
         case challenge(Response, Data)
+        /// A 416 to a resume request: load again from the start.
+        case restart
     }
 
     private struct Head {
@@ -137,6 +139,12 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         configureMethodAndBody(t)
 
         var lines: [String] = []
+        if let range = request.resumeRange, range.offset > 0 {
+            // Resume: ask for the rest, only if the resource is unchanged. A 200 instead of
+            // a 206 means "changed or no ranges": the download task starts over cleanly.
+            lines.append("Range: bytes=\(range.offset)-")
+            if let validator = range.validator { lines.append("If-Range: \(validator)") }
+        }
         var hasUserAgent = false
         for field in request.headerFields {
             if field.name == .userAgent { hasUserAgent = true }
@@ -249,6 +257,10 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             mode = .challenge(response, Data())
             return
         }
+        if status == 416, request.resumeRange != nil {
+            mode = .restart
+            return
+        }
         mode = .body
         let method = request.method.uppercased()
         let cacheable = (method == "GET" && status == 200) ? CacheStoragePolicy.allowed : .notAllowed
@@ -264,8 +276,8 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         case .waiting:
             // Body bytes with no header block (HTTP/0.9 or a broken server).
             return .abort
-        case .redirect:
-            break  // the redirect's own body is not wanted
+        case .redirect, .restart:
+            break  // the redirect's (or the 416's) own body is not wanted
         case .challenge(let r, var kept):
             if kept.count < 64 * 1024 { kept.append(contentsOf: bytes.prefix(64 * 1024 - kept.count)) }
             mode = .challenge(r, kept)
@@ -316,6 +328,10 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             redirect(response, target: t.info(string: CURLINFO_REDIRECT_URL))
         case .challenge(let response, let kept):
             challenge(response, body: kept)
+        case .restart:
+            request.resumeRange = nil
+            transfer = nil
+            begin()
         }
     }
 

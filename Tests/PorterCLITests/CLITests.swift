@@ -64,7 +64,7 @@ final class CLITests: XCTestCase {
         let r = try run(["nope://x"])
         XCTAssertEqual(r.status, 2)
         XCTAssertTrue(r.stderr.contains("no handler for scheme 'nope'"), r.stderr)
-        XCTAssertTrue(r.stderr.contains("data, file"), r.stderr)
+        XCTAssertTrue(r.stderr.contains("data, file, http, https"), r.stderr)
         XCTAssertEqual(try run(["not a url at all"]).status, 2)
     }
 
@@ -162,6 +162,7 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(rows.first, ["SCHEME", "HANDLER", "ORIGIN", "VERSION"])
         XCTAssertTrue(rows.contains(["data", "DataHandler", "built-in", "0.1.0"]), r.out)
         XCTAssertTrue(rows.contains(["file", "FileHandler", "built-in", "0.1.0"]), r.out)
+        XCTAssertTrue(rows.contains(["http,https", "HTTPHandler", "built-in", "0.1.0"]), r.out)
     }
 
     func testPermissionDeniedExitCode() throws {

@@ -1,0 +1,341 @@
+import XCTest
+@testable import Porter
+@testable import PorterHTTP
+
+/// http and https against a real nginx on loopback.
+final class HTTPHandlerTests: XCTestCase {
+    nonisolated(unsafe) static var fixture: Result<NginxFixture, Error>?
+
+    override class func setUp() {
+        super.setUp()
+        Porter.bootstrap()
+        fixture = Result { try NginxFixture() }
+    }
+    override class func tearDown() {
+        if case .success(let n)? = fixture { n.stop() }
+        super.tearDown()
+    }
+
+    /// The running server; a fixture that failed to start fails every test with its reason.
+    private(set) var nginx: NginxFixture!
+
+    override func setUpWithError() throws {
+        switch HTTPHandlerTests.fixture {
+        case .success(let n)?: nginx = n
+        case .failure(let e)?: throw e
+        case nil: throw NginxFixture.Failure.setup("no fixture")
+        }
+    }
+
+    private func config(_ change: (inout SessionConfiguration) -> Void = { _ in }) -> SessionConfiguration {
+        var c = SessionConfiguration.ephemeral
+        c.proxies = .none
+        c.caCertificateFile = nginx.caFile
+        change(&c)
+        return c
+    }
+    private func session(_ change: (inout SessionConfiguration) -> Void = { _ in }) -> Session {
+        Session(configuration: config(change))
+    }
+    private func url(_ s: String) -> URL { URL(string: s)! }
+    private func text(_ d: Data) -> String { String(decoding: d, as: UTF8.self) }
+
+    func testGetWithHeadersMetricsAndUserAgent() async throws {
+        let (data, response) = try await session().data(from: url(nginx.http + "/index.html"))
+        XCTAssertEqual(text(data), "hello from nginx\n")
+        XCTAssertEqual(response.statusCode, 200)
+        XCTAssertEqual(response.mimeType, "text/html")
+        XCTAssertEqual(response.expectedContentLength, 17)
+        XCTAssertNotNil(response.value(forHeader: "etag"))
+        XCTAssertEqual(response.validator, response.value(forHeader: "ETag"))
+        let (headers, _) = try await session().data(from: url(nginx.http + "/headers"))
+        XCTAssertTrue(text(headers).contains("ua=Porter/\(porterVersion)"), text(headers))
+        var r = Request(url: url(nginx.http + "/headers"))
+        r.setValue("custom", forHeader: "User-Agent")
+        r.setValue("42", forHeader: "X-Test")
+        let (custom, _) = try await session().data(for: r)
+        XCTAssertTrue(text(custom).contains("ua=custom x=42"), text(custom))
+    }
+
+    func testHTTPSVerifiesWithTheCAAndSpeaksHTTP2() async throws {
+        final class Metrics: TaskDelegate, @unchecked Sendable {
+            let lock = NSLock()
+            var collected: TaskMetrics?
+            func task(_ task: SessionTask, didFinishCollecting metrics: TaskMetrics) { lock.withLock { collected = metrics } }
+        }
+        let m = Metrics()
+        let s = Session(configuration: config(), delegate: m)
+        let (data, response) = try await s.data(from: url(nginx.https + "/index.html"))
+        XCTAssertEqual(text(data), "hello from nginx\n")
+        XCTAssertEqual(response.statusCode, 200)
+        let t = try XCTUnwrap(m.lock.withLock { m.collected?.transactionMetrics.last })
+        XCTAssertEqual(t.networkProtocolName, "h2")
+        XCTAssertNotNil(t.secureConnectionStartDate)
+        XCTAssertNotNil(t.responseStartDate)
+
+        let h1 = Session(configuration: config { $0.http2Enabled = false }, delegate: m)
+        _ = try await h1.data(from: url(nginx.https + "/index.html"))
+        XCTAssertEqual(m.lock.withLock { m.collected?.transactionMetrics.last?.networkProtocolName }, "http/1.1")
+
+        // Without the test CA the server is not trusted.
+        do {
+            _ = try await session { $0.caCertificateFile = nil }.data(from: url(nginx.https + "/index.html"))
+            XCTFail("an unknown CA must fail")
+        } catch let e as PorterError {
+            XCTAssertEqual(e.code, .serverCertificateUntrusted)
+            XCTAssertEqual(e.cause?.domain, "curl")
+            XCTAssertEqual(e.cause.map { $0.code }, 60)
+        }
+        // Explicitly disabled verification accepts it.
+        let (insecure, _) = try await session { $0.caCertificateFile = nil; $0.tlsVerificationDisabled = true }
+            .data(from: url(nginx.https + "/index.html"))
+        XCTAssertEqual(text(insecure), "hello from nginx\n")
+    }
+
+    func testRedirectStatusesRewriteOrKeepTheMethod() async throws {
+        for (status, expected) in [(301, "GET "), (302, "GET "), (303, "GET "), (307, "POST payload"), (308, "POST payload")] {
+            var r = Request(url: url(nginx.http + "/redirect/\(status)"), method: "POST")
+            r.body = .data(Data("payload".utf8))
+            let (data, response) = try await session().data(for: r)
+            XCTAssertEqual(text(data), expected, "status \(status)")
+            XCTAssertEqual(response.url.path, "/echo")
+        }
+    }
+
+    func testRedirectChainsLoopsRefusedSchemesAndHeaderStripping() async throws {
+        final class Counting: TaskDelegate, @unchecked Sendable {
+            let count = NSLock()
+            var hops: [String] = []
+            func task(_ task: SessionTask, willPerformRedirection response: Response, newRequest: Request,
+                      completion: @escaping @Sendable (Request?) -> Void) {
+                count.withLock { hops.append("\(response.statusCode ?? 0) \(newRequest.url.path)") }
+                completion(newRequest)
+            }
+        }
+        let d = Counting()
+        let s = Session(configuration: config(), delegate: d)
+        let (data, response) = try await s.data(from: url(nginx.http + "/chain/3"))
+        XCTAssertEqual(text(data), "hello from nginx\n")
+        XCTAssertEqual(response.url.absoluteString, nginx.http + "/index.html")
+        XCTAssertEqual(d.count.withLock { d.hops }, ["302 /chain/2", "302 /chain/1", "302 /index.html"])
+
+        let (relative, _) = try await session().data(from: url(nginx.http + "/relative"))
+        XCTAssertEqual(text(relative), "hello from nginx\n")
+
+        do {
+            _ = try await session { $0.maximumRedirects = 5 }.data(from: url(nginx.http + "/loop"))
+            XCTFail()
+        } catch let e as PorterError { XCTAssertEqual(e.code, .tooManyRedirects) }
+
+        do {
+            _ = try await session().data(from: url(nginx.http + "/to-file"))
+            XCTFail("http must not redirect to file: by default")
+        } catch let e as PorterError { XCTAssertEqual(e.code, .redirectNotAllowed) }
+
+        var r = Request(url: url(nginx.http + "/cross"))
+        r.setValue("Basic c2VjcmV0", forHeader: "Authorization")
+        r.setValue("sid=1", forHeader: "Cookie")
+        r.setValue("kept", forHeader: "X-Test")
+        let (cross, _) = try await session().data(for: r)
+        XCTAssertEqual(text(cross), "auth= cookie= ua=Porter/\(porterVersion) x=kept\n", "credentials and cookies stay behind")
+    }
+
+    func testBasicAuthenticationThroughChallenges() async throws {
+        final class Answering: TaskDelegate, @unchecked Sendable {
+            let lock = NSLock()
+            var seen: [(Int, String?, AuthenticationMethod)] = []
+            let password: @Sendable (Int) -> String?
+            init(password: @escaping @Sendable (Int) -> String?) { self.password = password }
+            func task(_ task: SessionTask, didReceive challenge: AuthenticationChallenge,
+                      completion: @escaping @Sendable (ChallengeDisposition) -> Void) {
+                lock.withLock { seen.append((challenge.previousFailureCount, challenge.protectionSpace.realm,
+                                             challenge.protectionSpace.authenticationMethod)) }
+                if let p = password(challenge.previousFailureCount) {
+                    completion(.useCredential(Credential(user: "alice", password: p)))
+                } else {
+                    completion(.performDefaultHandling)
+                }
+            }
+        }
+        let wrongThenRight = Answering { $0 == 0 ? "wrong" : "secret" }
+        let (data, response) = try await Session(configuration: config(), delegate: wrongThenRight)
+            .data(from: url(nginx.http + "/basic/"))
+        XCTAssertEqual(response.statusCode, 200)
+        XCTAssertEqual(text(data), "members only\n")
+        let seen = wrongThenRight.lock.withLock { wrongThenRight.seen }
+        XCTAssertEqual(seen.map(\.0), [0, 1])
+        XCTAssertEqual(seen.first?.1, "porter-test")
+        XCTAssertEqual(seen.first?.2, .httpBasic)
+
+        let none = Answering { _ in nil }
+        let (denied, deniedResponse) = try await Session(configuration: config(), delegate: none)
+            .data(from: url(nginx.http + "/basic/"))
+        XCTAssertEqual(deniedResponse.statusCode, 401, "default handling delivers the 401")
+        XCTAssertTrue(text(denied).contains("401"))
+
+        // Credentials in the URL.
+        let (fromURL, ok) = try await session().data(from: url("http://alice:secret@127.0.0.1:\(nginx.httpPort)/basic/"))
+        XCTAssertEqual(ok.statusCode, 200)
+        XCTAssertEqual(text(fromURL), "members only\n")
+    }
+
+    func testGzipIsDecodedTransparently() async throws {
+        let (data, response) = try await session().data(from: url(nginx.http + "/text.txt"))
+        XCTAssertEqual(response.value(forHeader: "Content-Encoding"), "gzip")
+        XCTAssertEqual(response.textEncodingName, "utf-8")
+        XCTAssertEqual(data.count, 24 * 4000)
+        XCTAssertTrue(text(data).hasPrefix("Porter compresses well. Porter"))
+        XCTAssertEqual(response.expectedContentLength, -1, "chunked gzip: no length known up front")
+    }
+
+    func testUploadsFromDataFileAndStreamWithProgress() async throws {
+        final class Progress: DataDelegate, @unchecked Sendable {
+            let lock = NSLock()
+            var sent: Int64 = 0
+            var body = Data()
+            let done = DispatchSemaphore(value: 0)
+            var stream: @Sendable () -> (any BodyStream)? = { nil }
+            func task(_ task: SessionTask, didSendBodyData b: Int64, totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
+                lock.withLock { sent = totalBytesSent }
+            }
+            func task(_ task: SessionTask, needNewBodyStream completion: @escaping @Sendable ((any BodyStream)?) -> Void) {
+                completion(stream())
+            }
+            func dataTask(_ task: DataTask, didReceive data: Data) { lock.withLock { body.append(data) } }
+            func task(_ task: SessionTask, didCompleteWithError error: PorterError?) { done.signal() }
+        }
+        let payload = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 % 26 + 97) })
+        let p = Progress()
+        let s = Session(configuration: config(), delegate: p)
+        s.uploadTask(with: Request(url: url(nginx.http + "/echo"), method: "POST"), from: payload).resume()
+        XCTAssertEqual(p.done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(p.lock.withLock { p.body }, Data("POST ".utf8) + payload)
+        XCTAssertEqual(p.lock.withLock { p.sent }, Int64(payload.count))
+
+        let file = nginx.dir + "/upload-source.bin"
+        try payload.write(to: URL(fileURLWithPath: file))
+        let (echoed, _) = try await session().upload(for: Request(url: url(nginx.http + "/echo")), fromFile: URL(fileURLWithPath: file))
+        XCTAssertEqual(echoed, Data("PUT ".utf8) + payload)
+
+        let streamed = Progress()
+        streamed.stream = { DataBodyStream(Data("streamed, chunked".utf8)) }
+        let s2 = Session(configuration: config(), delegate: streamed)
+        s2.uploadTask(withStreamedRequest: Request(url: url(nginx.http + "/echo"), method: "POST")).resume()
+        XCTAssertEqual(streamed.done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(text(streamed.lock.withLock { streamed.body }), "POST streamed, chunked")
+    }
+
+    func testConnectionErrorsAndIdleTimeout() async throws {
+        let closed = try NginxFixture.freePort()
+        do {
+            _ = try await session().data(from: url("http://127.0.0.1:\(closed)/"))
+            XCTFail()
+        } catch let e as PorterError {
+            XCTAssertEqual(e.code, .cannotConnectToHost)
+            XCTAssertEqual(e.cause?.code, 7)
+            XCTAssertEqual(e.url?.absoluteString, "http://127.0.0.1:\(closed)/")
+        }
+        do {
+            _ = try await session().data(from: url("http://no-such-host.invalid/"))
+            XCTFail()
+        } catch let e as PorterError { XCTAssertEqual(e.code, .cannotFindHost) }
+
+        let start = Date()
+        do {
+            _ = try await session { $0.timeoutIntervalForRequest = 0.5 }.data(from: url(nginx.http + "/slow"))
+            XCTFail()
+        } catch let e as PorterError { XCTAssertEqual(e.code, .timedOut) }
+        XCTAssertLessThan(Date().timeIntervalSince(start), 5, "the idle timeout fired, not the 30 s stall")
+    }
+
+    func testLargeBodyWithBackPressure() async throws {
+        let limit = 1 << 20
+        let (bytes, response) = try await session { $0.receiveBufferLimit = limit }.bytes(from: url(nginx.http + "/big.bin"))
+        XCTAssertEqual(response.expectedContentLength, Int64(NginxFixture.bigSize))
+        var offset = 0
+        var maxBuffered = 0
+        var mismatch = false
+        for try await chunk in bytes.chunks {
+            chunk.withUnsafeBytes { raw in
+                for (i, b) in raw.enumerated() where b != NginxFixture.bigByte(offset + i) { mismatch = true; break }
+            }
+            offset += chunk.count
+            maxBuffered = max(maxBuffered, bytes.task.bufferedByteCount)
+            if offset < 8 << 20 { try await Task.sleep(nanoseconds: 100_000) }
+        }
+        XCTAssertFalse(mismatch)
+        XCTAssertEqual(offset, NginxFixture.bigSize)
+        XCTAssertLessThanOrEqual(maxBuffered, limit + 512 * 1024, "libcurl was paused: at most the limit plus one read waits")
+    }
+
+    func testDownloadResumesWithRangeAndIfRange() throws {
+        final class D: DownloadDelegate, @unchecked Sendable {
+            let lock = NSLock()
+            var resumeData: Data?
+            var resumedAt: Int64?
+            var file: Data?
+            var error: PorterError?
+            let done = DispatchSemaphore(value: 0)
+            let cancelAt: Int64?
+            init(cancelAt: Int64?) { self.cancelAt = cancelAt }
+            func downloadTask(_ task: DownloadTask, didWriteData w: Int64, totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
+                if let c = cancelAt, totalBytesWritten >= c {
+                    task.cancel(byProducingResumeData: { d in self.lock.withLock { self.resumeData = d } })
+                }
+            }
+            func downloadTask(_ task: DownloadTask, didResumeAtOffset offset: Int64, expectedTotalBytes: Int64) {
+                lock.withLock { resumedAt = offset }
+            }
+            func downloadTask(_ task: DownloadTask, didFinishDownloadingTo location: URL) {
+                lock.withLock { file = try? Data(contentsOf: location) }
+            }
+            func task(_ task: SessionTask, didCompleteWithError error: PorterError?) {
+                lock.withLock { self.error = error }
+                done.signal()
+            }
+        }
+        let first = D(cancelAt: 3 << 20)
+        Session(configuration: config(), delegate: first).downloadTask(with: url(nginx.http + "/throttled.bin")).resume()
+        XCTAssertEqual(first.done.wait(timeout: .now() + 20), .success)
+        XCTAssertEqual(first.error?.code, .cancelled)
+        let data = try XCTUnwrap(first.resumeData)
+        let info = try ResumeData(data: data)
+        XCTAssertNotNil(info.validator, "nginx's ETag is the validator")
+
+        let second = D(cancelAt: nil)
+        Session(configuration: config(), delegate: second).downloadTask(withResumeData: data).resume()
+        XCTAssertEqual(second.done.wait(timeout: .now() + 30), .success)
+        XCTAssertNil(second.error)
+        XCTAssertEqual(second.resumedAt, info.bytesReceived, "206 from the offset")
+        let file = try XCTUnwrap(second.file)
+        XCTAssertEqual(file.count, NginxFixture.bigSize)
+        XCTAssertEqual(file.prefix(1000), Data((0..<1000).map(NginxFixture.bigByte)))
+        XCTAssertEqual(file.suffix(10), Data((NginxFixture.bigSize - 10..<NginxFixture.bigSize).map(NginxFixture.bigByte)))
+    }
+
+    func testCLIWithTLS() throws {
+        let porter = ProcessInfo.processInfo.environment["PORTER_BIN"]
+            ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+                .deletingLastPathComponent().appendingPathComponent(".build/debug/porter").path
+        func run(_ args: [String]) throws -> (Int32, String) {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: porter)
+            p.arguments = args
+            var env = ProcessInfo.processInfo.environment
+            for k in ["http_proxy", "https_proxy", "all_proxy", "HTTPS_PROXY", "ALL_PROXY"] { env[k] = nil }
+            p.environment = env
+            let out = Pipe()
+            p.standardOutput = out
+            p.standardError = FileHandle.nullDevice
+            try p.run()
+            let d = out.fileHandleForReading.readDataToEndOfFile()
+            p.waitUntilExit()
+            return (p.terminationStatus, String(decoding: d, as: UTF8.self))
+        }
+        XCTAssertEqual(try run([nginx.https + "/index.html"]).0, 7, "an untrusted server is the TLS exit code")
+        XCTAssertEqual(try run(["--cacert", nginx.caFile, nginx.https + "/index.html"]).1, "hello from nginx\n")
+        XCTAssertEqual(try run(["-k", nginx.https + "/index.html"]).1, "hello from nginx\n")
+        XCTAssertEqual(try run(["-f", nginx.http + "/missing"]).0, 22)
+        XCTAssertEqual(try run([nginx.http + "/chain/3"]).1, "hello from nginx\n", "redirects are followed by default")
+    }
+}

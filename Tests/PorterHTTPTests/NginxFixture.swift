@@ -1,0 +1,193 @@
+import Foundation
+import XCTest
+
+/// A real nginx on 127.0.0.1, started for the HTTP tests and stopped after them: plain
+/// HTTP/1.1 on one free port, HTTPS with HTTP/2 on another, a CA and a leaf for
+/// localhost / 127.0.0.1 made with openssl, static files, redirects, Basic auth, echo
+/// locations (libnginx-mod-http-echo) and a throttled download.
+final class NginxFixture: @unchecked Sendable {
+    let dir: String
+    let httpPort: Int
+    let httpsPort: Int
+    let caFile: String
+    private let process: Process
+
+    var http: String { "http://127.0.0.1:\(httpPort)" }
+    var https: String { "https://127.0.0.1:\(httpsPort)" }
+    var localhostHTTP: String { "http://localhost:\(httpPort)" }
+
+    static let bigSize = 32 << 20
+
+    /// Byte i of /big.bin.
+    static func bigByte(_ i: Int) -> UInt8 { UInt8(truncatingIfNeeded: (i &* 2654435761) >> 13) }
+
+    enum Failure: Error, CustomStringConvertible {
+        case setup(String)
+        var description: String { if case .setup(let s) = self { return s }; return "" }
+    }
+
+    init() throws {
+        let template = NSTemporaryDirectory() + "porter-nginx-XXXXXX"
+        var bytes = Array(template.utf8CString)
+        guard let made = mkdtemp(&bytes) else { throw Failure.setup("mkdtemp failed") }
+        dir = String(cString: made)
+        chmod(dir, 0o755)
+        httpPort = try NginxFixture.freePort()
+        httpsPort = try NginxFixture.freePort()
+        caFile = dir + "/ca.pem"
+
+        let fm = FileManager.default
+        for sub in ["www", "www/basic", "www/chain", "logs", "tmp"] {
+            try fm.createDirectory(atPath: dir + "/" + sub, withIntermediateDirectories: true)
+        }
+        try "hello from nginx\n".write(toFile: dir + "/www/index.html", atomically: true, encoding: .utf8)
+        try "members only\n".write(toFile: dir + "/www/basic/index.html", atomically: true, encoding: .utf8)
+        try String(repeating: "Porter compresses well. ", count: 4000).write(toFile: dir + "/www/text.txt", atomically: true, encoding: .utf8)
+        var big = [UInt8](repeating: 0, count: NginxFixture.bigSize)
+        for i in big.indices { big[i] = NginxFixture.bigByte(i) }
+        try Data(big).write(to: URL(fileURLWithPath: dir + "/www/big.bin"))
+        // alice:secret
+        try "alice:\(try NginxFixture.run("/usr/bin/openssl", ["passwd", "-apr1", "secret"]).trimmingCharacters(in: .whitespacesAndNewlines))\n"
+            .write(toFile: dir + "/htpasswd", atomically: true, encoding: .utf8)
+        try NginxFixture.makeCertificates(in: dir)
+        _ = try NginxFixture.run("/bin/chmod", ["-R", "a+rX", dir])
+
+        let routes = """
+            root \(dir)/www;
+            default_type application/octet-stream;
+            gzip on; gzip_types text/plain; gzip_min_length 100;
+            location = /text.txt { default_type text/plain; charset utf-8; }
+            location = /headers { default_type text/plain;
+                echo "auth=$http_authorization cookie=$http_cookie ua=$http_user_agent x=$http_x_test"; }
+            location = /echo { default_type text/plain; echo_read_request_body;
+                echo -n "$request_method "; echo_request_body; }
+            location = /redirect/301 { return 301 /echo; }
+            location = /redirect/302 { return 302 /echo; }
+            location = /redirect/303 { return 303 /echo; }
+            location = /redirect/307 { return 307 /echo; }
+            location = /redirect/308 { return 308 /echo; }
+            location = /chain/3 { return 302 /chain/2; }
+            location = /chain/2 { return 302 /chain/1; }
+            location = /chain/1 { return 302 /index.html; }
+            location = /loop { return 302 /loop; }
+            location = /to-file { return 302 file:///etc/hostname; }
+            location = /cross { return 302 http://localhost:\(httpPort)/headers; }
+            location = /relative { return 302 chain/1; }
+            location /basic/ { auth_basic "porter-test"; auth_basic_user_file \(dir)/htpasswd; }
+            location = /slow { default_type text/plain; echo "first"; echo_flush; echo_sleep 30; echo "late"; }
+            location = /throttled.bin { alias \(dir)/www/big.bin; limit_rate 2m; }
+            """
+        let conf = """
+            daemon off;
+            worker_processes 1;
+            pid \(dir)/nginx.pid;
+            error_log \(dir)/logs/error.log;
+            load_module /usr/lib/nginx/modules/ngx_http_echo_module.so;
+            events { worker_connections 1024; }
+            http {
+                access_log off;
+                client_body_temp_path \(dir)/tmp/body; proxy_temp_path \(dir)/tmp/proxy;
+                fastcgi_temp_path \(dir)/tmp/fcgi; uwsgi_temp_path \(dir)/tmp/uwsgi; scgi_temp_path \(dir)/tmp/scgi;
+                keepalive_requests 100000;
+                server { listen 127.0.0.1:\(httpPort); server_name localhost 127.0.0.1;
+            \(routes)
+                }
+                server { listen 127.0.0.1:\(httpsPort) ssl http2; server_name localhost 127.0.0.1;
+                    ssl_certificate \(dir)/leaf.pem; ssl_certificate_key \(dir)/leaf.key;
+            \(routes)
+                }
+            }
+            """
+        try conf.write(toFile: dir + "/nginx.conf", atomically: true, encoding: .utf8)
+
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/sbin/nginx")
+        process.arguments = ["-p", dir, "-c", dir + "/nginx.conf", "-e", dir + "/logs/stderr.log"]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let deadline = Date().addingTimeInterval(10)
+        while !(NginxFixture.accepts(httpPort) && NginxFixture.accepts(httpsPort)) {
+            if !process.isRunning || Date() > deadline {
+                let log = (try? String(contentsOfFile: dir + "/logs/stderr.log", encoding: .utf8)) ?? ""
+                throw Failure.setup("nginx did not start: \(log)")
+            }
+            usleep(20_000)
+        }
+    }
+
+    func stop() {
+        if process.isRunning {
+            kill(process.processIdentifier, SIGQUIT)
+            process.waitUntilExit()
+        }
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    static func run(_ tool: String, _ args: [String], in cwd: String? = nil) throws -> String {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: tool)
+        p.arguments = args
+        if let cwd { p.currentDirectoryURL = URL(fileURLWithPath: cwd) }
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        guard p.terminationStatus == 0 else { throw Failure.setup("\(tool) \(args.joined(separator: " ")) failed") }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// A CA (CA:TRUE, keyCertSign) and a leaf it signed for localhost and 127.0.0.1.
+    static func makeCertificates(in dir: String) throws {
+        let o = "/usr/bin/openssl"
+        try """
+            basicConstraints=critical,CA:TRUE
+            keyUsage=critical,keyCertSign,cRLSign
+            """.write(toFile: dir + "/ca.ext", atomically: true, encoding: .utf8)
+        try """
+            basicConstraints=CA:FALSE
+            keyUsage=critical,digitalSignature,keyEncipherment
+            extendedKeyUsage=serverAuth
+            subjectAltName=DNS:localhost,IP:127.0.0.1
+            """.write(toFile: dir + "/leaf.ext", atomically: true, encoding: .utf8)
+        _ = try run(o, ["ecparam", "-genkey", "-name", "prime256v1", "-noout", "-out", "ca.key"], in: dir)
+        _ = try run(o, ["req", "-new", "-key", "ca.key", "-subj", "/CN=Porter Test CA", "-out", "ca.csr"], in: dir)
+        _ = try run(o, ["x509", "-req", "-in", "ca.csr", "-signkey", "ca.key", "-days", "2", "-extfile", "ca.ext", "-out", "ca.pem"], in: dir)
+        _ = try run(o, ["ecparam", "-genkey", "-name", "prime256v1", "-noout", "-out", "leaf.key"], in: dir)
+        _ = try run(o, ["req", "-new", "-key", "leaf.key", "-subj", "/CN=localhost", "-out", "leaf.csr"], in: dir)
+        _ = try run(o, ["x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                        "-days", "2", "-extfile", "leaf.ext", "-out", "leaf.pem"], in: dir)
+    }
+
+    static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_port = 0
+        let bound = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0 else { throw Failure.setup("cannot bind a free port") }
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
+        }
+        return Int(UInt16(bigEndian: addr.sin_port))
+    }
+
+    static func accepts(_ port: Int) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_port = UInt16(port).bigEndian
+        return withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        } == 0
+    }
+}
