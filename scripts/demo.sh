@@ -5,7 +5,9 @@ cd "$(dirname "$0")/.."
 P=.build/debug/porter
 CS=.build/debug/CustomScheme
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+chmod 755 "$work"   # nginx workers run as nobody
+. scripts/lib-nginx.sh
+trap 'stop_nginx "$work/nginx"; rm -rf "$work"' EXIT
 
 show() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@" || echo "(exit code $?)"; }
 
@@ -25,6 +27,18 @@ cmp "$work/blob.bin" "$work/copy.bin" && echo "copy.bin is identical to blob.bin
 show $P "file://$work/"
 show $P -T "$work/note.txt" "file://$work/sub/"
 show $P "file://$work/sub/note.txt"
+
+echo
+echo "== http: and https: on libcurl, against an nginx this demo starts on loopback =="
+mkdir -p "$work/nginx" "$work/site"
+printf 'Hello over HTTP from a local nginx.\n' > "$work/site/hello.txt"
+make_test_ca "$work/nginx"
+hp=$(free_port); tp=$(free_port)
+start_nginx "$work/nginx" "$work/site" "$hp" "$tp"
+show $P -i "http://127.0.0.1:$hp/hello.txt"
+show $P -v "http://127.0.0.1:$hp/moved"
+show $P "https://127.0.0.1:$tp/hello.txt"
+show $P --cacert "$work/nginx/ca.pem" -w json "https://127.0.0.1:$tp/hello.txt"
 
 echo
 echo "== a custom scheme, registered at run time by Examples/CustomScheme =="
