@@ -11,8 +11,14 @@ BIN=$(swift build -c release --show-bin-path)
 P=$BIN/porter
 B=$BIN/porter-bench
 
+echo "building the peers (AsyncHTTPClient, Foundation)..." >&2
+swift build -c release --package-path Benchmarks/Peers >/dev/null
+PEERS=$(swift build -c release --package-path Benchmarks/Peers --show-bin-path)
+
 work=$(mktemp -d "${TMPDIR:-/tmp}/porter-bench.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+chmod 755 "$work"   # nginx workers run as nobody
+. scripts/lib-nginx.sh
+trap 'stop_nginx "$work/nginx"; rm -rf "$work"' EXIT
 out=BENCHMARKS.md.tmp
 
 echo "data: decoding..." >&2
@@ -55,6 +61,34 @@ rows+=("$(measure "porter > /dev/null" sh -c '"$0" -s "$1" > /dev/null' "$P" "fi
 rows+=("$(measure "curl > /dev/null" sh -c 'curl -s "$0" > /dev/null' "file://$src")")
 baseline=$(measure "porter data:,x (start-up)" "$P" -s "data:,x")
 
+echo "http: nginx on loopback..." >&2
+mkdir -p "$work/nginx" "$work/site"
+make_test_ca "$work/nginx"
+ln "$src" "$work/site/1g.bin" 2>/dev/null || cp "$src" "$work/site/1g.bin"
+head -c 1024 /dev/urandom > "$work/site/1k.bin"
+hp=$(free_port); tp=$(free_port)
+start_nginx "$work/nginx" "$work/site" "$hp" "$tp"
+H="http://127.0.0.1:$hp"; S="https://127.0.0.1:$tp"; CA="$work/nginx/ca.pem"
+for i in $(seq 5000); do echo "$H/1k.bin"; done > "$work/urls.txt"
+for i in $(seq 5000); do printf 'url = "%s/1k.bin"\noutput = "/dev/null"\n' "$H"; done > "$work/curl-urls.conf"
+
+# Foundation trusts only the system bundle: W3 gives it the test CA in a private mount namespace.
+cat /etc/ssl/certs/ca-certificates.crt "$CA" > "$work/bundle.crt"
+
+w1=(); w2=(); w3=()
+w1+=("$(measure "curl" curl -s -o /dev/null "$H/1g.bin")")
+w1+=("$(measure "Porter" sh -c '"$0" -s "$1" > /dev/null' "$P" "$H/1g.bin")")
+w1+=("$(measure "AsyncHTTPClient" "$PEERS/ahc-client" get "$H/1g.bin")")
+w1+=("$(measure "Foundation URLSession" "$PEERS/foundation-client" get "$H/1g.bin")")
+w2+=("$(measure "curl" curl -s --parallel --parallel-max 32 -K "$work/curl-urls.conf")")
+w2+=("$(measure "Porter" sh -c '"$0" -s --url-list "$1" --concurrency 32 > /dev/null' "$P" "$work/urls.txt")")
+w2+=("$(measure "AsyncHTTPClient" "$PEERS/ahc-client" many "$H/1k.bin" 32 5000)")
+w2+=("$(measure "Foundation URLSession" "$PEERS/foundation-client" many "$H/1k.bin" 32 5000)")
+w3+=("$(measure "curl" curl -s --cacert "$CA" -o /dev/null "$S/1g.bin")")
+w3+=("$(measure "Porter" sh -c '"$0" -s --cacert "$1" "$2" > /dev/null' "$P" "$CA" "$S/1g.bin")")
+w3+=("$(measure "AsyncHTTPClient" env PORTER_BENCH_CA="$CA" "$PEERS/ahc-client" get "$S/1g.bin")")
+w3+=("$(measure "Foundation URLSession" unshare -m sh -c 'mount --bind "$0" /etc/ssl/certs/ca-certificates.crt && exec "$1" get "$2"' "$work/bundle.crt" "$PEERS/foundation-client" "$S/1g.bin")")
+
 gib=$(( $(stat -c %s "$src") ))
 {
     echo "# Benchmarks"
@@ -86,6 +120,41 @@ gib=$(( $(stat -c %s "$src") ))
     echo "Foundation's URLSession on Linux cannot load file: URLs at all; it answered: \`${foundation_error}\`"
     read -r _ _ _ bt bm bx <<<"$baseline"
     awk -v m="$bm" 'BEGIN{printf "\n`porter data:,x` alone peaks at %.1f MiB: the rest of porter'"'"'s figure is its 8 MiB receive buffer and chunks in flight.\n", m/1024}'
+    echo
+    # http_table TITLE UNIT ROWS...: UNIT is "MB/s" (one 1 GiB body) or "req/s" (5,000 requests)
+    http_table() {
+        local unit=$1; shift
+        local ref
+        ref=$(awk '{print $(NF-2)}' <<<"$1")
+        echo "| client | seconds | $unit | × curl | peak RSS (MiB) | exit |"
+        echo "|---|---:|---:|---:|---:|---:|"
+        for r in "$@"; do
+            local name=${r% * * *} rest t m x
+            rest=${r##"$name "}
+            read -r t m x <<<"$rest"
+            if [ "$x" = 0 ]; then
+                awk -v n="$name" -v t="$t" -v m="$m" -v x="$x" -v ref="$ref" -v b="$gib" -v unit="$unit" \
+                    'BEGIN{v = unit == "req/s" ? 5000/t : b/t/1e6; printf "| %s | %.3f | %.0f | %.2f | %.1f | %s |\n", n, t, v, ref/t, m/1024, x}'
+            else
+                echo "| $name | failed | – | – | – | $x |"
+            fi
+        done
+    }
+    echo "## http: — nginx on loopback, 1 worker, sharing the $(nproc) cores with the client"
+    echo
+    echo "Porter is the \`porter\` CLI (release build). AsyncHTTPClient and Foundation's URLSession run small clients in \`Benchmarks/Peers\` (release build). Seconds: best of five; peak RSS: the highest of the five."
+    echo
+    echo "### W1: one 1 GiB GET, body discarded"
+    echo
+    http_table "MB/s" "${w1[@]}"
+    echo
+    echo "### W2: 5,000 GETs of a 1 KiB file, 32 in flight, one session"
+    echo
+    http_table "req/s" "${w2[@]}"
+    echo
+    echo "### W3: W1 over HTTPS (HTTP/2 where the client offers it)"
+    echo
+    http_table "MB/s" "${w3[@]}"
     echo
     echo "## data: — a 100 MB payload as a base64 data: URL"
     echo

@@ -27,7 +27,7 @@ public final class BufferPool: @unchecked Sendable {
             return p
         }
         lock.unlock()
-        return UnsafeMutableRawPointer.allocate(byteCount: bufferSize, alignment: 64)
+        return UnsafeMutableRawPointer.allocate(byteCount: bufferSize, alignment: 16)
     }
 
     /// Returns a buffer that was not wrapped in `Data`.

@@ -106,7 +106,7 @@ public struct SessionConfiguration: Sendable {
     public var logger: Logger = Logger(label: "porter", factory: { _ in SwiftLogNoOpLogHandler() })
     /// Back-pressure: when this many received bytes wait for a consumer, the handler
     /// is asked to pause; it is resumed when they fall below a quarter of it.
-    public var receiveBufferLimit: Int = 8 << 20
+    public var receiveBufferLimit: Int = 4 << 20
     /// Where download tasks write their temporary files (nil: `$TMPDIR` or /tmp). Put it
     /// on the destination's file system so the final move is a rename.
     public var downloadDirectory: String? = nil

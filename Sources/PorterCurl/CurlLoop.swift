@@ -15,6 +15,11 @@ public final class CurlLoop: @unchecked Sendable {
     private var commands: [() -> Void] = []
     // Loop thread only:
     private var active: [UnsafeMutableRawPointer: CurlTransfer] = [:]
+    private var flushes: [CurlTransfer] = []
+
+    /// Asks for `transfer.onFlush` before the loop next waits (loop thread): a handler
+    /// that batches small writes hands them over then, so batching adds no latency.
+    func requestFlush(_ transfer: CurlTransfer) { flushes.append(transfer) }
 
     public init(name: String) {
         CurlLoop.globalInit
@@ -70,6 +75,15 @@ public final class CurlLoop: @unchecked Sendable {
                     curl_multi_remove_handle(multi, easy)
                     transfer.finish(result)
                 }
+            }
+            if !flushes.isEmpty {
+                // More bytes already waiting? Keep batching; flush only before a real wait.
+                var ready: Int32 = 0
+                curl_multi_poll(multi, nil, 0, 0, &ready)
+                if ready > 0 { continue }
+                let due = flushes
+                flushes.removeAll(keepingCapacity: true)
+                for t in due { t.flush() }
             }
             lock.lock()
             let pending = !commands.isEmpty

@@ -26,6 +26,21 @@ public final class CurlTransfer: @unchecked Sendable {
     public var onProgress: (Int64, Int64, Int64, Int64) -> Bool = { _, _, _, _ in true }
     /// The end, exactly once, unless `cancel()` came first.
     public var onComplete: (CURLcode) -> Void = { _ in }
+    /// Called before the loop waits, once per `requestFlush()`.
+    public var onFlush: () -> Void = {}
+    private var flushRequested = false
+
+    /// Asks for one `onFlush` call before the loop next waits (loop thread).
+    public func requestFlush() {
+        guard !flushRequested, !ended else { return }
+        flushRequested = true
+        loop.requestFlush(self)
+    }
+
+    func flush() {
+        flushRequested = false
+        if !ended { onFlush() }
+    }
 
     /// Loop thread only.
     public init(loop: CurlLoop) {
@@ -130,6 +145,7 @@ public final class CurlTransfer: @unchecked Sendable {
         onRead = { _ in .abort }
         onProgress = { _, _, _, _ in false }
         onComplete = { _ in }
+        onFlush = {}
     }
 }
 

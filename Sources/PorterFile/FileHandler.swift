@@ -20,13 +20,15 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
     private let queue = DispatchQueue(label: "porter.file")
     private let flow = FlowControl()
     /// Chunks in flight are bounded by the session's receive buffer; keep that many warm.
-    private let pool = BufferPool(bufferSize: FileHandler.chunkSize, keep: 12)
+    private let pool: BufferPool
     private var fd: Int32 = -1
     private var remaining: Int64 = 0
 
     public init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {
         self.request = request
         self.client = client
+        let limit = client.context.configuration.receiveBufferLimit
+        self.pool = BufferPool(bufferSize: FileHandler.chunkSize, keep: limit / FileHandler.chunkSize + 3)
     }
 
     deinit { if fd >= 0 { close(fd) } }
