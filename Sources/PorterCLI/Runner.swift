@@ -15,7 +15,8 @@ final class Transfer: @unchecked Sendable {
     var writeFailed = false
     var body = Data()
     var bar: ProgressBar?
-    let done = DispatchSemaphore(value: 0)
+    /// Called once when the transfer has ended (frees its slot).
+    var onDone: @Sendable () -> Void = {}
     init(urlText: String, output: String?) {
         self.urlText = urlText
         self.output = output
@@ -78,31 +79,26 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         var result = PorterExit.success
         let interrupt = installInterruptHandler()
         defer { interrupt.cancel() }
+        // This thread starts transfers while a slot is free; each completion frees its slot.
+        // No thread waits per transfer, and task creation runs beside the delivery queue.
         let slots = DispatchSemaphore(value: options.concurrency)
         let group = DispatchGroup()
-        var started: [Transfer] = []
+        let started = Locked([Transfer]())
         for (i, text) in urls.enumerated() {
             slots.wait()
             let output = i < options.output.count ? options.output[i] : nil
             let transfer = Transfer(urlText: text, output: output)
-            started.append(transfer)
+            transfer.onDone = { slots.signal(); group.leave() }
+            started.withLock { $0.append(transfer) }
             group.enter()
             if let failure = start(transfer) {
                 transfer.error = failure
                 finishTransfer(transfer)
-                slots.signal()
-                group.leave()
-                continue
+                transfer.onDone()
             }
-            DispatchQueue.global().async {
-                transfer.done.wait()
-                slots.signal()
-                group.leave()
-            }
-            if options.concurrency == 1 { group.wait() }
         }
         group.wait()
-        for t in started {
+        for t in started.current {
             if t.writeFailed { result = .writeError } else if let e = t.error {
                 result = t.httpFailed ? .httpError : PorterExit(e.code)
             } else if t.httpFailed {
@@ -299,6 +295,6 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         }
         finishTransfer(t)
         lock.withLock { _ = transfers.removeValue(forKey: ObjectIdentifier(task)) }
-        t.done.signal()
+        t.onDone()
     }
 }

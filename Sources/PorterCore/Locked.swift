@@ -4,16 +4,16 @@ public let porterVersion = "0.1.0"
 import Foundation
 
 /// A value behind a lock: the one way Porter shares mutable state across threads.
-final class Locked<Value>: @unchecked Sendable {
+public final class Locked<Value>: @unchecked Sendable {
     private let lock = NSLock()
     private var value: Value
-    init(_ value: Value) { self.value = value }
-    func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
+    public init(_ value: Value) { self.value = value }
+    public func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
         lock.lock()
         defer { lock.unlock() }
         return try body(&value)
     }
-    var current: Value { withLock { $0 } }
+    public var current: Value { withLock { $0 } }
 }
 
 final class AtomicCounter: @unchecked Sendable {

@@ -30,6 +30,8 @@ public final class Session: @unchecked Sendable {
     }
     private let state: Locked<State>
     private let isShared: Bool
+    /// One timer for the idle and total timeouts of all running tasks.
+    lazy var timeouts = TimeoutWatch(queue: delegateQueue)
 
     public init(configuration: SessionConfiguration, delegate: (any SessionDelegate)? = nil,
                 delegateQueue: DispatchQueue? = nil) {
@@ -217,4 +219,47 @@ public final class Session: @unchecked Sendable {
         let env = ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"
         return env.hasSuffix("/") && env.count > 1 ? String(env.dropLast()) : env
     }()
+}
+
+/// Checks the timeouts of a session's running tasks from one repeating timer on the
+/// delivery queue; the timer exists only while some task is running.
+final class TimeoutWatch: @unchecked Sendable {
+    private let queue: DispatchQueue
+    private let lock = NSLock()
+    private var drivers: [ObjectIdentifier: TaskDriver] = [:]
+    private var timer: DispatchSourceTimer?
+    private var tick: TimeInterval = 1
+
+    init(queue: DispatchQueue) { self.queue = queue }
+
+    func watch(_ driver: TaskDriver, tick wanted: TimeInterval) {
+        lock.lock()
+        defer { lock.unlock() }
+        drivers[ObjectIdentifier(driver)] = driver
+        if timer == nil || wanted < tick - 0.001 {
+            timer?.cancel()
+            tick = wanted
+            let t = DispatchSource.makeTimerSource(queue: queue)
+            t.schedule(deadline: .now() + wanted, repeating: wanted, leeway: .milliseconds(5))
+            t.setEventHandler { [weak self] in self?.fire() }
+            timer = t
+            t.resume()
+        }
+    }
+
+    func unwatch(_ driver: TaskDriver) {
+        lock.lock()
+        defer { lock.unlock() }
+        drivers[ObjectIdentifier(driver)] = nil
+        if drivers.isEmpty {
+            timer?.cancel()
+            timer = nil
+            tick = 1
+        }
+    }
+
+    private func fire() {
+        let all = lock.withLock { Array(drivers.values) }
+        for d in all { d.checkTimeouts() }
+    }
 }

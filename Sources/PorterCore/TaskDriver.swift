@@ -11,6 +11,9 @@ enum HandlerReport: @unchecked Sendable {
     case challenge(AuthenticationChallenge)
     case challengeWithdrawn(AuthenticationChallenge)
     case cachedResponseValid
+    /// Not life-cycle events: they skip the state machine but keep their place in line.
+    case metrics(TransactionMetrics)
+    case sent(Int64, Int64, Int64)
 
     func event(redirectAllowed: Bool) -> TaskStateMachine.HandlerEvent {
         switch self {
@@ -22,6 +25,7 @@ enum HandlerReport: @unchecked Sendable {
         case .challenge(let c): return .challenge(c.identifier)
         case .challengeWithdrawn(let c): return .challengeWithdrawn(c.identifier)
         case .cachedResponseValid: return .cachedResponseValid
+        case .metrics, .sent: return .cachedResponseValid  // never asked: handled before the machine
         }
     }
 }
@@ -42,8 +46,7 @@ final class HandlerClient: ProtocolClient, @unchecked Sendable {
     }
 
     private func post(_ report: HandlerReport) {
-        guard let driver else { return }
-        driver.queue.async { driver.process(self.generation, report) }
+        driver?.enqueue(generation, report)
     }
 
     func didReceive(_ response: Response, cacheStoragePolicy: CacheStoragePolicy) { post(.response(response, cacheStoragePolicy)) }
@@ -59,15 +62,9 @@ final class HandlerClient: ProtocolClient, @unchecked Sendable {
     func didCancel(_ challenge: AuthenticationChallenge) { post(.challengeWithdrawn(challenge)) }
     func cachedResponseIsValid() { post(.cachedResponseValid) }
     func didSendBodyData(bytesSent: Int64, totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
-        guard let driver else { return }
-        let gen = generation
-        driver.queue.async { driver.sentBodyData(gen, bytesSent, totalBytesSent, totalBytesExpectedToSend) }
+        post(.sent(bytesSent, totalBytesSent, totalBytesExpectedToSend))
     }
-    func didCollect(_ metrics: TransactionMetrics) {
-        guard let driver else { return }
-        let gen = generation
-        driver.queue.async { driver.collect(gen, metrics) }
-    }
+    func didCollect(_ metrics: TransactionMetrics) { post(.metrics(metrics)) }
     func needNewBodyStream(_ completion: @escaping @Sendable ((any BodyStream)?) -> Void) {
         guard let driver else { completion(nil); return }
         driver.queue.async { driver.askNewBodyStream(completion) }
@@ -100,7 +97,6 @@ final class TaskDriver: @unchecked Sendable {
     private var finalError: PorterError?
     private var transactionMetrics: [TransactionMetrics] = []
     private var startDate = Date()
-    private var timer: DispatchSourceTimer?
     private var startTime = DispatchTime.now()
     private var failureCounts: [ProtectionSpace: Int] = [:]
     var wantsResumeData = false
@@ -145,9 +141,42 @@ final class TaskDriver: @unchecked Sendable {
         queue.async { self.perform(action, report: nil) }
     }
 
-    // MARK: - handler reports (on the queue)
+    // MARK: - handler reports
+
+    private let inboxLock = NSLock()
+    private var inbox: [(UInt64, HandlerReport)] = []
+    private var inboxScheduled = false
+
+    /// From any thread: queue a report and make sure one drain is scheduled on the
+    /// delivery queue. Reports that arrive together (response, data, finish) cost one
+    /// hop and one wake-up instead of one each; their order is kept.
+    func enqueue(_ generation: UInt64, _ report: HandlerReport) {
+        inboxLock.lock()
+        inbox.append((generation, report))
+        let schedule = !inboxScheduled
+        inboxScheduled = true
+        inboxLock.unlock()
+        if schedule { queue.async { self.drainInbox() } }
+    }
+
+    private func drainInbox() {
+        while true {
+            inboxLock.lock()
+            let batch = inbox
+            inbox.removeAll(keepingCapacity: true)
+            if batch.isEmpty { inboxScheduled = false }
+            inboxLock.unlock()
+            if batch.isEmpty { return }
+            for (gen, report) in batch { process(gen, report) }
+        }
+    }
 
     func process(_ generation: UInt64, _ report: HandlerReport) {
+        switch report {
+        case .metrics(let m): collect(generation, m); return
+        case .sent(let n, let total, let expected): sentBodyData(generation, n, total, expected); return
+        default: break
+        }
         let action: TaskStateMachine.Action = lock.withLock {
             lastActivity = .now()
             // A withdrawn challenge must reach the machine even behind deferred reports.
@@ -545,16 +574,21 @@ final class TaskDriver: @unchecked Sendable {
 
     // MARK: - timers
 
+    private var idleLimit: TimeInterval = 60
+    private var totalLimit: TimeInterval = 7 * 24 * 3600
+
+    /// Joins the session's one timeout check (a timer per task costs a trip through
+    /// libdispatch's manager thread to create, start and cancel).
     private func armTimer() {
         let config = session.configuration
-        let idle = currentRequest.timeoutInterval > 0 ? currentRequest.timeoutInterval : config.timeoutIntervalForRequest
-        let total = config.timeoutIntervalForResource
-        let tick = max(0.02, min(1.0, min(idle, total) / 4))
-        let timer = DispatchSource.makeTimerSource(queue: queue)
-        timer.schedule(deadline: .now() + tick, repeating: tick)
-        timer.setEventHandler { [weak self] in self?.checkTimeouts(idle: idle, total: total) }
-        self.timer = timer
-        timer.resume()
+        idleLimit = currentRequest.timeoutInterval > 0 ? currentRequest.timeoutInterval : config.timeoutIntervalForRequest
+        totalLimit = config.timeoutIntervalForResource
+        session.timeouts.watch(self, tick: max(0.02, min(0.25, min(idleLimit, totalLimit) / 4)))
+    }
+
+    /// Called by the session's timeout check on the delivery queue.
+    func checkTimeouts() {
+        checkTimeouts(idle: idleLimit, total: totalLimit)
     }
 
     private func checkTimeouts(idle: TimeInterval, total: TimeInterval) {
@@ -575,8 +609,7 @@ final class TaskDriver: @unchecked Sendable {
     // MARK: - completion
 
     private func finish(_ error: PorterError?) {
-        timer?.cancel()
-        timer = nil
+        session.timeouts.unwatch(self)
         finalError = error
         lock.withLock { deferred.removeAll() }
         guard let task = owner else { return }
