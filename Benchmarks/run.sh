@@ -5,11 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v curl >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl; }
 
-swift build -c release --product porter >/dev/null
+# The CLI as one ships a Swift server binary: release, Swift runtime linked statically
+# (it then maps ~7 MiB less of shared libraries than a dynamically linked build).
+swift build -c release --static-swift-stdlib --scratch-path .build-static --product porter >/dev/null
+P=$(swift build -c release --static-swift-stdlib --scratch-path .build-static --show-bin-path)/porter
 swift build -c release --product porter-bench >/dev/null
-BIN=$(swift build -c release --show-bin-path)
-P=$BIN/porter
-B=$BIN/porter-bench
+B=$(swift build -c release --show-bin-path)/porter-bench
 
 echo "building the peers (AsyncHTTPClient, Foundation)..." >&2
 swift build -c release --package-path Benchmarks/Peers >/dev/null
@@ -119,7 +120,7 @@ gib=$(( $(stat -c %s "$src") ))
     echo
     echo "Foundation's URLSession on Linux cannot load file: URLs at all; it answered: \`${foundation_error}\`"
     read -r _ _ _ bt bm bx <<<"$baseline"
-    awk -v m="$bm" 'BEGIN{printf "\n`porter data:,x` alone peaks at %.1f MiB: the rest of porter'"'"'s figure is its 8 MiB receive buffer and chunks in flight.\n", m/1024}'
+    awk -v m="$bm" 'BEGIN{printf "\n`porter data:,x` alone peaks at %.1f MiB (the Swift runtime, Foundation, libcurl and OpenSSL mapped in): the rest of porter'"'"'s figure is its 2 MiB receive buffer and the chunks in flight.\n", m/1024}'
     echo
     # http_table TITLE UNIT ROWS...: UNIT is "MB/s" (one 1 GiB body) or "req/s" (5,000 requests)
     http_table() {
@@ -142,7 +143,7 @@ gib=$(( $(stat -c %s "$src") ))
     }
     echo "## http: — nginx on loopback, 1 worker, sharing the $(nproc) cores with the client"
     echo
-    echo "Porter is the \`porter\` CLI (release build). AsyncHTTPClient and Foundation's URLSession run small clients in \`Benchmarks/Peers\` (release build). Seconds: best of five; peak RSS: the highest of the five."
+    echo "Porter is the \`porter\` CLI (release build, \`--static-swift-stdlib\`). AsyncHTTPClient and Foundation's URLSession run small clients in \`Benchmarks/Peers\` (release build). Seconds: best of five; peak RSS: the highest of the five."
     echo
     echo "### W1: one 1 GiB GET, body discarded"
     echo
