@@ -44,6 +44,6 @@ let package = Package(
         .testTarget(name: "PorterDataTests", dependencies: ["PorterData"], swiftSettings: strict),
         .testTarget(name: "PorterFileTests", dependencies: ["Porter", "PorterFile"], swiftSettings: strict),
         .testTarget(name: "PorterCLITests", dependencies: ["Porter"], swiftSettings: strict),
-        .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP"], swiftSettings: strict),
+        .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP"], exclude: ["misbehave.py"], swiftSettings: strict),
     ]
 )

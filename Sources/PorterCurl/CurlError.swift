@@ -7,7 +7,7 @@ extension PorterError {
     /// transfer's detail message (CURLOPT_ERRORBUFFER) as the cause.
     public static func curl(_ code: CURLcode, url: URL?, detail: String? = nil) -> PorterError {
         let text = String(cString: curl_easy_strerror(code))
-        let mapped: Code
+        var mapped: Code
         switch code {
         case CURLE_UNSUPPORTED_PROTOCOL: mapped = .unsupportedURL
         case CURLE_URL_MALFORMAT: mapped = .badURL
@@ -37,6 +37,9 @@ extension PorterError {
         case CURLE_OUT_OF_MEMORY: mapped = .resourceUnavailable
         default: mapped = .unknown
         }
+        // libcurl says "unsupported protocol" for a reply that is not HTTP at all (HTTP/0.9):
+        // that is the server's fault, not the URL's.
+        if code == CURLE_UNSUPPORTED_PROTOCOL, detail?.contains("HTTP/0.9") == true { mapped = .badServerResponse }
         var message = text
         if let detail, !detail.isEmpty, detail != text { message += ": " + detail }
         return PorterError(mapped, message, url: url,

@@ -1,0 +1,128 @@
+import XCTest
+@testable import Porter
+
+/// A server that breaks HTTP in the ways real ones do: Porter reports each with a
+/// specific error and never traps.
+final class MisbehavingServerTests: XCTestCase {
+    nonisolated(unsafe) static var server: Process?
+    nonisolated(unsafe) static var port = 0
+
+    override class func setUp() {
+        super.setUp()
+        Porter.bootstrap()
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("misbehave.py").path
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = ["python3", script]
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = FileHandle.nullDevice
+        do {
+            try p.run()
+            var line = Data()
+            while !line.contains(UInt8(ascii: "\n")) {
+                let d = out.fileHandleForReading.availableData
+                if d.isEmpty { break }
+                line.append(d)
+            }
+            let text = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            if text.hasPrefix("READY "), let n = Int(text.dropFirst(6)) { port = n }
+            server = p
+        } catch {}
+    }
+
+    override class func tearDown() {
+        server?.terminate()
+        server?.waitUntilExit()
+        super.tearDown()
+    }
+
+    override func setUpWithError() throws {
+        guard MisbehavingServerTests.port > 0 else {
+            throw NginxFixture.Failure.setup("the misbehaving server (python3 misbehave.py) did not start")
+        }
+    }
+
+    private func load(_ path: String, _ change: (inout SessionConfiguration) -> Void = { _ in }) async -> Result<(Data, Response), PorterError> {
+        var c = SessionConfiguration.ephemeral
+        c.proxies = .none
+        change(&c)
+        do {
+            return .success(try await Session(configuration: c).data(from: URL(string: "http://127.0.0.1:\(MisbehavingServerTests.port)\(path)")!))
+        } catch let e as PorterError {
+            return .failure(e)
+        } catch {
+            return .failure(PorterError(.unknown, "\(error)"))
+        }
+    }
+
+    private func code(_ r: Result<(Data, Response), PorterError>) -> PorterError.Code? {
+        if case .failure(let e) = r { return e.code }
+        return nil
+    }
+
+    func testResetMidBody() async {
+        let r = await load("/reset")
+        XCTAssertEqual(code(r), .networkConnectionLost)
+        if case .failure(let e) = r {
+            XCTAssertEqual(e.cause?.domain, "curl")
+            XCTAssertTrue([18, 56].contains(e.cause?.code ?? 0), "\(e)")
+        }
+    }
+
+    func testStallHitsTheIdleTimeout() async {
+        let start = Date()
+        let r = await load("/stall") { $0.timeoutIntervalForRequest = 0.5 }
+        XCTAssertEqual(code(r), .timedOut)
+        XCTAssertLessThan(Date().timeIntervalSince(start), 5)
+    }
+
+    func testTruncatedChunkedBody() async {
+        let r = await load("/truncated")
+        XCTAssertEqual(code(r), .networkConnectionLost)
+    }
+
+    func testMalformedStatusLineAndEmptyReply() async {
+        let malformed = await load("/malformed")
+        XCTAssertEqual(code(malformed), .badServerResponse)
+        let empty = await load("/empty")
+        XCTAssertEqual(code(empty), .networkConnectionLost)
+    }
+
+    func testEndlessRedirects() async {
+        let r = await load("/forever") { $0.maximumRedirects = 7 }
+        XCTAssertEqual(code(r), .tooManyRedirects)
+    }
+
+    func testOddButParseableResponsesAreDelivered() async throws {
+        let weird = try await load("/weird-status").get()
+        XCTAssertEqual(weird.1.statusCode, 999)
+        XCTAssertEqual(weird.0, Data("ok".utf8))
+        let odd = try await load("/odd-headers").get()
+        XCTAssertEqual(odd.0, Data("ok".utf8))
+        XCTAssertNil(odd.1.value(forHeader: "Bad Name"), "an invalid field name is dropped, not trapped on")
+        XCTAssertEqual(odd.1.value(forHeader: "X-Empty"), "")
+        XCTAssertNotNil(odd.1.value(forHeader: "X-Bin"))
+        // A line without a colon: libcurl refuses the reply, Porter says so clearly.
+        let junk = await load("/junk-headers")
+        XCTAssertEqual(code(junk), .badServerResponse)
+        if case .failure(let e) = junk { XCTAssertTrue(e.message.contains("Header without colon"), e.message) }
+    }
+
+    func testFailedDownloadLeavesNoFile() async throws {
+        let dir = NSTemporaryDirectory() + "porter-mis-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var c = SessionConfiguration.ephemeral
+        c.proxies = .none
+        c.downloadDirectory = dir
+        do {
+            _ = try await Session(configuration: c).download(from: URL(string: "http://127.0.0.1:\(MisbehavingServerTests.port)/reset")!)
+            XCTFail()
+        } catch let e as PorterError {
+            XCTAssertEqual(e.code, .networkConnectionLost)
+            XCTAssertNil(e.resumeData, "no validator: not resumable")
+        }
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), [])
+    }
+}

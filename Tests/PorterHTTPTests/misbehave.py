@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""A deliberately broken HTTP server for Porter's tests. Prints "READY <port>" once bound.
+
+Paths: /reset (RST after 1000 of 100000 bytes), /stall (10 bytes then silence),
+/truncated (chunked body cut before the last chunk), /malformed (no status line),
+/empty (closes without a byte), /forever (redirects to itself with a counter),
+/weird-status (status 999), /junk-headers (a line without a colon), /odd-headers
+(odd bytes, a bad field name, an empty value), /ok.
+"""
+import socket, socketserver, struct, sys, time
+
+class Handler(socketserver.BaseRequestHandler):
+    def handle(self):
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = self.request.recv(4096)
+            if not chunk:
+                return
+            data += chunk
+        path = data.split(b" ", 2)[1].decode("latin-1")
+        s = self.request
+        if path.startswith("/reset"):
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 1000)
+            time.sleep(0.05)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()
+        elif path.startswith("/stall"):
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
+            time.sleep(30)
+        elif path.startswith("/truncated"):
+            s.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+            time.sleep(0.05)
+        elif path.startswith("/malformed"):
+            s.sendall(b"THIS IS NOT HTTP\r\n\r\n")
+            time.sleep(0.05)
+        elif path.startswith("/empty"):
+            pass
+        elif path.startswith("/forever"):
+            n = int(path.split("=")[1]) if "=" in path else 0
+            s.sendall(("HTTP/1.1 302 Found\r\nLocation: /forever?n=%d\r\nContent-Length: 0\r\n\r\n" % (n + 1)).encode())
+        elif path.startswith("/weird-status"):
+            s.sendall(b"HTTP/1.1 999 Who Knows\r\nContent-Length: 2\r\n\r\nok")
+        elif path.startswith("/junk-headers"):
+            s.sendall(b"HTTP/1.1 200 OK\r\nno colon here\r\nContent-Length: 2\r\n\r\nok")
+        elif path.startswith("/odd-headers"):
+            s.sendall(b"HTTP/1.1 200 OK\r\nX-Bin: \xff\xfe\r\nBad Name: x\r\nX-Empty:\r\nContent-Length: 2\r\n\r\nok")
+        else:
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+class Server(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+
+srv = Server(("127.0.0.1", 0), Handler)
+print("READY %d" % srv.server_address[1], flush=True)
+srv.serve_forever()
