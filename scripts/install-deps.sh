@@ -13,6 +13,9 @@ need=()
 [ -f /usr/lib/nginx/modules/ngx_http_echo_module.so ] || need+=(libnginx-mod-http-echo)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+[ -x /usr/bin/tinyproxy ] || need+=(tinyproxy)
+[ -x /usr/sbin/danted ] || need+=(dante-server)
+[ -x /usr/sbin/lighttpd ] || need+=(lighttpd)
 
 if ! command -v swift >/dev/null 2>&1; then
     echo "install-deps: no 'swift' on PATH; Porter needs Swift 6 (swift.org toolchain)" >&2

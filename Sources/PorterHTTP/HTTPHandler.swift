@@ -47,6 +47,8 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     private var body: BodySource?
     private var credential: Credential?
     private var authMethod: AuthenticationMethod?
+    private var proxyCredential: Credential?
+    private var proxyAuthMethod: AuthenticationMethod?
     private var failures = 0
     private var lastSent: Int64 = 0
     private var started = Date()
@@ -148,6 +150,11 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             t.set(CURLOPT_USERNAME, user)
             t.set(CURLOPT_PASSWORD, password)
             t.set(CURLOPT_HTTPAUTH, HTTPHandler.curlAuth(authMethod))
+        }
+        if let proxyCredential, let user = proxyCredential.user, let password = proxyCredential.password {
+            t.set(CURLOPT_PROXYUSERNAME, user)
+            t.set(CURLOPT_PROXYPASSWORD, password)
+            t.set(CURLOPT_PROXYAUTH, HTTPHandler.curlAuth(proxyAuthMethod))
         }
 
         configureMethodAndBody(t)
@@ -494,11 +501,15 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         let header = response.headerFields[isProxy ? .proxyAuthenticate : .wwwAuthenticate] ?? ""
         let (method, realm) = HTTPHandler.parseChallenge(header)
         let url = request.url
-        let space = ProtectionSpace(host: url.host ?? "", port: url.port ?? (url.scheme == "https" ? 443 : 80),
-                                    protocol: url.scheme?.lowercased() ?? "http", realm: realm,
+        let target = isProxy ? (client.context.configuration.proxies.proxy(for: url) ?? url) : url
+        let space = ProtectionSpace(host: target.host ?? "", port: target.port ?? (target.scheme == "https" ? 443 : 80),
+                                    protocol: target.scheme?.lowercased() ?? "http", realm: realm,
                                     authenticationMethod: method, isProxy: isProxy)
         var proposed: Credential?
-        if credential == nil, let user = url.user, let password = url.password {
+        let proxyURL = isProxy ? client.context.configuration.proxies.proxy(for: url) : nil
+        if isProxy, proxyCredential == nil, let user = proxyURL?.user, let password = proxyURL?.password {
+            proposed = Credential(user: user.removingPercentEncoding ?? user, password: password.removingPercentEncoding ?? password)
+        } else if !isProxy, credential == nil, let user = url.user, let password = url.password {
             proposed = Credential(user: user.removingPercentEncoding ?? user, password: password.removingPercentEncoding ?? password)
         }
         let challenge = AuthenticationChallenge(protectionSpace: space, proposedCredential: proposed,
@@ -512,8 +523,13 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         guard !isStopped else { return }
         switch disposition {
         case .useCredential(let c) where c.user != nil:
-            credential = c
-            authMethod = method
+            if response.statusCode == 407 {
+                proxyCredential = c
+                proxyAuthMethod = method
+            } else {
+                credential = c
+                authMethod = method
+            }
             failures += 1
             if case .stream = request.body {
                 client.needNewBodyStream { [self] stream in

@@ -32,8 +32,7 @@ final class MisbehavingServerTests: XCTestCase {
     }
 
     override class func tearDown() {
-        server?.terminate()
-        server?.waitUntilExit()
+        if let server { stopProcess(server, signal: SIGTERM) }
         super.tearDown()
     }
 

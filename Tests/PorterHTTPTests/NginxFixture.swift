@@ -59,6 +59,7 @@ final class NginxFixture: @unchecked Sendable {
             location = /text.txt { default_type text/plain; charset utf-8; }
             location = /headers { default_type text/plain;
                 echo "auth=$http_authorization cookie=$http_cookie ua=$http_user_agent x=$http_x_test"; }
+            location = /via { default_type text/plain; echo "via=$http_via"; }
             location = /echo { default_type text/plain; echo_read_request_body;
                 echo -n "$request_method "; echo_request_body; }
             location = /redirect/301 { return 301 /echo; }
@@ -117,10 +118,7 @@ final class NginxFixture: @unchecked Sendable {
     }
 
     func stop() {
-        if process.isRunning {
-            kill(process.processIdentifier, SIGQUIT)
-            process.waitUntilExit()
-        }
+        stopProcess(process, signal: SIGQUIT)
         try? FileManager.default.removeItem(atPath: dir)
     }
 

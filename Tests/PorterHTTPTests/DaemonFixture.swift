@@ -1,0 +1,95 @@
+import Foundation
+
+/// A server program started on a free loopback port with a config of its own in a
+/// temporary folder, and stopped (and its folder removed) by `stop()`.
+final class DaemonFixture: @unchecked Sendable {
+    let dir: String
+    let port: Int
+    private let process: Process
+
+    /// `config` gets the folder and the port and returns the config file's text;
+    /// `arguments` gets the folder and returns the command line.
+    init(program: String, configName: String, config: (String, Int) -> String, arguments: (String) -> [String]) throws {
+        var template = Array((NSTemporaryDirectory() + "porter-daemon-XXXXXX").utf8CString)
+        guard let made = mkdtemp(&template) else { throw NginxFixture.Failure.setup("mkdtemp failed") }
+        dir = String(cString: made)
+        chmod(dir, 0o777)  // daemons that drop to nobody write their logs here
+        port = try NginxFixture.freePort()
+        try config(dir, port).write(toFile: dir + "/" + configName, atomically: true, encoding: .utf8)
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: program)
+        process.arguments = arguments(dir)
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        try process.run()
+        let deadline = Date().addingTimeInterval(10)
+        while !NginxFixture.accepts(port) {
+            if !process.isRunning || Date() > deadline {
+                throw NginxFixture.Failure.setup("\(program) did not start on port \(port)")
+            }
+            usleep(20_000)
+        }
+    }
+
+    func log(_ name: String) -> String { (try? String(contentsOfFile: dir + "/" + name, encoding: .utf8)) ?? "" }
+
+    func stop() {
+        stopProcess(process, signal: SIGTERM)
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    static func tinyproxy(basicAuth: (String, String)? = nil) throws -> DaemonFixture {
+        try DaemonFixture(program: "/usr/bin/tinyproxy", configName: "tinyproxy.conf", config: { dir, port in
+            var conf = """
+                Port \(port)
+                Listen 127.0.0.1
+                Allow 127.0.0.1
+                Timeout 30
+                MaxClients 64
+                LogLevel Info
+                LogFile "\(dir)/tinyproxy.log"
+                PidFile "\(dir)/tinyproxy.pid"
+                """
+            if geteuid() == 0 { conf += "\nUser nobody\nGroup nogroup" }
+            if let (user, password) = basicAuth { conf += "\nBasicAuth \(user) \(password)" }
+            return conf + "\n"
+        }, arguments: { dir in ["-d", "-c", dir + "/tinyproxy.conf"] })
+    }
+
+    static func dante() throws -> DaemonFixture {
+        try DaemonFixture(program: "/usr/sbin/danted", configName: "danted.conf", config: { dir, port in
+            // Settings first, then rules: dante refuses settings after a rule.
+            let unprivileged = geteuid() == 0 ? "user.unprivileged: nobody\n" : ""
+            return """
+                logoutput: \(dir)/danted.log
+                internal: 127.0.0.1 port = \(port)
+                external: 127.0.0.1
+                clientmethod: none
+                socksmethod: none
+                \(unprivileged)client pass { from: 127.0.0.0/8 to: 0.0.0.0/0 log: connect }
+                socks pass { from: 127.0.0.0/8 to: 0.0.0.0/0 log: connect }
+
+                """
+        }, arguments: { dir in ["-f", dir + "/danted.conf", "-p", dir + "/danted.pid", "-N", "1"] })
+    }
+}
+
+/// Stops a child: the signal, then SIGKILL after 5 s; reaps it with waitpid. Never
+/// blocks in `Process.waitUntilExit()`, which can miss an exit and wait forever.
+func stopProcess(_ process: Process, signal: Int32) {
+    let pid = process.processIdentifier
+    guard pid > 0 else { return }
+    kill(pid, signal)
+    let deadline = Date().addingTimeInterval(5)
+    var status: Int32 = 0
+    while true {
+        let r = waitpid(pid, &status, WNOHANG)
+        if r == pid || (r < 0 && errno == ECHILD) { return }  // reaped, by us or by Foundation
+        if Date() > deadline {
+            kill(pid, SIGKILL)
+            _ = waitpid(pid, &status, 0)
+            return
+        }
+        usleep(10_000)
+    }
+}
