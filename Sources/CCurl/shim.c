@@ -1,4 +1,6 @@
 #include "porter_curl.h"
+#include <openssl/evp.h>
+#include <openssl/x509.h>
 
 CURLcode porter_easy_setopt_long(CURL *handle, CURLoption option, long value) {
     return curl_easy_setopt(handle, option, value);
@@ -32,4 +34,20 @@ CURLMcode porter_multi_setopt_long(CURLM *multi, CURLMoption option, long value)
 }
 CURLcode porter_curlmsg_result(const CURLMsg *msg) {
     return msg->data.result;
+}
+
+int porter_spki_sha256(const unsigned char *der, long length, unsigned char *out) {
+    const unsigned char *p = der;
+    X509 *cert = d2i_X509(NULL, &p, length);
+    if (!cert) return -1;
+    unsigned char *spki = NULL;
+    int n = i2d_X509_PUBKEY(X509_get_X509_PUBKEY(cert), &spki);
+    int rc = -1;
+    if (n > 0) {
+        unsigned int len = 0;
+        rc = EVP_Digest(spki, (size_t)n, out, &len, EVP_sha256(), NULL) == 1 && len == 32 ? 0 : -1;
+    }
+    OPENSSL_free(spki);
+    X509_free(cert);
+    return rc;
 }

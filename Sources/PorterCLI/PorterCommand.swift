@@ -77,6 +77,9 @@ struct Fetch: ParsableCommand {
     @Flag(name: [.customShort("k"), .long], help: "Do not verify TLS certificates (explicit only; prefer --cacert).")
     var insecure = false
 
+    @Option(name: .long, help: "Accept only this public key: sha256//BASE64 (';'-separated) or a PEM/DER key file.")
+    var pinnedpubkey: String?
+
     @Option(name: .long, help: "Give up after SECONDS in total.")
     var maxTime: Double?
 

@@ -67,6 +67,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             config.receiveBufferLimit = 2 << 20
             config.caCertificateFile = options.cacert
             config.tlsVerificationDisabled = options.insecure
+            config.pinnedPublicKey = options.pinnedpubkey
             let s = Session(configuration: config, delegate: self)
             sessions[key] = s
             return s

@@ -90,6 +90,9 @@ public struct SessionConfiguration: Sendable {
     /// explicit request (the CLI's `-k`); prefer `caCertificateFile` or a server-trust
     /// challenge answered by the delegate.
     public var tlsVerificationDisabled: Bool = false
+    /// Accept only a server whose public key matches: "sha256//BASE64[;sha256//...]" or
+    /// the path of a PEM/DER public key (libcurl's CURLOPT_PINNEDPUBLICKEY).
+    public var pinnedPublicKey: String? = nil
     /// A client certificate and key (PEM files) offered to TLS servers that ask.
     public var clientCertificate: (certificatePath: String, keyPath: String)? = nil
     public var proxies: ProxyConfiguration = .fromEnvironment()

@@ -507,7 +507,10 @@ final class TaskDriver: @unchecked Sendable {
         }
         logger.debug("\(asked)")
         if let delegate = session.taskDelegate, let task = owner {
+            // Its default passes connection-level challenges on to the session method.
             delegate.task(task, didReceive: asked, completion: answer)
+        } else if let delegate = session.delegate, asked.protectionSpace.authenticationMethod.isConnectionLevel {
+            delegate.session(session, didReceive: asked, completion: answer)
         } else {
             answer(.performDefaultHandling)
         }

@@ -102,6 +102,29 @@ public final class CurlTransfer: @unchecked Sendable {
         _ = porter_easy_getinfo_off(easy, info, &v)
         return Int64(v)
     }
+    /// The peer's certificates (leaf first) as DER, from CURLINFO_CERTINFO (needs CURLOPT_CERTINFO).
+    public func certificateChain() -> [Data] {
+        var info: UnsafeMutablePointer<curl_certinfo>?
+        guard porter_easy_getinfo_certinfo(easy, &info) == CURLE_OK, let info, let lists = info.pointee.certinfo else { return [] }
+        var chain: [Data] = []
+        for i in 0..<Int(info.pointee.num_of_certs) {
+            var item = lists[i]
+            while let node = item {
+                if let text = node.pointee.data.map({ String(cString: $0) }), text.hasPrefix("Cert:"),
+                   let der = CurlTransfer.der(fromPEM: String(text.dropFirst(5))) {
+                    chain.append(der)
+                }
+                item = node.pointee.next
+            }
+        }
+        return chain
+    }
+
+    static func der(fromPEM pem: String) -> Data? {
+        let body = pem.split(whereSeparator: \.isNewline).filter { !$0.hasPrefix("-----") }.joined()
+        return Data(base64Encoded: body)
+    }
+
     public func info(string info: CURLINFO) -> String? {
         var p: UnsafePointer<CChar>?
         guard porter_easy_getinfo_string(easy, info, &p) == CURLE_OK, let p else { return nil }

@@ -49,6 +49,8 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     private var authMethod: AuthenticationMethod?
     private var proxyCredential: Credential?
     private var proxyAuthMethod: AuthenticationMethod?
+    private var trustedKeyPin: String?
+    private var trustAsked = false
     private var failures = 0
     private var lastSent: Int64 = 0
     private var started = Date()
@@ -121,10 +123,13 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         t.set(CURLOPT_CONNECTTIMEOUT_MS, Int(min(idle, 3600) * 1000))
         t.set(CURLOPT_PROTOCOLS_STR, "http,https")
 
-        // TLS: verified unless explicitly disabled.
-        t.set(CURLOPT_SSL_VERIFYPEER, config.tlsVerificationDisabled ? 0 : 1)
-        t.set(CURLOPT_SSL_VERIFYHOST, config.tlsVerificationDisabled ? 0 : 2)
+        // TLS: verified unless explicitly disabled. A server the delegate trusted after a
+        // server-trust challenge is accepted by its exact public key only.
+        let verify = !config.tlsVerificationDisabled && trustedKeyPin == nil
+        t.set(CURLOPT_SSL_VERIFYPEER, verify ? 1 : 0)
+        t.set(CURLOPT_SSL_VERIFYHOST, verify ? 2 : 0)
         if let ca = config.caCertificateFile { t.set(CURLOPT_CAINFO, ca) }
+        if let pin = trustedKeyPin ?? config.pinnedPublicKey { t.set(CURLOPT_PINNEDPUBLICKEY, pin) }
         if let cert = config.clientCertificate {
             t.set(CURLOPT_SSLCERT, cert.certificatePath)
             t.set(CURLOPT_SSLKEY, cert.keyPath)
@@ -419,6 +424,11 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         handOver()
         body?.close()
         reportMetrics(t)
+        if code == CURLE_PEER_FAILED_VERIFICATION, !trustAsked, request.url.scheme?.lowercased() == "https" {
+            trustAsked = true
+            askServerTrust(failure: .curl(code, url: request.url, detail: t.errorText))
+            return
+        }
         if code != CURLE_OK {
             if case .waiting = mode, code == CURLE_WRITE_ERROR {
                 client.didFail(with: PorterError(.badServerResponse, "the server sent a body without a response head",
@@ -559,6 +569,68 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         request.body = body
         transfer = nil
         begin()
+    }
+
+    // MARK: - server trust
+
+    /// The default check refused the server: fetch its chain (a connect-only handshake
+    /// without verification) and let the delegate decide. Trusting it pins its key.
+    private func askServerTrust(failure: PorterError) {
+        let probe = CurlTransfer(loop: loop)
+        transfer = probe
+        let url = request.url
+        let config = client.context.configuration
+        probe.set(CURLOPT_URL, url.absoluteString)
+        probe.set(CURLOPT_CONNECT_ONLY, 1)
+        probe.set(CURLOPT_CERTINFO, 1)
+        probe.set(CURLOPT_SSL_VERIFYPEER, 0)
+        probe.set(CURLOPT_SSL_VERIFYHOST, 0)
+        probe.set(CURLOPT_PROXY, config.proxies.proxy(for: url)?.absoluteString ?? "")
+        probe.set(CURLOPT_CONNECTTIMEOUT_MS, 30_000)
+        probe.onComplete = { [self] code in
+            guard !isStopped else { return }
+            let chain = code == CURLE_OK ? probe.certificateChain() : []
+            transfer = nil
+            guard !chain.isEmpty else {
+                client.didFail(with: failure)
+                return
+            }
+            let trust = ServerTrust(certificateChain: chain, evaluationFailure: failure.cause?.message ?? failure.message)
+            let space = ProtectionSpace(host: url.host ?? "", port: url.port ?? 443, protocol: "https", realm: nil,
+                                        authenticationMethod: .serverTrust, serverTrust: trust)
+            let challenge = AuthenticationChallenge(protectionSpace: space, proposedCredential: nil, previousFailureCount: 0,
+                                                    error: failure) { [self] disposition in
+                loop.execute { [self] in
+                    guard !isStopped else { return }
+                    switch disposition {
+                    case .useCredential(let c):
+                        guard case .trust(let accepted) = c.kind, let leaf = accepted.certificateChain.first,
+                              let pin = HTTPHandler.publicKeyPin(ofDER: leaf) else {
+                            client.didFail(with: failure)
+                            return
+                        }
+                        trustedKeyPin = pin
+                        begin()
+                    case .cancelAuthenticationChallenge:
+                        break  // the session ends the task
+                    default:
+                        client.didFail(with: failure)
+                    }
+                }
+            }
+            client.didReceive(challenge)
+        }
+        probe.start()
+    }
+
+    /// "sha256//BASE64" of a DER certificate's public key, as CURLOPT_PINNEDPUBLICKEY takes it.
+    static func publicKeyPin(ofDER der: Data) -> String? {
+        var digest = [UInt8](repeating: 0, count: 32)
+        let ok = der.withUnsafeBytes { raw -> Bool in
+            guard let base = raw.bindMemory(to: UInt8.self).baseAddress else { return false }
+            return porter_spki_sha256(base, raw.count, &digest) == 0
+        }
+        return ok ? "sha256//" + Data(digest).base64EncodedString() : nil
     }
 
     /// "Digest realm="x", nonce=..." → (.httpDigest, "x").

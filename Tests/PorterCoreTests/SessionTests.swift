@@ -221,14 +221,29 @@ final class SessionTests: XCTestCase {
             }
             func stopLoading() {}
         }
-        let delegate = TrustDelegate()
+        final class SessionOnly: SessionDelegate, @unchecked Sendable {
+            let asked = Counter()
+            func session(_ session: Session, didReceive challenge: AuthenticationChallenge,
+                         completion: @escaping @Sendable (ChallengeDisposition) -> Void) {
+                asked.add(1)
+                completion(.performDefaultHandling)
+            }
+        }
         var config = testConfiguration()
         config.prependHandler(TrustHandler.self)
+        let delegate = TrustDelegate()
         let session = Session(configuration: config, delegate: delegate)
         let done = Completion<PorterError?>()
         session.dataTask(with: url("trust://h/")) { _, _, e in done.fulfil(e) }.resume()
         XCTAssertEqual(done.wait()??.code, .serverCertificateUntrusted)
         XCTAssertEqual(delegate.asked.current, 1)
+
+        // A delegate that is only a SessionDelegate is asked too.
+        let plain = SessionOnly()
+        let again = Completion<PorterError?>()
+        Session(configuration: config, delegate: plain).dataTask(with: url("trust://h/")) { _, _, e in again.fulfil(e) }.resume()
+        XCTAssertEqual(again.wait()??.code, .serverCertificateUntrusted)
+        XCTAssertEqual(plain.asked.current, 1)
     }
 
     // MARK: - failures and misbehaving handlers

@@ -1,6 +1,7 @@
 import XCTest
 @testable import Porter
 @testable import PorterHTTP
+@testable import PorterCurl
 
 /// http and https against a real nginx on loopback.
 final class HTTPHandlerTests: XCTestCase {
@@ -90,6 +91,62 @@ final class HTTPHandlerTests: XCTestCase {
         let (insecure, _) = try await session { $0.caCertificateFile = nil; $0.tlsVerificationDisabled = true }
             .data(from: url(nginx.https + "/index.html"))
         XCTAssertEqual(text(insecure), "hello from nginx\n")
+    }
+
+    /// What Foundation's URLSession on Linux cannot do: let the application see the
+    /// untrusted server's certificate chain and decide.
+    func testServerTrustChallengeCarriesTheChainAndCanAccept() async throws {
+        final class Trust: SessionDelegate, @unchecked Sendable {
+            let lock = NSLock()
+            var seen: [AuthenticationChallenge] = []
+            let accept: Bool
+            init(accept: Bool) { self.accept = accept }
+            func session(_ session: Session, didReceive challenge: AuthenticationChallenge,
+                         completion: @escaping @Sendable (ChallengeDisposition) -> Void) {
+                lock.withLock { seen.append(challenge) }
+                guard accept, let trust = challenge.protectionSpace.serverTrust else { return completion(.performDefaultHandling) }
+                completion(.useCredential(Credential(trust: trust)))
+            }
+        }
+        var config = SessionConfiguration.ephemeral
+        config.proxies = .none
+        let accepting = Trust(accept: true)
+        let (data, response) = try await Session(configuration: config, delegate: accepting)
+            .data(from: url(nginx.https + "/index.html"))
+        XCTAssertEqual(response.statusCode, 200)
+        XCTAssertEqual(text(data), "hello from nginx\n")
+        let challenge = try XCTUnwrap(accepting.lock.withLock { accepting.seen.first })
+        XCTAssertEqual(challenge.protectionSpace.authenticationMethod, .serverTrust)
+        XCTAssertEqual(challenge.protectionSpace.port, nginx.httpsPort)
+        let trust = try XCTUnwrap(challenge.protectionSpace.serverTrust)
+        let leaf = try XCTUnwrap(trust.certificateChain.first)
+        let expected = try Data(contentsOf: URL(fileURLWithPath: nginx.dir + "/leaf.pem"))
+        XCTAssertEqual(leaf, CurlTransfer.der(fromPEM: String(decoding: expected, as: UTF8.self)), "the leaf, DER encoded")
+        XCTAssertTrue(trust.evaluationFailure?.contains("issuer") == true, trust.evaluationFailure ?? "")
+
+        let refusing = Trust(accept: false)
+        do {
+            _ = try await Session(configuration: config, delegate: refusing).data(from: url(nginx.https + "/index.html"))
+            XCTFail()
+        } catch let e as PorterError { XCTAssertEqual(e.code, .serverCertificateUntrusted) }
+        XCTAssertEqual(refusing.lock.withLock { refusing.seen.count }, 1)
+    }
+
+    func testPinnedPublicKey() async throws {
+        let pin = try XCTUnwrap(HTTPHandler.publicKeyPin(ofDER: try XCTUnwrap(CurlTransfer.der(fromPEM:
+            try String(contentsOfFile: nginx.dir + "/leaf.pem", encoding: .utf8)))))
+        // The same pin as openssl computes it.
+        let viaOpenSSL = try NginxFixture.run("/bin/sh", ["-c",
+            "openssl x509 -pubkey -noout -in leaf.pem | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64"],
+            in: nginx.dir).trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertEqual(pin, "sha256//" + viaOpenSSL)
+        let (data, _) = try await session { $0.pinnedPublicKey = pin }.data(from: url(nginx.https + "/index.html"))
+        XCTAssertEqual(text(data), "hello from nginx\n")
+        do {
+            _ = try await session { $0.pinnedPublicKey = "sha256//AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=" }
+                .data(from: url(nginx.https + "/index.html"))
+            XCTFail("a wrong pin must fail even with a trusted CA")
+        } catch let e as PorterError { XCTAssertEqual(e.code, .secureConnectionFailed) }
     }
 
     func testRedirectStatusesRewriteOrKeepTheMethod() async throws {
@@ -338,6 +395,11 @@ final class HTTPHandlerTests: XCTestCase {
         XCTAssertEqual(try run([nginx.https + "/index.html"]).0, 7, "an untrusted server is the TLS exit code")
         XCTAssertEqual(try run(["--cacert", nginx.caFile, nginx.https + "/index.html"]).1, "hello from nginx\n")
         XCTAssertEqual(try run(["-k", nginx.https + "/index.html"]).1, "hello from nginx\n")
+        let leaf = try String(contentsOfFile: nginx.dir + "/leaf.pem", encoding: .utf8)
+        let pin = try XCTUnwrap(HTTPHandler.publicKeyPin(ofDER: try XCTUnwrap(CurlTransfer.der(fromPEM: leaf))))
+        XCTAssertEqual(try run(["--cacert", nginx.caFile, "--pinnedpubkey", pin, nginx.https + "/index.html"]).0, 0)
+        XCTAssertEqual(try run(["--cacert", nginx.caFile, "--pinnedpubkey", "sha256//AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+                                nginx.https + "/index.html"]).0, 7)
         XCTAssertEqual(try run(["-f", nginx.http + "/missing"]).0, 22)
         XCTAssertEqual(try run([nginx.http + "/chain/3"]).1, "hello from nginx\n", "redirects are followed by default")
     }

@@ -29,6 +29,10 @@ CURLMcode porter_multi_setopt_long(CURLM *multi, CURLMoption option, long value)
 /* The CURLMsg's result for a CURLMSG_DONE message (a union in C). */
 CURLcode porter_curlmsg_result(const CURLMsg *msg);
 
+/* SHA-256 of the SubjectPublicKeyInfo of a DER certificate, into out[32] (OpenSSL).
+   Returns 0 on success, -1 when the certificate cannot be parsed. */
+int porter_spki_sha256(const unsigned char *der, long length, unsigned char *out);
+
 /* Macro constants Swift cannot import (casts, shifts, or-ed macros). */
 static const long porter_curlauth_basic = (long)CURLAUTH_BASIC;
 static const long porter_curlauth_digest = (long)CURLAUTH_DIGEST;
