@@ -80,6 +80,30 @@ struct Fetch: ParsableCommand {
     @Option(name: .long, help: "Accept only this public key: sha256//BASE64 (';'-separated) or a PEM/DER key file.")
     var pinnedpubkey: String?
 
+    @Flag(name: .long, help: "Do not follow redirects (they are followed by default, as with curl -L).")
+    var noLocation = false
+
+    @Option(name: [.customShort("C"), .customLong("continue-at")], help: "'-' continues a download into an existing -o FILE.")
+    var continueAt: String?
+
+    @Flag(name: .long, help: "Ask for a compressed body and decode it (Porter always does; accepted for curl users).")
+    var compressed = false
+
+    @Option(name: [.customShort("x"), .long], help: "Use this proxy for every URL (http://, https://, socks5://, socks5h://).")
+    var proxy: String?
+
+    @Flag(name: .customLong("http1.1"), help: "Use HTTP/1.1 only.")
+    var http11 = false
+
+    @Flag(name: .customLong("http2"), help: "Use HTTP/2 where the server offers it (the default).")
+    var http2 = false
+
+    @Option(name: .long, help: "Client certificate (PEM) for TLS servers that ask.")
+    var cert: String?
+
+    @Option(name: .long, help: "Private key (PEM) of --cert.")
+    var key: String?
+
     @Option(name: .long, help: "Give up after SECONDS in total.")
     var maxTime: Double?
 
@@ -110,6 +134,13 @@ struct Fetch: ParsableCommand {
         if concurrency < 1 { throw ValidationError("--concurrency must be at least 1") }
         for h in header where !h.contains(":") { throw ValidationError("a header needs 'Name: value': \(h)") }
         if let u = user, !u.contains(":") { throw ValidationError("--user needs USER:PASSWORD") }
+        if let c = continueAt, c != "-" { throw ValidationError("-C takes '-' (continue from the size of the -o file)") }
+        if continueAt != nil && output.isEmpty { throw ValidationError("-C - needs -o FILE") }
+        if http11 && http2 { throw ValidationError("--http1.1 and --http2 exclude each other") }
+        if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
+        if let p = proxy, URL(string: p.contains("://") ? p : "http://" + p)?.host == nil {
+            throw ValidationError("not a proxy URL: \(p)")
+        }
     }
 
     func run() throws {

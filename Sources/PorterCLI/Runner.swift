@@ -68,6 +68,11 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             config.caCertificateFile = options.cacert
             config.tlsVerificationDisabled = options.insecure
             config.pinnedPublicKey = options.pinnedpubkey
+            if options.http11 { config.http2Enabled = false }
+            if let cert = options.cert, let key = options.key { config.clientCertificate = (cert, key) }
+            if let p = options.proxy, let url = URL(string: p.contains("://") ? p : "http://" + p) {
+                config.proxies = ProxyConfiguration(httpProxy: url, httpsProxy: url, allProxy: url)
+            }
             let s = Session(configuration: config, delegate: self)
             sessions[key] = s
             return s
@@ -162,8 +167,8 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
                 request.url = url.appendingPathComponent((file as NSString).lastPathComponent)
             }
             task = session.uploadTask(with: request, fromFile: URL(fileURLWithPath: file))
-        } else if t.output != nil {
-            task = session.downloadTask(with: request)
+        } else if let output = t.output {
+            task = continuedDownload(session, request, into: output, directory: dir ?? ".") ?? session.downloadTask(with: request)
             if stderrIsTTY && !options.silent { t.bar = ProgressBar() }
         } else {
             task = session.dataTask(with: request)
@@ -172,6 +177,20 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         if options.verbose { note("> \(request.method) \(request.url.absoluteString)") }
         task.resume()
         return nil
+    }
+
+    /// `-C -`: continue into a copy of the existing output (the output itself is only ever
+    /// replaced whole, by rename); a server that cannot resume sends it all again.
+    private func continuedDownload(_ session: Session, _ request: Request, into output: String, directory: String) -> DownloadTask? {
+        guard options.continueAt == "-", let attrs = try? FileManager.default.attributesOfItem(atPath: output),
+              let size = (attrs[.size] as? NSNumber)?.int64Value, size > 0 else { return nil }
+        let partial = directory + "/.porter-continue-\(UUID().uuidString)"
+        guard (try? FileManager.default.copyItem(atPath: output, toPath: partial)) != nil else { return nil }
+        let resume = ResumeData(url: request.url, method: request.method,
+                                headers: request.headerFields.map { [$0.name.rawName, $0.value] },
+                                validator: nil, bytesReceived: size, expectedTotalBytes: -1, partialFilePath: partial)
+        if options.verbose { note("* continuing \(output) from byte \(size)") }
+        return session.downloadTask(withResumeData: resume.encoded())
     }
 
     private func requestBody() throws -> Data? {
@@ -265,6 +284,10 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
 
     func task(_ task: SessionTask, willPerformRedirection response: Response, newRequest: Request,
               completion: @escaping @Sendable (Request?) -> Void) {
+        if options.noLocation {
+            completion(nil)  // the 3xx is the answer
+            return
+        }
         if options.verbose { note("* redirected to \(newRequest.url.absoluteString)") }
         completion(newRequest)
     }
@@ -288,6 +311,8 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
 
     func task(_ task: SessionTask, didCompleteWithError error: PorterError?) {
         guard let t = transfer(for: task) else { return }
+        // The CLI never resumes later: a kept partial file would be litter beside the output.
+        if let data = error?.resumeData, let resume = try? ResumeData(data: data) { unlink(resume.partialFilePath) }
         if t.response == nil { t.response = task.response }
         if t.bytes == 0 { t.bytes = task.countOfBytesReceived }
         if let error, t.error == nil, !(t.httpFailed && error.code == .cancelled) {

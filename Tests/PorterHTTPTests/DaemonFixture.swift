@@ -5,7 +5,7 @@ import Foundation
 final class DaemonFixture: @unchecked Sendable {
     let dir: String
     let port: Int
-    private let process: Process
+    private let pid: pid_t
 
     /// `config` gets the folder and the port and returns the config file's text;
     /// `arguments` gets the folder and returns the command line.
@@ -16,15 +16,11 @@ final class DaemonFixture: @unchecked Sendable {
         chmod(dir, 0o777)  // daemons that drop to nobody write their logs here
         port = try NginxFixture.freePort()
         try config(dir, port).write(toFile: dir + "/" + configName, atomically: true, encoding: .utf8)
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: program)
-        process.arguments = arguments(dir)
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
-        try process.run()
+        pid = try spawnDaemon(program, arguments(dir))
         let deadline = Date().addingTimeInterval(10)
         while !NginxFixture.accepts(port) {
-            if !process.isRunning || Date() > deadline {
+            if !isRunning(pid) || Date() > deadline {
+                stopDaemon(pid, signal: SIGKILL)
                 throw NginxFixture.Failure.setup("\(program) did not start on port \(port)")
             }
             usleep(20_000)
@@ -34,7 +30,7 @@ final class DaemonFixture: @unchecked Sendable {
     func log(_ name: String) -> String { (try? String(contentsOfFile: dir + "/" + name, encoding: .utf8)) ?? "" }
 
     func stop() {
-        stopProcess(process, signal: SIGTERM)
+        stopDaemon(pid, signal: SIGTERM)
         try? FileManager.default.removeItem(atPath: dir)
     }
 
@@ -113,17 +109,39 @@ final class DaemonFixture: @unchecked Sendable {
     }
 }
 
-/// Stops a child: the signal, then SIGKILL after 5 s; reaps it with waitpid. Never
-/// blocks in `Process.waitUntilExit()`, which can miss an exit and wait forever.
-func stopProcess(_ process: Process, signal: Int32) {
-    let pid = process.processIdentifier
+/// Starts a server with posix_spawn, its standard streams on /dev/null. Not Foundation's
+/// Process: daemons such as dante close every inherited descriptor at start, which
+/// Foundation takes for an exit and then blocks its monitor thread in wait4 for good,
+/// so no other Process of the test run is reaped again.
+func spawnDaemon(_ program: String, _ args: [String]) throws -> pid_t {
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+    let argv = ([program] + args).map { strdup($0) } + [nil]
+    defer { argv.forEach { free($0) } }
+    var pid: pid_t = 0
+    let rc = posix_spawn(&pid, program, &actions, nil, argv, environ)
+    guard rc == 0 else { throw NginxFixture.Failure.setup("cannot start \(program): \(String(cString: strerror(rc)))") }
+    return pid
+}
+
+func isRunning(_ pid: pid_t) -> Bool {
+    var status: Int32 = 0
+    return waitpid(pid, &status, WNOHANG) == 0
+}
+
+/// The signal, then SIGKILL after 5 s; reaps the child.
+func stopDaemon(_ pid: pid_t, signal: Int32) {
     guard pid > 0 else { return }
     kill(pid, signal)
     let deadline = Date().addingTimeInterval(5)
     var status: Int32 = 0
     while true {
         let r = waitpid(pid, &status, WNOHANG)
-        if r == pid || (r < 0 && errno == ECHILD) { return }  // reaped, by us or by Foundation
+        if r == pid || (r < 0 && errno == ECHILD) { return }
         if Date() > deadline {
             kill(pid, SIGKILL)
             _ = waitpid(pid, &status, 0)

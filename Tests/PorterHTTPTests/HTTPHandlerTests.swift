@@ -71,8 +71,11 @@ final class HTTPHandlerTests: XCTestCase {
         XCTAssertEqual(response.statusCode, 200)
         let t = try XCTUnwrap(m.lock.withLock { m.collected?.transactionMetrics.last })
         XCTAssertEqual(t.networkProtocolName, "h2")
-        XCTAssertNotNil(t.secureConnectionStartDate)
+        // A reused connection has no handshake of its own (as with URLSession's metrics).
+        XCTAssertTrue(t.isReusedConnection || t.secureConnectionStartDate != nil)
+        XCTAssertTrue(t.isReusedConnection || t.connectEndDate != nil)
         XCTAssertNotNil(t.responseStartDate)
+        XCTAssertNotNil(t.responseEndDate)
 
         let h1 = Session(configuration: config { $0.http2Enabled = false }, delegate: m)
         _ = try await h1.data(from: url(nginx.https + "/index.html"))
@@ -130,6 +133,14 @@ final class HTTPHandlerTests: XCTestCase {
             XCTFail()
         } catch let e as PorterError { XCTAssertEqual(e.code, .serverCertificateUntrusted) }
         XCTAssertEqual(refusing.lock.withLock { refusing.seen.count }, 1)
+    }
+
+    func testClientCertificate() async throws {
+        let (anonymous, _) = try await session().data(from: url(nginx.https + "/whoami"))
+        XCTAssertEqual(text(anonymous), "NONE \n")
+        let (known, _) = try await session { $0.clientCertificate = (self.nginx.dir + "/client.pem", self.nginx.dir + "/client.key") }
+            .data(from: url(nginx.https + "/whoami"))
+        XCTAssertEqual(text(known), "SUCCESS CN=porter-client\n")
     }
 
     func testPinnedPublicKey() async throws {
@@ -402,5 +413,23 @@ final class HTTPHandlerTests: XCTestCase {
                                 nginx.https + "/index.html"]).0, 7)
         XCTAssertEqual(try run(["-f", nginx.http + "/missing"]).0, 22)
         XCTAssertEqual(try run([nginx.http + "/chain/3"]).1, "hello from nginx\n", "redirects are followed by default")
+        let stay = try run(["-s", "--no-location", "-w", "json", nginx.http + "/chain/3"])
+        XCTAssertTrue(stay.1.contains("\"status\":302"), stay.1)
+        XCTAssertEqual(try run(["--cacert", nginx.caFile, "--cert", nginx.dir + "/client.pem", "--key", nginx.dir + "/client.key",
+                                nginx.https + "/whoami"]).1, "SUCCESS CN=porter-client\n")
+        XCTAssertEqual(try run(["--http1.1", "--compressed", "--cacert", nginx.caFile, nginx.https + "/index.html"]).1, "hello from nginx\n")
+
+        // -C -: continue a partial download; the server answers 206 and the file ends up whole.
+        let out = nginx.dir + "/continued.bin"
+        let head = Data((0..<100_000).map(NginxFixture.bigByte))
+        try head.write(to: URL(fileURLWithPath: out))
+        let cont = try run(["-s", "-C", "-", "-o", out, "-w", "json", nginx.http + "/big.bin"])
+        XCTAssertEqual(cont.0, 0)
+        XCTAssertTrue(cont.1.contains("\"status\":206"), cont.1)
+        let whole = try Data(contentsOf: URL(fileURLWithPath: out))
+        XCTAssertEqual(whole.count, NginxFixture.bigSize)
+        XCTAssertEqual(whole.suffix(5), Data((NginxFixture.bigSize - 5..<NginxFixture.bigSize).map(NginxFixture.bigByte)))
+        XCTAssertFalse(try FileManager.default.contentsOfDirectory(atPath: nginx.dir).contains { $0.hasPrefix(".porter-") },
+                       "no temporary file left")
     }
 }

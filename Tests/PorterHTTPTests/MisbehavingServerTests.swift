@@ -32,7 +32,8 @@ final class MisbehavingServerTests: XCTestCase {
     }
 
     override class func tearDown() {
-        if let server { stopProcess(server, signal: SIGTERM) }
+        server?.terminate()
+        server?.waitUntilExit()
         super.tearDown()
     }
 

@@ -10,7 +10,7 @@ final class NginxFixture: @unchecked Sendable {
     let httpPort: Int
     let httpsPort: Int
     let caFile: String
-    private let process: Process
+    private let pid: pid_t
 
     var http: String { "http://127.0.0.1:\(httpPort)" }
     var https: String { "https://127.0.0.1:\(httpsPort)" }
@@ -95,21 +95,19 @@ final class NginxFixture: @unchecked Sendable {
                 }
                 server { listen 127.0.0.1:\(httpsPort) ssl http2; server_name localhost 127.0.0.1;
                     ssl_certificate \(dir)/leaf.pem; ssl_certificate_key \(dir)/leaf.key;
+                    ssl_client_certificate \(dir)/ca.pem; ssl_verify_client optional;
+                    location = /whoami { default_type text/plain; echo "$ssl_client_verify $ssl_client_s_dn"; }
             \(routes)
                 }
             }
             """
         try conf.write(toFile: dir + "/nginx.conf", atomically: true, encoding: .utf8)
 
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/sbin/nginx")
-        process.arguments = ["-p", dir, "-c", dir + "/nginx.conf", "-e", dir + "/logs/stderr.log"]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        pid = try spawnDaemon("/usr/sbin/nginx", ["-p", dir, "-c", dir + "/nginx.conf", "-e", dir + "/logs/stderr.log"])
         let deadline = Date().addingTimeInterval(10)
         while !(NginxFixture.accepts(httpPort) && NginxFixture.accepts(httpsPort)) {
-            if !process.isRunning || Date() > deadline {
+            if !isRunning(pid) || Date() > deadline {
+                stopDaemon(pid, signal: SIGKILL)
                 let log = (try? String(contentsOfFile: dir + "/logs/stderr.log", encoding: .utf8)) ?? ""
                 throw Failure.setup("nginx did not start: \(log)")
             }
@@ -118,7 +116,7 @@ final class NginxFixture: @unchecked Sendable {
     }
 
     func stop() {
-        stopProcess(process, signal: SIGQUIT)
+        stopDaemon(pid, signal: SIGQUIT)
         try? FileManager.default.removeItem(atPath: dir)
     }
 
@@ -157,6 +155,12 @@ final class NginxFixture: @unchecked Sendable {
         _ = try run(o, ["req", "-new", "-key", "leaf.key", "-subj", "/CN=localhost", "-out", "leaf.csr"], in: dir)
         _ = try run(o, ["x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
                         "-days", "2", "-extfile", "leaf.ext", "-out", "leaf.pem"], in: dir)
+        // A client certificate the server accepts (same CA).
+        try "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n".write(toFile: dir + "/client.ext", atomically: true, encoding: .utf8)
+        _ = try run(o, ["ecparam", "-genkey", "-name", "prime256v1", "-noout", "-out", "client.key"], in: dir)
+        _ = try run(o, ["req", "-new", "-key", "client.key", "-subj", "/CN=porter-client", "-out", "client.csr"], in: dir)
+        _ = try run(o, ["x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                        "-days", "2", "-extfile", "client.ext", "-out", "client.pem"], in: dir)
     }
 
     static func freePort() throws -> Int {

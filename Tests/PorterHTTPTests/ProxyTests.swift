@@ -100,6 +100,23 @@ final class ProxyTests: XCTestCase {
         XCTAssertTrue(dante.log("danted.log").contains("pass"), "dante logged the connections")
     }
 
+    func testCLIProxyOption() throws {
+        let porter = ProcessInfo.processInfo.environment["PORTER_BIN"]
+            ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+                .deletingLastPathComponent().appendingPathComponent(".build/debug/porter").path
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: porter)
+        p.arguments = ["-x", "127.0.0.1:\(tinyproxy.port)", nginx.http + "/via"]
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 0)
+        XCTAssertTrue(String(decoding: data, as: UTF8.self).contains("tinyproxy"))
+    }
+
     func testDeadProxyFailsAndNoProxyBypasses() async throws {
         let dead = try NginxFixture.freePort()
         do {
