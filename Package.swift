@@ -28,9 +28,10 @@ let package = Package(
         .target(name: "CCurl", linkerSettings: [.linkedLibrary("curl"), .linkedLibrary("crypto")]),
         .target(name: "PorterCurl", dependencies: ["PorterCore", "CCurl"], swiftSettings: strict),
         .target(name: "PorterHTTP", dependencies: ["PorterCore", "PorterCurl", "CCurl"], swiftSettings: strict),
+        .target(name: "PorterFTP", dependencies: ["PorterCore", "PorterCurl", "CCurl"], swiftSettings: strict),
         .target(name: "PorterData", dependencies: ["PorterCore"], swiftSettings: strict),
         .target(name: "PorterFile", dependencies: ["PorterCore"], swiftSettings: strict),
-        .target(name: "Porter", dependencies: ["PorterCore", "PorterData", "PorterFile", "PorterHTTP"], swiftSettings: strict),
+        .target(name: "Porter", dependencies: ["PorterCore", "PorterData", "PorterFile", "PorterHTTP", "PorterFTP"], swiftSettings: strict),
         .target(
             name: "PorterCLI",
             dependencies: ["Porter", .product(name: "ArgumentParser", package: "swift-argument-parser")],
@@ -44,6 +45,6 @@ let package = Package(
         .testTarget(name: "PorterDataTests", dependencies: ["PorterData"], swiftSettings: strict),
         .testTarget(name: "PorterFileTests", dependencies: ["Porter", "PorterFile"], swiftSettings: strict),
         .testTarget(name: "PorterCLITests", dependencies: ["Porter"], swiftSettings: strict),
-        .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl"], exclude: ["misbehave.py"], swiftSettings: strict),
+        .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP"], exclude: ["misbehave.py", "ftpserver.py"], swiftSettings: strict),
     ]
 )

@@ -41,3 +41,13 @@ if [ ${#need[@]} -gt 0 ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
+
+# pyftpdlib for the FTP tests, in a venv under .build (Debian's python3-pyftpdlib 1.5.7
+# breaks FTPS downloads with this libcurl).
+venv="$(dirname "$0")/../.build/ftp-venv"
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import pyftpdlib, OpenSSL' 2>/dev/null; then
+    echo "install-deps: making the pyftpdlib venv"
+    mkdir -p "$(dirname "$venv")"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q pyftpdlib pyopenssl
+fi

@@ -7,8 +7,29 @@ import PorterCore
 /// with `curl_multi_wakeup`. Connections, DNS results and TLS sessions are cached by the
 /// multi handle and reused by every transfer on the loop.
 public final class CurlLoop: @unchecked Sendable {
-    /// The process-wide loop the built-in handlers use.
+    /// The loop for sessions without TLS settings of their own.
     public static let shared = CurlLoop(name: "porter.curl")
+
+    private static let byTrust = Locked([String: CurlLoop]())
+
+    /// The loop for a session: one per distinct TLS trust configuration. Connections are
+    /// reused only within a loop, so a connection verified under one set of trust settings
+    /// (CA file, pinned key, client certificate, verification off) never serves a session
+    /// with other settings: libcurl does not compare them for every protocol (FTP with
+    /// explicit TLS, for one).
+    public static func loop(for configuration: SessionConfiguration) -> CurlLoop {
+        let key = [configuration.caCertificateFile ?? "", configuration.tlsVerificationDisabled ? "insecure" : "",
+                   configuration.pinnedPublicKey ?? "", configuration.clientCertificate.map { $0.certificatePath + "|" + $0.keyPath } ?? "",
+                   configuration.tlsMinimumVersion.map { "\($0.rawValue)" } ?? "",
+                   configuration.tlsMaximumVersion.map { "\($0.rawValue)" } ?? ""].joined(separator: "\u{1}")
+        if key == [String](repeating: "", count: 6).joined(separator: "\u{1}") { return shared }
+        return byTrust.withLock { loops in
+            if let existing = loops[key] { return existing }
+            let made = CurlLoop(name: "porter.curl.\(loops.count + 1)")
+            loops[key] = made
+            return made
+        }
+    }
 
     private let multi: UnsafeMutableRawPointer
     private let lock = NSLock()

@@ -25,23 +25,15 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     private var request: Request  // loop thread after init
     private let client: any ProtocolClient
     private let loop: CurlLoop
-    /// Sized so every buffer that can be in flight (the session's receive limit, plus the
-    /// one being filled) comes back for reuse: no allocation churn in steady state.
-    private let pool: BufferPool
+    private let stager: BodyStager
     static let receiveBufferSize = 256 * 1024
-    static let stagingBufferSize = 512 * 1024
+    static let stagingBufferSize = BodyStager.bufferSize
     private let flags = NSLock()
     private var wantPause = false  // guarded by flags
     private var stopped = false    // guarded by flags
 
     // Loop thread only:
     private var transfer: CurlTransfer?
-    private var staging: UnsafeMutableRawPointer?
-    private var staged = 0
-    private var stagingCapacity = 0
-    private var stagingPooled = true
-    private var expectedBody: Int64 = -1
-    private var bodyReceived: Int64 = 0
     private var head = Head()
     private var mode = Mode.waiting
     private var body: BodySource?
@@ -73,9 +65,8 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     public init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {
         self.request = request
         self.client = client
-        self.loop = CurlLoop.shared
-        let limit = client.context.configuration.receiveBufferLimit
-        self.pool = BufferPool(bufferSize: HTTPHandler.stagingBufferSize, keep: limit / HTTPHandler.stagingBufferSize + 3)
+        self.loop = CurlLoop.loop(for: client.context.configuration)
+        self.stager = BodyStager(client: client)
     }
 
     private var isStopped: Bool { flags.withLock { stopped } }
@@ -90,7 +81,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             transfer?.cancel()
             transfer = nil
             body?.close()
-            dropStaged()
+            stager.drop()
         }
     }
 
@@ -186,7 +177,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         t.onRead = { [unowned self] buffer in read(buffer) }
         t.onProgress = { [unowned self] _, _, ulTotal, ulNow in progress(ulTotal, ulNow) }
         t.onComplete = { [self] code in complete(code) }
-        t.onFlush = { [unowned self] in handOver() }
+        t.onFlush = { [unowned self] in stager.handOver() }
         t.start()
     }
 
@@ -308,8 +299,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         }
         mode = .body
         // The decoded length is unknown when libcurl decodes a content coding.
-        expectedBody = head.fields[.contentEncoding] == nil ? response.expectedContentLength : -1
-        bodyReceived = 0
+        stager.reset(expectedLength: head.fields[.contentEncoding] == nil ? response.expectedContentLength : -1)
         let method = request.method.uppercased()
         let cacheable = (method == "GET" && status == 200) ? CacheStoragePolicy.allowed : .notAllowed
         client.didReceive(response, cacheStoragePolicy: cacheable)
@@ -320,10 +310,10 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         switch mode {
         case .body:
             if flags.withLock({ wantPause }) {
-                handOver()
+                stager.handOver()
                 return .pause
             }
-            stage(bytes)
+            if let transfer { stager.stage(bytes, transfer: transfer) }
         case .waiting:
             // Body bytes with no header block (HTTP/0.9 or a broken server).
             return .abort
@@ -334,68 +324,6 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             mode = .challenge(r, kept)
         }
         return .consumed
-    }
-
-    // MARK: - batching (loop thread)
-
-    /// Copies body bytes into a recycled 256 KiB buffer; a full buffer goes to the client
-    /// at once, a partial one when the loop is about to wait. One hand-over (one thread
-    /// wake-up downstream) per buffer instead of one per libcurl callback, and no fresh
-    /// allocation (which would be mmapped and page-faulted) per chunk.
-    private func stage(_ bytes: UnsafeRawBufferPointer) {
-        var offset = 0
-        while offset < bytes.count {
-            if staging == nil {
-                staging = takeBuffer()
-                staged = 0
-            }
-            let n = min(stagingCapacity - staged, bytes.count - offset)
-            (staging! + staged).copyMemory(from: bytes.baseAddress! + offset, byteCount: n)
-            staged += n
-            offset += n
-            if staged == stagingCapacity { handOver() }
-        }
-        if staging != nil { transfer?.requestFlush() }
-    }
-
-    /// A small body of known length gets a buffer of its own size (malloc's small bins,
-    /// no 512 KiB page churn per request); anything else a recycled 512 KiB one.
-    private func takeBuffer() -> UnsafeMutableRawPointer {
-        let remaining = expectedBody - bodyReceived
-        if expectedBody >= 0, remaining > 0, remaining < Int64(HTTPHandler.stagingBufferSize) {
-            stagingCapacity = Int(remaining)
-            stagingPooled = false
-            return UnsafeMutableRawPointer.allocate(byteCount: stagingCapacity, alignment: 16)
-        }
-        stagingCapacity = pool.bufferSize
-        stagingPooled = true
-        return pool.take()
-    }
-
-    private func handOver() {
-        guard let buffer = staging else { return }
-        staging = nil
-        bodyReceived += Int64(staged)
-        if staged > 0 {
-            if stagingPooled {
-                client.didLoad(pool.data(buffer, count: staged))
-            } else {
-                client.didLoad(Data(bytesNoCopy: buffer, count: staged, deallocator: .custom { p, _ in p.deallocate() }))
-            }
-        } else {
-            release(buffer)
-        }
-        staged = 0
-    }
-
-    private func release(_ buffer: UnsafeMutableRawPointer) {
-        if stagingPooled { pool.give(buffer) } else { buffer.deallocate() }
-    }
-
-    private func dropStaged() {
-        if let buffer = staging { release(buffer) }
-        staging = nil
-        staged = 0
     }
 
     private func read(_ buffer: UnsafeMutableRawBufferPointer) -> CurlTransfer.ReadResult {
@@ -420,8 +348,8 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     }
 
     private func complete(_ code: CURLcode) {
-        guard !isStopped, let t = transfer else { dropStaged(); return }
-        handOver()
+        guard !isStopped, let t = transfer else { stager.drop(); return }
+        stager.handOver()
         body?.close()
         reportMetrics(t)
         if code == CURLE_PEER_FAILED_VERIFICATION, !trustAsked, request.url.scheme?.lowercased() == "https" {
@@ -659,45 +587,3 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     }
 }
 
-/// Reads a request body for libcurl's read callback (loop thread).
-final class BodySource {
-    private let source: RequestBody
-    private var offset = 0
-    private var fd: Int32 = -1
-    let length: Int64?
-
-    init(_ body: RequestBody) {
-        source = body
-        length = body.knownLength
-    }
-
-    func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
-        switch source {
-        case .data(let d):
-            let n = min(buffer.count, d.count - offset)
-            guard n > 0 else { return 0 }
-            d.withUnsafeBytes { src in buffer.baseAddress!.copyMemory(from: src.baseAddress! + offset, byteCount: n) }
-            offset += n
-            return n
-        case .file(let url):
-            if fd < 0 {
-                fd = open(url.path, O_RDONLY | O_CLOEXEC)
-                if fd < 0 { throw PorterError.fromErrno(errno, url: url, doing: "cannot open the request body") }
-            }
-            while true {
-                let n = Foundation.read(fd, buffer.baseAddress!, buffer.count)
-                if n < 0 && errno == EINTR { continue }
-                if n < 0 { throw PorterError.fromErrno(errno, url: url, doing: "cannot read the request body") }
-                return n
-            }
-        case .stream(let s):
-            return try s.read(into: buffer)
-        }
-    }
-
-    func close() {
-        if fd >= 0 { Foundation.close(fd); fd = -1 }
-    }
-
-    deinit { close() }
-}

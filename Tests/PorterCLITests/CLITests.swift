@@ -64,7 +64,7 @@ final class CLITests: XCTestCase {
         let r = try run(["nope://x"])
         XCTAssertEqual(r.status, 2)
         XCTAssertTrue(r.stderr.contains("no handler for scheme 'nope'"), r.stderr)
-        XCTAssertTrue(r.stderr.contains("data, file, http, https"), r.stderr)
+        XCTAssertTrue(r.stderr.contains("registered schemes: data, file, ftp, ftps, http, https"), r.stderr)
         XCTAssertEqual(try run(["not a url at all"]).status, 2)
     }
 

@@ -231,8 +231,8 @@ final class FileHandlerTests: XCTestCase {
     func testBootstrapIsIdempotentAndThreadSafe() {
         let registry = HandlerRegistry()
         DispatchQueue.concurrentPerform(iterations: 50) { _ in Porter.bootstrap(registry: registry) }
-        XCTAssertEqual(registry.registrations.map(\.name), ["DataHandler", "FileHandler", "HTTPHandler"])
-        XCTAssertEqual(registry.registrations.map(\.origin), [.builtIn, .builtIn, .builtIn])
-        XCTAssertEqual(registry.schemes, ["data", "file", "http", "https"])
+        XCTAssertEqual(registry.registrations.map(\.name), ["DataHandler", "FileHandler", "HTTPHandler", "FTPHandler"])
+        XCTAssertEqual(registry.registrations.map(\.origin), [.builtIn, .builtIn, .builtIn, .builtIn])
+        XCTAssertEqual(registry.schemes, ["data", "file", "ftp", "ftps", "http", "https"])
     }
 }

@@ -1,0 +1,132 @@
+import Foundation
+import PorterCore
+
+/// Batches the body bytes libcurl hands a write callback into few, large, recycled
+/// buffers for the client (loop thread only). A full buffer goes at once, a partial one
+/// when the loop is about to wait: one hand-over (one thread wake-up downstream) per
+/// buffer rather than per callback, and no fresh allocation per chunk (a 512 KiB one
+/// would be mmapped and page-faulted each time). A small body of known length gets a
+/// buffer of exactly its size instead.
+public final class BodyStager {
+    public static let bufferSize = 512 * 1024
+
+    private let client: any ProtocolClient
+    /// Sized so every buffer that can be in flight (the session's receive limit, plus the
+    /// one being filled) comes back for reuse.
+    private let pool: BufferPool
+    private var staging: UnsafeMutableRawPointer?
+    private var staged = 0
+    private var capacity = 0
+    private var pooled = true
+    private var expected: Int64 = -1
+    private var delivered: Int64 = 0
+
+    public init(client: any ProtocolClient) {
+        self.client = client
+        let limit = client.context.configuration.receiveBufferLimit
+        pool = BufferPool(bufferSize: BodyStager.bufferSize, keep: limit / BodyStager.bufferSize + 3)
+    }
+
+    deinit { drop() }
+
+    /// A new body begins; `expectedLength` is its length when known (-1 otherwise).
+    public func reset(expectedLength: Int64) {
+        drop()
+        expected = expectedLength
+        delivered = 0
+    }
+
+    public func stage(_ bytes: UnsafeRawBufferPointer, transfer: CurlTransfer) {
+        var offset = 0
+        while offset < bytes.count {
+            if staging == nil { staging = takeBuffer() }
+            let n = min(capacity - staged, bytes.count - offset)
+            (staging! + staged).copyMemory(from: bytes.baseAddress! + offset, byteCount: n)
+            staged += n
+            offset += n
+            if staged == capacity { handOver() }
+        }
+        if staging != nil { transfer.requestFlush() }
+    }
+
+    private func takeBuffer() -> UnsafeMutableRawPointer {
+        staged = 0
+        let remaining = expected - delivered
+        if expected >= 0, remaining > 0, remaining < Int64(BodyStager.bufferSize) {
+            capacity = Int(remaining)
+            pooled = false
+            return UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 16)
+        }
+        capacity = pool.bufferSize
+        pooled = true
+        return pool.take()
+    }
+
+    /// Gives what is staged to the client now.
+    public func handOver() {
+        guard let buffer = staging else { return }
+        staging = nil
+        delivered += Int64(staged)
+        if staged > 0 {
+            client.didLoad(pooled ? pool.data(buffer, count: staged)
+                                  : Data(bytesNoCopy: buffer, count: staged, deallocator: .custom { p, _ in p.deallocate() }))
+        } else {
+            release(buffer)
+        }
+        staged = 0
+    }
+
+    /// Forgets what is staged (the load was stopped).
+    public func drop() {
+        if let buffer = staging { release(buffer) }
+        staging = nil
+        staged = 0
+    }
+
+    private func release(_ buffer: UnsafeMutableRawPointer) {
+        if pooled { pool.give(buffer) } else { buffer.deallocate() }
+    }
+}
+
+/// Reads a request body for libcurl's read callback (loop thread).
+public final class BodySource {
+    private let source: RequestBody
+    private var offset = 0
+    private var fd: Int32 = -1
+    public let length: Int64?
+
+    public init(_ body: RequestBody) {
+        source = body
+        length = body.knownLength
+    }
+
+    public func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        switch source {
+        case .data(let d):
+            let n = min(buffer.count, d.count - offset)
+            guard n > 0 else { return 0 }
+            d.withUnsafeBytes { src in buffer.baseAddress!.copyMemory(from: src.baseAddress! + offset, byteCount: n) }
+            offset += n
+            return n
+        case .file(let url):
+            if fd < 0 {
+                fd = open(url.path, O_RDONLY | O_CLOEXEC)
+                if fd < 0 { throw PorterError.fromErrno(errno, url: url, doing: "cannot open the request body") }
+            }
+            while true {
+                let n = Foundation.read(fd, buffer.baseAddress!, buffer.count)
+                if n < 0 && errno == EINTR { continue }
+                if n < 0 { throw PorterError.fromErrno(errno, url: url, doing: "cannot read the request body") }
+                return n
+            }
+        case .stream(let s):
+            return try s.read(into: buffer)
+        }
+    }
+
+    public func close() {
+        if fd >= 0 { Foundation.close(fd); fd = -1 }
+    }
+
+    deinit { close() }
+}

@@ -1,0 +1,288 @@
+import CCurl
+import Foundation
+import PorterCore
+import PorterCurl
+
+/// The handler for `ftp:` and `ftps:` on libcurl, through the public contract only.
+///
+/// - `ftps://` is FTP with *explicit* TLS (AUTH TLS on the usual port, then TLS for the
+///   data connections too), verified like https.
+/// - Downloads know their size up front (SIZE) and resume with REST. A URL ending in `/`
+///   lists the folder in Porter's `DirectoryListing` format (from MLSD; servers without
+///   MLSD give their LIST text as `text/plain`).
+/// - A request with a body uploads (STOR), creating missing folders.
+/// - Login: the URL's user and password, anonymous otherwise; a refused login becomes a
+///   challenge (realm "ftp"), and a credential retries with it.
+/// - Passive mode (EPSV, then PASV).
+public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
+    public static var schemes: Set<String> { ["ftp", "ftps"] }
+
+    private var request: Request  // loop thread after init
+    private let client: any ProtocolClient
+    private let loop: CurlLoop
+    private let stager: BodyStager
+    private let flags = NSLock()
+    private var wantPause = false
+    private var stopped = false
+
+    // Loop thread only:
+    private var transfer: CurlTransfer?
+    private var body: BodySource?
+    private var responded = false
+    private var listing = false
+    private var listingText = Data()
+    private var credential: Credential?
+    private var failures = 0
+    private var lastSent: Int64 = 0
+
+    public init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {
+        self.request = request
+        self.client = client
+        self.loop = CurlLoop.loop(for: client.context.configuration)
+        self.stager = BodyStager(client: client)
+    }
+
+    private var isStopped: Bool { flags.withLock { stopped } }
+
+    public func startLoading() { loop.execute { [self] in begin() } }
+
+    public func stopLoading() {
+        flags.withLock { stopped = true }
+        loop.execute { [self] in
+            transfer?.cancel()
+            transfer = nil
+            body?.close()
+            stager.drop()
+        }
+    }
+
+    public func pauseDelivery() { flags.withLock { wantPause = true } }
+
+    public func resumeDelivery() {
+        flags.withLock { wantPause = false }
+        loop.execute { [self] in transfer?.resume() }
+    }
+
+    /// The URL libcurl gets: ftps:// becomes ftp:// with explicit TLS required.
+    private var curlURL: String {
+        var c = URLComponents(url: request.url, resolvingAgainstBaseURL: false)
+        if c?.scheme?.lowercased() == "ftps" { c?.scheme = "ftp" }
+        return c?.url?.absoluteString ?? request.url.absoluteString
+    }
+
+    private func begin() {
+        guard !isStopped else { return }
+        let config = client.context.configuration
+        let t = CurlTransfer(loop: loop)
+        transfer = t
+        responded = false
+        listingText = Data()
+        lastSent = 0
+        listing = request.url.absoluteString.hasSuffix("/") && request.body == nil
+
+        t.set(CURLOPT_URL, curlURL)
+        t.set(CURLOPT_PROTOCOLS_STR, "ftp")
+        t.set(CURLOPT_BUFFERSIZE, 256 * 1024)
+        t.set(CURLOPT_FTP_USE_EPSV, 1)
+        t.set(CURLOPT_PROXY, config.proxies.proxy(for: request.url)?.absoluteString ?? "")
+        let idle = request.timeoutInterval > 0 ? request.timeoutInterval : config.timeoutIntervalForRequest
+        t.set(CURLOPT_CONNECTTIMEOUT_MS, Int(min(idle, 3600) * 1000))
+        if request.scheme == "ftps" {
+            t.set(CURLOPT_USE_SSL, Int(CURLUSESSL_ALL.rawValue))
+            t.set(CURLOPT_SSL_VERIFYPEER, config.tlsVerificationDisabled ? 0 : 1)
+            t.set(CURLOPT_SSL_VERIFYHOST, config.tlsVerificationDisabled ? 0 : 2)
+            if let ca = config.caCertificateFile { t.set(CURLOPT_CAINFO, ca) }
+            if let pin = config.pinnedPublicKey { t.set(CURLOPT_PINNEDPUBLICKEY, pin) }
+        }
+        if let credential, let user = credential.user, let password = credential.password {
+            t.set(CURLOPT_USERNAME, user)
+            t.set(CURLOPT_PASSWORD, password)
+        }
+        if listing { t.set(CURLOPT_CUSTOMREQUEST, "MLSD") }
+        if let range = request.resumeRange, range.offset > 0, request.body == nil, !listing {
+            t.set(CURLOPT_RESUME_FROM_LARGE, offset: range.offset)
+        }
+        body?.close()
+        body = request.body.map(BodySource.init)
+        if let body {
+            t.set(CURLOPT_UPLOAD, 1)
+            t.set(CURLOPT_INFILESIZE_LARGE, offset: body.length ?? -1)
+            t.set(CURLOPT_FTP_CREATE_MISSING_DIRS, Int(CURLFTP_CREATE_DIR.rawValue))
+        }
+
+        t.onData = { [unowned self] bytes in data(bytes) }
+        t.onRead = { [unowned self] buffer in
+            guard let body = self.body, !isStopped else { return .abort }
+            do {
+                let n = try body.read(into: buffer)
+                return n == 0 ? .end : .bytes(n)
+            } catch { return .abort }
+        }
+        t.onProgress = { [unowned self] _, _, ulTotal, ulNow in progress(ulTotal, ulNow) }
+        t.onFlush = { [unowned self] in stager.handOver() }
+        t.onComplete = { [self] code in complete(code) }
+        t.start()
+    }
+
+    private func respond(length: Int64) {
+        guard !responded, let t = transfer else { return }
+        responded = true
+        var response = Response(url: request.url, mimeType: MediaTypes.mimeType(forPath: request.url.path),
+                                expectedContentLength: length)
+        if let offset = request.resumeRange?.offset, offset > 0, t.info(offset: CURLINFO_CONTENT_LENGTH_DOWNLOAD_T) >= 0 {
+            response.resumeOffset = offset
+        }
+        // FTP has no ETag: the size (SIZE) stands in as the validator for resuming.
+        let total = t.info(offset: CURLINFO_CONTENT_LENGTH_DOWNLOAD_T)
+        if total >= 0 { response.validator = "size:\(total + (response.resumeOffset ?? 0))" }
+        stager.reset(expectedLength: length)
+        client.didReceive(response, cacheStoragePolicy: .notAllowed)
+    }
+
+    private func data(_ bytes: UnsafeRawBufferPointer) -> CurlTransfer.WriteResult {
+        guard !isStopped, let t = transfer else { return .abort }
+        if listing {
+            listingText.append(contentsOf: bytes)
+            return .consumed
+        }
+        if !responded {
+            // SIZE has been answered by now: the length is known before the first byte.
+            respond(length: t.info(offset: CURLINFO_CONTENT_LENGTH_DOWNLOAD_T))
+        }
+        if flags.withLock({ wantPause }) {
+            stager.handOver()
+            return .pause
+        }
+        stager.stage(bytes, transfer: t)
+        return .consumed
+    }
+
+    private func progress(_ total: Int64, _ now: Int64) -> Bool {
+        if isStopped { return false }
+        if now > lastSent {
+            let delta = now - lastSent
+            lastSent = now
+            client.didSendBodyData(bytesSent: delta, totalBytesSent: now,
+                                   totalBytesExpectedToSend: total > 0 ? total : (body?.length ?? -1))
+        }
+        return true
+    }
+
+    private func complete(_ code: CURLcode) {
+        guard !isStopped, let t = transfer else { stager.drop(); return }
+        body?.close()
+        stager.handOver()
+        if code == CURLE_LOGIN_DENIED, failures < 5 {
+            challenge(failure: .curl(code, url: request.url, detail: t.errorText))
+            return
+        }
+        if listing, code != CURLE_OK, code != CURLE_COULDNT_CONNECT, t.info(CURLINFO_RESPONSE_CODE) >= 500 {
+            // No MLSD: fall back to the server's LIST text.
+            fallbackToList()
+            return
+        }
+        guard code == CURLE_OK else {
+            client.didFail(with: .curl(code, url: request.url, detail: t.errorText))
+            return
+        }
+        if listing {
+            let body = FTPHandler.listing(fromMLSD: listingText).serialized()
+            var r = Response(url: request.url, mimeType: DirectoryListing.mimeType, expectedContentLength: Int64(body.count),
+                             textEncodingName: "utf-8")
+            r.headerFields[.contentType] = DirectoryListing.contentType
+            client.didReceive(r, cacheStoragePolicy: .notAllowed)
+            if !body.isEmpty { client.didLoad(body) }
+        } else if !responded {
+            respond(length: 0)  // an empty file, or an upload
+        }
+        client.didFinishLoading()
+    }
+
+    private var triedList = false
+
+    private func fallbackToList() {
+        guard !triedList else { return }
+        triedList = true
+        let t = CurlTransfer(loop: loop)
+        transfer = t
+        listingText = Data()
+        t.set(CURLOPT_URL, curlURL)
+        t.set(CURLOPT_PROTOCOLS_STR, "ftp")
+        if let credential, let user = credential.user, let password = credential.password {
+            t.set(CURLOPT_USERNAME, user)
+            t.set(CURLOPT_PASSWORD, password)
+        }
+        t.onData = { [unowned self] bytes in listingText.append(contentsOf: bytes); return .consumed }
+        t.onComplete = { [self] code in
+            guard !isStopped else { return }
+            guard code == CURLE_OK else { client.didFail(with: .curl(code, url: request.url, detail: t.errorText)); return }
+            let r = Response(url: request.url, mimeType: "text/plain", expectedContentLength: Int64(listingText.count),
+                             textEncodingName: "utf-8")
+            client.didReceive(r, cacheStoragePolicy: .notAllowed)
+            if !listingText.isEmpty { client.didLoad(listingText) }
+            client.didFinishLoading()
+        }
+        t.start()
+    }
+
+    private func challenge(failure: PorterError) {
+        let url = request.url
+        let space = ProtectionSpace(host: url.host ?? "", port: url.port ?? 21, protocol: request.scheme, realm: "ftp",
+                                    authenticationMethod: .default)
+        var proposed: Credential?
+        if credential == nil, let user = url.user, let password = url.password {
+            proposed = Credential(user: user, password: password)
+        }
+        let challenge = AuthenticationChallenge(protectionSpace: space, proposedCredential: proposed,
+                                                previousFailureCount: failures, error: failure) { [self] disposition in
+            loop.execute { [self] in
+                guard !isStopped else { return }
+                switch disposition {
+                case .useCredential(let c) where c.user != nil:
+                    credential = c
+                    failures += 1
+                    begin()
+                case .cancelAuthenticationChallenge:
+                    break
+                default:
+                    client.didFail(with: PorterError(.userAuthenticationRequired, "the FTP server refused the login",
+                                                     url: url, cause: failure.cause))
+                }
+            }
+        }
+        client.didReceive(challenge)
+    }
+
+    /// MLSD lines ("type=file;size=5;modify=20261123080000; name") as a DirectoryListing.
+    static func listing(fromMLSD data: Data) -> DirectoryListing {
+        var entries: [DirectoryListing.Entry] = []
+        for raw in String(decoding: data, as: UTF8.self).split(whereSeparator: \.isNewline) {
+            guard let space = raw.firstIndex(of: " ") else { continue }
+            let name = String(raw[raw.index(after: space)...])
+            var facts: [String: String] = [:]
+            for fact in raw[..<space].split(separator: ";") {
+                let kv = fact.split(separator: "=", maxSplits: 1)
+                if kv.count == 2 { facts[kv[0].lowercased()] = String(kv[1]) }
+            }
+            let kind: DirectoryListing.Entry.Kind
+            switch facts["type"]?.lowercased() {
+            case "file": kind = .file
+            case "dir": kind = .directory
+            case "cdir", "pdir": continue
+            case let t? where t.hasPrefix("os.unix=symlink") || t.hasPrefix("os.unix=slink"): kind = .symlink
+            default: kind = .other
+            }
+            var modified: Date?
+            if let m = facts["modify"], m.count >= 14 {
+                var tmv = tm()
+                let digits = Array(m.utf8.prefix(14)).map { Int32($0) - 48 }
+                func n(_ a: Int, _ b: Int) -> Int32 { digits[a..<b].reduce(0) { $0 * 10 + $1 } }
+                tmv.tm_year = n(0, 4) - 1900; tmv.tm_mon = n(4, 6) - 1; tmv.tm_mday = n(6, 8)
+                tmv.tm_hour = n(8, 10); tmv.tm_min = n(10, 12); tmv.tm_sec = n(12, 14)
+                modified = Date(timeIntervalSince1970: TimeInterval(timegm(&tmv)))
+            }
+            entries.append(DirectoryListing.Entry(name: name, kind: kind, size: facts["size"].flatMap { Int64($0) }, modified: modified))
+        }
+        return DirectoryListing(entries: entries)
+    }
+}

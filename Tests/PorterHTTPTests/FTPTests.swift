@@ -1,0 +1,201 @@
+import XCTest
+@testable import Porter
+
+/// ftp and ftps (explicit TLS) against pyftpdlib on loopback.
+final class FTPTests: XCTestCase {
+    nonisolated(unsafe) static var setup: Result<(Process, Int, String), Error>?
+
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let bigSize = 4 << 20
+    static func bigByte(_ i: Int) -> UInt8 { UInt8(truncatingIfNeeded: i &* 31 &+ 7) }
+
+    override class func setUp() {
+        super.setUp()
+        Porter.bootstrap()
+        setup = Result {
+            let python = root.appendingPathComponent(".build/ftp-venv/bin/python").path
+            guard FileManager.default.isExecutableFile(atPath: python) else {
+                throw NginxFixture.Failure.setup("no pyftpdlib venv at \(python): run `make test` (scripts/install-deps.sh makes it)")
+            }
+            var template = Array((NSTemporaryDirectory() + "porter-ftp-XXXXXX").utf8CString)
+            guard let made = mkdtemp(&template) else { throw NginxFixture.Failure.setup("mkdtemp") }
+            let dir = String(cString: made)
+            let files = dir + "/files"
+            for sub in ["files/pub", "files/docs", "files/upload", "tls"] {
+                try FileManager.default.createDirectory(atPath: dir + "/" + sub, withIntermediateDirectories: true)
+            }
+            try "readme for everyone\n".write(toFile: files + "/pub/readme.txt", atomically: true, encoding: .utf8)
+            try "alpha\n".write(toFile: files + "/docs/a.txt", atomically: true, encoding: .utf8)
+            try "beta beta\n".write(toFile: files + "/docs/b.txt", atomically: true, encoding: .utf8)
+            try FileManager.default.createDirectory(atPath: files + "/docs/sub", withIntermediateDirectories: true)
+            try Data((0..<bigSize).map(bigByte)).write(to: URL(fileURLWithPath: files + "/big.bin"))
+            try NginxFixture.makeCertificates(in: dir + "/tls")
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: python)
+            p.arguments = [root.appendingPathComponent("Tests/PorterHTTPTests/ftpserver.py").path, files,
+                           dir + "/tls/leaf.pem", dir + "/tls/leaf.key"]
+            let out = Pipe()
+            p.standardOutput = out
+            p.standardError = FileHandle.nullDevice
+            try p.run()
+            var line = Data()
+            while !line.contains(UInt8(ascii: "\n")) {
+                let d = out.fileHandleForReading.availableData
+                if d.isEmpty { break }
+                line.append(d)
+            }
+            let text = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            guard text.hasPrefix("READY "), let port = Int(text.dropFirst(6)) else {
+                throw NginxFixture.Failure.setup("the FTP server did not start: \(text)")
+            }
+            return (p, port, dir)
+        }
+    }
+
+    override class func tearDown() {
+        if case .success(let (p, _, dir))? = setup {
+            p.terminate()
+            p.waitUntilExit()
+            try? FileManager.default.removeItem(atPath: dir)
+        }
+        super.tearDown()
+    }
+
+    private var port = 0
+    private var dir = ""
+    override func setUpWithError() throws {
+        let (_, p, d) = try XCTUnwrap(FTPTests.setup).get()
+        port = p
+        dir = d
+    }
+
+    private func session(_ delegate: (any SessionDelegate)? = nil, _ change: (inout SessionConfiguration) -> Void = { _ in }) -> Session {
+        var c = SessionConfiguration.ephemeral
+        c.proxies = .none
+        c.caCertificateFile = dir + "/tls/ca.pem"
+        change(&c)
+        return Session(configuration: c, delegate: delegate)
+    }
+    private func url(_ path: String, user: String = "alice:secret@", scheme: String = "ftp") -> URL {
+        URL(string: "\(scheme)://\(user)127.0.0.1:\(port)\(path)")!
+    }
+
+    func testDownloadWithSizeUpFrontAndAnonymous() async throws {
+        // Delegate style: the data delegate sees the response before the body (the async
+        // API, like URLSession's, does not ask it).
+        final class Head: DataDelegate, @unchecked Sendable {
+            let lock = NSLock()
+            var length: Int64?
+            var bytesBeforeResponse = 0
+            var received = 0
+            let done = DispatchSemaphore(value: 0)
+            func dataTask(_ task: DataTask, didReceive response: Response, completion: @escaping @Sendable (ResponseDisposition) -> Void) {
+                lock.withLock { length = response.expectedContentLength; bytesBeforeResponse = received }
+                completion(.allow)
+            }
+            func dataTask(_ task: DataTask, didReceive data: Data) { lock.withLock { received += data.count } }
+            func task(_ task: SessionTask, didCompleteWithError error: PorterError?) { done.signal() }
+        }
+        let head = Head()
+        session(head).dataTask(with: url("/big.bin")).resume()
+        XCTAssertEqual(head.done.wait(timeout: .now() + 20), .success)
+        XCTAssertEqual(head.lock.withLock { head.length }, Int64(FTPTests.bigSize), "the size is known up front")
+        XCTAssertEqual(head.lock.withLock { head.bytesBeforeResponse }, 0)
+        XCTAssertEqual(head.lock.withLock { head.received }, FTPTests.bigSize)
+        let (data, response) = try await session().data(from: url("/big.bin"))
+        XCTAssertEqual(data.count, FTPTests.bigSize)
+        XCTAssertEqual(data.suffix(3), Data((FTPTests.bigSize - 3..<FTPTests.bigSize).map(FTPTests.bigByte)))
+        XCTAssertEqual(response.expectedContentLength, Int64(FTPTests.bigSize))
+        // Anonymous users are rooted in pub/.
+        let (readme, r2) = try await session().data(from: url("/readme.txt", user: ""))
+        XCTAssertEqual(String(decoding: readme, as: UTF8.self), "readme for everyone\n")
+        XCTAssertEqual(r2.mimeType, "text/plain")
+    }
+
+    func testListingInPortersFormat() async throws {
+        let (data, response) = try await session().data(from: url("/docs/"))
+        XCTAssertEqual(response.mimeType, DirectoryListing.mimeType)
+        let listing = try DirectoryListing.parse(data)
+        XCTAssertEqual(listing.entries.map(\.name), ["a.txt", "b.txt", "sub"])
+        XCTAssertEqual(listing.entries.map(\.kind), [.file, .file, .directory])
+        XCTAssertEqual(listing.entries[1].size, 10)
+        XCTAssertNotNil(listing.entries[0].modified)
+    }
+
+    func testUploadAndErrors() async throws {
+        let payload = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0) })
+        _ = try await session().upload(for: Request(url: url("/upload/new/deep.bin")), from: payload)
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: dir + "/files/upload/new/deep.bin")), payload, "STOR, folders made")
+
+        do {
+            _ = try await session().data(from: url("/no-such-file.txt"))
+            XCTFail()
+        } catch let e as PorterError { XCTAssertEqual(e.code, .fileDoesNotExist) }
+        let closed = try NginxFixture.freePort()
+        do {
+            _ = try await session().data(from: URL(string: "ftp://127.0.0.1:\(closed)/x")!)
+            XCTFail()
+        } catch let e as PorterError { XCTAssertEqual(e.code, .cannotConnectToHost) }
+    }
+
+    func testRefusedLoginBecomesAChallenge() async throws {
+        final class Answer: TaskDelegate, @unchecked Sendable {
+            let lock = NSLock()
+            var asked: [Int] = []
+            func task(_ task: SessionTask, didReceive challenge: AuthenticationChallenge,
+                      completion: @escaping @Sendable (ChallengeDisposition) -> Void) {
+                lock.withLock { asked.append(challenge.previousFailureCount) }
+                completion(.useCredential(Credential(user: "alice", password: "secret")))
+            }
+        }
+        let d = Answer()
+        let (data, _) = try await session(d).data(from: url("/docs/a.txt", user: "alice:wrong@"))
+        XCTAssertEqual(String(decoding: data, as: UTF8.self), "alpha\n")
+        XCTAssertEqual(d.lock.withLock { d.asked }, [0])
+        do {
+            _ = try await session().data(from: url("/docs/a.txt", user: "alice:wrong@"))
+            XCTFail()
+        } catch let e as PorterError { XCTAssertEqual(e.code, .userAuthenticationRequired) }
+    }
+
+    func testResumeWithREST() throws {
+        final class D: DownloadDelegate, @unchecked Sendable {
+            let lock = NSLock()
+            var resumeData: Data?, resumedAt: Int64?, file: Data?
+            let done = DispatchSemaphore(value: 0)
+            let cancelAt: Int64?
+            init(cancelAt: Int64?) { self.cancelAt = cancelAt }
+            func downloadTask(_ task: DownloadTask, didWriteData w: Int64, totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
+                if let c = cancelAt, totalBytesWritten >= c {
+                    task.cancel(byProducingResumeData: { d in self.lock.withLock { self.resumeData = d } })
+                }
+            }
+            func downloadTask(_ task: DownloadTask, didResumeAtOffset offset: Int64, expectedTotalBytes: Int64) {
+                lock.withLock { resumedAt = offset }
+            }
+            func downloadTask(_ task: DownloadTask, didFinishDownloadingTo location: URL) {
+                lock.withLock { file = try? Data(contentsOf: location) }
+            }
+            func task(_ task: SessionTask, didCompleteWithError error: PorterError?) { done.signal() }
+        }
+        let first = D(cancelAt: 512 * 1024)
+        session(first) { $0.receiveBufferLimit = 256 * 1024 }.downloadTask(with: url("/big.bin")).resume()
+        XCTAssertEqual(first.done.wait(timeout: .now() + 20), .success)
+        let data = try XCTUnwrap(first.lock.withLock { first.resumeData }, "the size is the validator, so FTP downloads resume")
+        let second = D(cancelAt: nil)
+        session(second).downloadTask(withResumeData: data).resume()
+        XCTAssertEqual(second.done.wait(timeout: .now() + 20), .success)
+        XCTAssertNotNil(second.lock.withLock { second.resumedAt })
+        let file = try XCTUnwrap(second.lock.withLock { second.file })
+        XCTAssertEqual(file, Data((0..<FTPTests.bigSize).map(FTPTests.bigByte)))
+    }
+
+    func testExplicitTLS() async throws {
+        let (data, _) = try await session().data(from: url("/docs/b.txt", scheme: "ftps"))
+        XCTAssertEqual(String(decoding: data, as: UTF8.self), "beta beta\n")
+        do {
+            _ = try await session(nil) { $0.caCertificateFile = nil }.data(from: url("/docs/b.txt", scheme: "ftps"))
+            XCTFail("an unknown CA must fail")
+        } catch let e as PorterError { XCTAssertEqual(e.code, .serverCertificateUntrusted) }
+    }
+}
