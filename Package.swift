@@ -42,9 +42,10 @@ let package = Package(
         .executableTarget(
             name: "porter-bench", dependencies: ["Porter"], path: "Benchmarks/porter-bench", swiftSettings: strict),
         .testTarget(name: "PorterCoreTests", dependencies: ["PorterCore"], swiftSettings: strict),
+        .target(name: "PorterTestSupport", dependencies: ["PorterCore"], path: "Tests/PorterTestSupport", swiftSettings: strict),
         .testTarget(name: "PorterDataTests", dependencies: ["PorterData"], swiftSettings: strict),
-        .testTarget(name: "PorterFileTests", dependencies: ["Porter", "PorterFile"], swiftSettings: strict),
+        .testTarget(name: "PorterFileTests", dependencies: ["Porter", "PorterFile", "PorterTestSupport"], swiftSettings: strict),
         .testTarget(name: "PorterCLITests", dependencies: ["Porter"], swiftSettings: strict),
-        .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP"], exclude: ["misbehave.py", "ftpserver.py"], swiftSettings: strict),
+        .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP", "PorterTestSupport"], exclude: ["misbehave.py", "ftpserver.py"], swiftSettings: strict),
     ]
 )

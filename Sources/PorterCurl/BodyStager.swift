@@ -130,3 +130,54 @@ public final class BodySource {
 
     deinit { close() }
 }
+
+/// What a libcurl handler shares between the threads that call it (stop, pause) and its
+/// upload plumbing (the body, libcurl's read callback, upload progress), so the http and
+/// ftp handlers keep one copy of it.
+public final class CurlLoadState: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stopped = false
+    private var paused = false
+    // Loop thread only:
+    public private(set) var body: BodySource?
+    private var lastSent: Int64 = 0
+
+    public init() {}
+
+    public var isStopped: Bool { lock.withLock { stopped } }
+    public var wantsPause: Bool { lock.withLock { paused } }
+    public func stop() { lock.withLock { stopped = true } }
+    public func setPaused(_ value: Bool) { lock.withLock { paused = value } }
+
+    /// A new attempt sends `body` from its start (loop thread).
+    public func startUpload(_ body: RequestBody?) {
+        self.body?.close()
+        self.body = body.map(BodySource.init)
+        lastSent = 0
+    }
+
+    public func closeUpload() { body?.close() }
+
+    /// libcurl's read callback (loop thread).
+    public func read(_ buffer: UnsafeMutableRawBufferPointer) -> CurlTransfer.ReadResult {
+        guard let body, !isStopped else { return .abort }
+        do {
+            let n = try body.read(into: buffer)
+            return n == 0 ? .end : .bytes(n)
+        } catch {
+            return .abort
+        }
+    }
+
+    /// libcurl's progress callback: reports upload progress to `client` (loop thread).
+    public func progress(uploadTotal total: Int64, uploaded now: Int64, client: any ProtocolClient) -> Bool {
+        if isStopped { return false }
+        if now > lastSent {
+            let delta = now - lastSent
+            lastSent = now
+            client.didSendBodyData(bytesSent: delta, totalBytesSent: now,
+                                   totalBytesExpectedToSend: total > 0 ? total : (body?.length ?? -1))
+        }
+        return true
+    }
+}

@@ -21,19 +21,15 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
     private let client: any ProtocolClient
     private let loop: CurlLoop
     private let stager: BodyStager
-    private let flags = NSLock()
-    private var wantPause = false
-    private var stopped = false
+    private let state = CurlLoadState()
 
     // Loop thread only:
     private var transfer: CurlTransfer?
-    private var body: BodySource?
     private var responded = false
     private var listing = false
     private var listingText = Data()
     private var credential: Credential?
     private var failures = 0
-    private var lastSent: Int64 = 0
 
     public init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {
         self.request = request
@@ -42,24 +38,24 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
         self.stager = BodyStager(client: client)
     }
 
-    private var isStopped: Bool { flags.withLock { stopped } }
+    private var isStopped: Bool { state.isStopped }
 
     public func startLoading() { loop.execute { [self] in begin() } }
 
     public func stopLoading() {
-        flags.withLock { stopped = true }
+        state.stop()
         loop.execute { [self] in
             transfer?.cancel()
             transfer = nil
-            body?.close()
+            state.closeUpload()
             stager.drop()
         }
     }
 
-    public func pauseDelivery() { flags.withLock { wantPause = true } }
+    public func pauseDelivery() { state.setPaused(true) }
 
     public func resumeDelivery() {
-        flags.withLock { wantPause = false }
+        state.setPaused(false)
         loop.execute { [self] in transfer?.resume() }
     }
 
@@ -77,7 +73,6 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
         transfer = t
         responded = false
         listingText = Data()
-        lastSent = 0
         listing = request.url.absoluteString.hasSuffix("/") && request.body == nil
 
         t.set(CURLOPT_URL, curlURL)
@@ -102,23 +97,16 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
         if let range = request.resumeRange, range.offset > 0, request.body == nil, !listing {
             t.set(CURLOPT_RESUME_FROM_LARGE, offset: range.offset)
         }
-        body?.close()
-        body = request.body.map(BodySource.init)
-        if let body {
+        state.startUpload(request.body)
+        if let body = state.body {
             t.set(CURLOPT_UPLOAD, 1)
             t.set(CURLOPT_INFILESIZE_LARGE, offset: body.length ?? -1)
             t.set(CURLOPT_FTP_CREATE_MISSING_DIRS, Int(CURLFTP_CREATE_DIR.rawValue))
         }
 
         t.onData = { [unowned self] bytes in data(bytes) }
-        t.onRead = { [unowned self] buffer in
-            guard let body = self.body, !isStopped else { return .abort }
-            do {
-                let n = try body.read(into: buffer)
-                return n == 0 ? .end : .bytes(n)
-            } catch { return .abort }
-        }
-        t.onProgress = { [unowned self] _, _, ulTotal, ulNow in progress(ulTotal, ulNow) }
+        t.onRead = { [state] buffer in state.read(buffer) }
+        t.onProgress = { [state, client] _, _, ulTotal, ulNow in state.progress(uploadTotal: ulTotal, uploaded: ulNow, client: client) }
         t.onFlush = { [unowned self] in stager.handOver() }
         t.onComplete = { [self] code in complete(code) }
         t.start()
@@ -149,7 +137,7 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
             // SIZE has been answered by now: the length is known before the first byte.
             respond(length: t.info(offset: CURLINFO_CONTENT_LENGTH_DOWNLOAD_T))
         }
-        if flags.withLock({ wantPause }) {
+        if state.wantsPause {
             stager.handOver()
             return .pause
         }
@@ -157,20 +145,9 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
         return .consumed
     }
 
-    private func progress(_ total: Int64, _ now: Int64) -> Bool {
-        if isStopped { return false }
-        if now > lastSent {
-            let delta = now - lastSent
-            lastSent = now
-            client.didSendBodyData(bytesSent: delta, totalBytesSent: now,
-                                   totalBytesExpectedToSend: total > 0 ? total : (body?.length ?? -1))
-        }
-        return true
-    }
-
     private func complete(_ code: CURLcode) {
         guard !isStopped, let t = transfer else { stager.drop(); return }
-        body?.close()
+        state.closeUpload()
         stager.handOver()
         if code == CURLE_LOGIN_DENIED, failures < 5 {
             challenge(failure: .curl(code, url: request.url, detail: t.errorText))

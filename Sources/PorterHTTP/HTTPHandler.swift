@@ -26,17 +26,14 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     private let client: any ProtocolClient
     private let loop: CurlLoop
     private let stager: BodyStager
+    private let state = CurlLoadState()
     static let receiveBufferSize = 256 * 1024
     static let stagingBufferSize = BodyStager.bufferSize
-    private let flags = NSLock()
-    private var wantPause = false  // guarded by flags
-    private var stopped = false    // guarded by flags
 
     // Loop thread only:
     private var transfer: CurlTransfer?
     private var head = Head()
     private var mode = Mode.waiting
-    private var body: BodySource?
     private var credential: Credential?
     private var authMethod: AuthenticationMethod?
     private var proxyCredential: Credential?
@@ -44,7 +41,6 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     private var trustedKeyPin: String?
     private var trustAsked = false
     private var failures = 0
-    private var lastSent: Int64 = 0
     private var started = Date()
 
     private enum Mode {
@@ -69,26 +65,26 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         self.stager = BodyStager(client: client)
     }
 
-    private var isStopped: Bool { flags.withLock { stopped } }
+    private var isStopped: Bool { state.isStopped }
 
     public func startLoading() {
         loop.execute { [self] in begin() }
     }
 
     public func stopLoading() {
-        flags.withLock { stopped = true }
+        state.stop()
         loop.execute { [self] in
             transfer?.cancel()
             transfer = nil
-            body?.close()
+            state.closeUpload()
             stager.drop()
         }
     }
 
-    public func pauseDelivery() { flags.withLock { wantPause = true } }
+    public func pauseDelivery() { state.setPaused(true) }
 
     public func resumeDelivery() {
-        flags.withLock { wantPause = false }
+        state.setPaused(false)
         loop.execute { [self] in transfer?.resume() }
     }
 
@@ -102,7 +98,6 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         head = Head()
         mode = .waiting
         started = Date()
-        lastSent = 0
 
         t.set(CURLOPT_URL, request.url.absoluteString)
         t.set(CURLOPT_FOLLOWLOCATION, 0)
@@ -174,8 +169,8 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
 
         t.onHeader = { [unowned self] line in header(line) }
         t.onData = { [unowned self] bytes in data(bytes) }
-        t.onRead = { [unowned self] buffer in read(buffer) }
-        t.onProgress = { [unowned self] _, _, ulTotal, ulNow in progress(ulTotal, ulNow) }
+        t.onRead = { [state] buffer in state.read(buffer) }
+        t.onProgress = { [state, client] _, _, ulTotal, ulNow in state.progress(uploadTotal: ulTotal, uploaded: ulNow, client: client) }
         t.onComplete = { [self] code in complete(code) }
         t.onFlush = { [unowned self] in stager.handOver() }
         t.start()
@@ -183,13 +178,12 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
 
     private func configureMethodAndBody(_ t: CurlTransfer) {
         let method = request.method.uppercased()
-        body?.close()
-        body = request.body.map(BodySource.init)
+        state.startUpload(request.body)
         if method == "HEAD" {
             t.set(CURLOPT_NOBODY, 1)
             return
         }
-        guard let body else {
+        guard let body = state.body else {
             if method == "GET" { t.set(CURLOPT_HTTPGET, 1) } else { t.set(CURLOPT_CUSTOMREQUEST, request.method) }
             return
         }
@@ -309,7 +303,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         if isStopped { return .abort }
         switch mode {
         case .body:
-            if flags.withLock({ wantPause }) {
+            if state.wantsPause {
                 stager.handOver()
                 return .pause
             }
@@ -326,31 +320,10 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         return .consumed
     }
 
-    private func read(_ buffer: UnsafeMutableRawBufferPointer) -> CurlTransfer.ReadResult {
-        guard let body, !isStopped else { return .abort }
-        do {
-            let n = try body.read(into: buffer)
-            return n == 0 ? .end : .bytes(n)
-        } catch {
-            return .abort
-        }
-    }
-
-    private func progress(_ total: Int64, _ now: Int64) -> Bool {
-        if isStopped { return false }
-        if now > lastSent {
-            let delta = now - lastSent
-            lastSent = now
-            client.didSendBodyData(bytesSent: delta, totalBytesSent: now,
-                                   totalBytesExpectedToSend: total > 0 ? total : (body?.length ?? -1))
-        }
-        return true
-    }
-
     private func complete(_ code: CURLcode) {
         guard !isStopped, let t = transfer else { stager.drop(); return }
         stager.handOver()
-        body?.close()
+        state.closeUpload()
         reportMetrics(t)
         if code == CURLE_PEER_FAILED_VERIFICATION, !trustAsked, request.url.scheme?.lowercased() == "https" {
             trustAsked = true

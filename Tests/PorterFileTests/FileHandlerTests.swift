@@ -1,4 +1,5 @@
 import XCTest
+import PorterTestSupport
 @testable import Porter
 @testable import PorterFile
 
@@ -143,34 +144,9 @@ final class FileHandlerTests: XCTestCase {
         for i in bytes.indices { bytes[i] = UInt8(truncatingIfNeeded: i * 31) }
         let original = Data(bytes)
         let url = write("resume.bin", original)
-        final class Delegate: DownloadDelegate, @unchecked Sendable {
-            let lock = NSLock()
-            var resumeData: Data?
-            var resumedAt: Int64?
-            var file: Data?
-            var error: PorterError?
-            let done = DispatchSemaphore(value: 0)
-            let cancelAfter: Int64?
-            init(cancelAfter: Int64?) { self.cancelAfter = cancelAfter }
-            func downloadTask(_ task: DownloadTask, didWriteData w: Int64, totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
-                if let c = cancelAfter, totalBytesWritten >= c {
-                    task.cancel(byProducingResumeData: { d in self.lock.withLock { self.resumeData = d } })
-                }
-            }
-            func downloadTask(_ task: DownloadTask, didResumeAtOffset offset: Int64, expectedTotalBytes: Int64) {
-                lock.withLock { resumedAt = offset }
-            }
-            func downloadTask(_ task: DownloadTask, didFinishDownloadingTo location: URL) {
-                lock.withLock { file = try? Data(contentsOf: location) }
-            }
-            func task(_ task: SessionTask, didCompleteWithError error: PorterError?) {
-                lock.withLock { self.error = error }
-                done.signal()
-            }
-        }
         var config = SessionConfiguration.ephemeral
         config.downloadDirectory = dir
-        let first = Delegate(cancelAfter: 2 << 20)
+        let first = ResumeRecorder(cancelAt: 2 << 20)
         Session(configuration: config, delegate: first).downloadTask(with: url).resume()
         XCTAssertEqual(first.done.wait(timeout: .now() + 10), .success)
         XCTAssertEqual(first.error?.code, .cancelled)
@@ -179,7 +155,7 @@ final class FileHandlerTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(info.bytesReceived, 2 << 20)
         XCTAssertLessThan(info.bytesReceived, Int64(original.count))
 
-        let second = Delegate(cancelAfter: nil)
+        let second = ResumeRecorder(cancelAt: nil)
         Session(configuration: config, delegate: second).downloadTask(withResumeData: resumeData).resume()
         XCTAssertEqual(second.done.wait(timeout: .now() + 10), .success)
         XCTAssertNil(second.error)
@@ -188,12 +164,12 @@ final class FileHandlerTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), ["resume.bin"], "no partial file left")
 
         // The file changes: the validator no longer matches and the download starts over.
-        let third = Delegate(cancelAfter: 1 << 20)
+        let third = ResumeRecorder(cancelAt: 1 << 20)
         Session(configuration: config, delegate: third).downloadTask(with: url).resume()
         XCTAssertEqual(third.done.wait(timeout: .now() + 10), .success)
         let changed = Data(repeating: 9, count: 3 << 20)
         try changed.write(to: url)
-        let fourth = Delegate(cancelAfter: nil)
+        let fourth = ResumeRecorder(cancelAt: nil)
         Session(configuration: config, delegate: fourth).downloadTask(withResumeData: try XCTUnwrap(third.resumeData)).resume()
         XCTAssertEqual(fourth.done.wait(timeout: .now() + 10), .success)
         XCTAssertNil(fourth.resumedAt)

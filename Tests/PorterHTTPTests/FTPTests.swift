@@ -1,4 +1,5 @@
 import XCTest
+import PorterTestSupport
 @testable import Porter
 
 /// ftp and ftps (explicit TLS) against pyftpdlib on loopback.
@@ -30,24 +31,9 @@ final class FTPTests: XCTestCase {
             try FileManager.default.createDirectory(atPath: files + "/docs/sub", withIntermediateDirectories: true)
             try Data((0..<bigSize).map(bigByte)).write(to: URL(fileURLWithPath: files + "/big.bin"))
             try NginxFixture.makeCertificates(in: dir + "/tls")
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: python)
-            p.arguments = [root.appendingPathComponent("Tests/PorterHTTPTests/ftpserver.py").path, files,
-                           dir + "/tls/leaf.pem", dir + "/tls/leaf.key"]
-            let out = Pipe()
-            p.standardOutput = out
-            p.standardError = FileHandle.nullDevice
-            try p.run()
-            var line = Data()
-            while !line.contains(UInt8(ascii: "\n")) {
-                let d = out.fileHandleForReading.availableData
-                if d.isEmpty { break }
-                line.append(d)
-            }
-            let text = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-            guard text.hasPrefix("READY "), let port = Int(text.dropFirst(6)) else {
-                throw NginxFixture.Failure.setup("the FTP server did not start: \(text)")
-            }
+            let (p, port) = try startReadyServer(python, [root.appendingPathComponent("Tests/PorterHTTPTests/ftpserver.py").path,
+                                                          files, dir + "/tls/leaf.pem", dir + "/tls/leaf.key"])
+            guard port > 0 else { throw NginxFixture.Failure.setup("the FTP server did not start") }
             return (p, port, dir)
         }
     }
@@ -159,30 +145,11 @@ final class FTPTests: XCTestCase {
     }
 
     func testResumeWithREST() throws {
-        final class D: DownloadDelegate, @unchecked Sendable {
-            let lock = NSLock()
-            var resumeData: Data?, resumedAt: Int64?, file: Data?
-            let done = DispatchSemaphore(value: 0)
-            let cancelAt: Int64?
-            init(cancelAt: Int64?) { self.cancelAt = cancelAt }
-            func downloadTask(_ task: DownloadTask, didWriteData w: Int64, totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
-                if let c = cancelAt, totalBytesWritten >= c {
-                    task.cancel(byProducingResumeData: { d in self.lock.withLock { self.resumeData = d } })
-                }
-            }
-            func downloadTask(_ task: DownloadTask, didResumeAtOffset offset: Int64, expectedTotalBytes: Int64) {
-                lock.withLock { resumedAt = offset }
-            }
-            func downloadTask(_ task: DownloadTask, didFinishDownloadingTo location: URL) {
-                lock.withLock { file = try? Data(contentsOf: location) }
-            }
-            func task(_ task: SessionTask, didCompleteWithError error: PorterError?) { done.signal() }
-        }
-        let first = D(cancelAt: 512 * 1024)
+        let first = ResumeRecorder(cancelAt: 512 * 1024)
         session(first) { $0.receiveBufferLimit = 256 * 1024 }.downloadTask(with: url("/big.bin")).resume()
         XCTAssertEqual(first.done.wait(timeout: .now() + 20), .success)
         let data = try XCTUnwrap(first.lock.withLock { first.resumeData }, "the size is the validator, so FTP downloads resume")
-        let second = D(cancelAt: nil)
+        let second = ResumeRecorder(cancelAt: nil)
         session(second).downloadTask(withResumeData: data).resume()
         XCTAssertEqual(second.done.wait(timeout: .now() + 20), .success)
         XCTAssertNotNil(second.lock.withLock { second.resumedAt })

@@ -1,4 +1,5 @@
 import XCTest
+import PorterTestSupport
 @testable import Porter
 @testable import PorterHTTP
 @testable import PorterCurl
@@ -340,32 +341,7 @@ final class HTTPHandlerTests: XCTestCase {
     }
 
     func testDownloadResumesWithRangeAndIfRange() throws {
-        final class D: DownloadDelegate, @unchecked Sendable {
-            let lock = NSLock()
-            var resumeData: Data?
-            var resumedAt: Int64?
-            var file: Data?
-            var error: PorterError?
-            let done = DispatchSemaphore(value: 0)
-            let cancelAt: Int64?
-            init(cancelAt: Int64?) { self.cancelAt = cancelAt }
-            func downloadTask(_ task: DownloadTask, didWriteData w: Int64, totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
-                if let c = cancelAt, totalBytesWritten >= c {
-                    task.cancel(byProducingResumeData: { d in self.lock.withLock { self.resumeData = d } })
-                }
-            }
-            func downloadTask(_ task: DownloadTask, didResumeAtOffset offset: Int64, expectedTotalBytes: Int64) {
-                lock.withLock { resumedAt = offset }
-            }
-            func downloadTask(_ task: DownloadTask, didFinishDownloadingTo location: URL) {
-                lock.withLock { file = try? Data(contentsOf: location) }
-            }
-            func task(_ task: SessionTask, didCompleteWithError error: PorterError?) {
-                lock.withLock { self.error = error }
-                done.signal()
-            }
-        }
-        let first = D(cancelAt: 3 << 20)
+        let first = ResumeRecorder(cancelAt: 3 << 20)
         Session(configuration: config(), delegate: first).downloadTask(with: url(nginx.http + "/throttled.bin")).resume()
         XCTAssertEqual(first.done.wait(timeout: .now() + 20), .success)
         XCTAssertEqual(first.error?.code, .cancelled)
@@ -373,7 +349,7 @@ final class HTTPHandlerTests: XCTestCase {
         let info = try ResumeData(data: data)
         XCTAssertNotNil(info.validator, "nginx's ETag is the validator")
 
-        let second = D(cancelAt: nil)
+        let second = ResumeRecorder(cancelAt: nil)
         Session(configuration: config(), delegate: second).downloadTask(withResumeData: data).resume()
         XCTAssertEqual(second.done.wait(timeout: .now() + 30), .success)
         XCTAssertNil(second.error)

@@ -1,4 +1,5 @@
 import XCTest
+import PorterTestSupport
 @testable import Porter
 
 /// A server that breaks HTTP in the ways real ones do: Porter reports each with a
@@ -11,22 +12,9 @@ final class MisbehavingServerTests: XCTestCase {
         super.setUp()
         Porter.bootstrap()
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("misbehave.py").path
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        p.arguments = ["python3", script]
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = FileHandle.nullDevice
         do {
-            try p.run()
-            var line = Data()
-            while !line.contains(UInt8(ascii: "\n")) {
-                let d = out.fileHandleForReading.availableData
-                if d.isEmpty { break }
-                line.append(d)
-            }
-            let text = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-            if text.hasPrefix("READY "), let n = Int(text.dropFirst(6)) { port = n }
+            let (p, n) = try startReadyServer("/usr/bin/env", ["python3", script])
+            port = n
             server = p
         } catch {}
     }
