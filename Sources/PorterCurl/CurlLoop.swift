@@ -31,7 +31,9 @@ public final class CurlLoop: @unchecked Sendable {
         }
     }
 
-    private let multi: UnsafeMutableRawPointer
+    private let multi: UnsafeMutableRawPointer?
+    /// False when libcurl could not make the multi handle: transfers then fail to start.
+    var isUsable: Bool { multi != nil }
     private let lock = NSLock()
     private var commands: [() -> Void] = []
     // Loop thread only:
@@ -44,7 +46,8 @@ public final class CurlLoop: @unchecked Sendable {
 
     public init(name: String) {
         CurlLoop.globalInit
-        multi = curl_multi_init()!
+        multi = curl_multi_init()
+        guard let multi else { return }
         _ = porter_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 64)
         let thread = Thread { [unowned self] in self.run() }
         thread.name = name
@@ -56,6 +59,10 @@ public final class CurlLoop: @unchecked Sendable {
 
     /// Runs `work` on the loop thread, soon.
     public func execute(_ work: @escaping () -> Void) {
+        guard let multi else {
+            work()  // no loop thread (libcurl had no memory): transfers fail as they start
+            return
+        }
         lock.lock()
         commands.append(work)
         lock.unlock()
@@ -64,6 +71,7 @@ public final class CurlLoop: @unchecked Sendable {
 
     /// Starts a configured transfer (loop thread).
     func add(_ transfer: CurlTransfer) {
+        guard let multi else { return transfer.finish(CURLE_OUT_OF_MEMORY) }
         active[transfer.easy] = transfer
         let rc = curl_multi_add_handle(multi, transfer.easy)
         if rc != CURLM_OK {
@@ -74,11 +82,12 @@ public final class CurlLoop: @unchecked Sendable {
 
     /// Stops a transfer without a completion (loop thread).
     func remove(_ transfer: CurlTransfer) {
-        guard active.removeValue(forKey: transfer.easy) != nil else { return }
+        guard let multi, active.removeValue(forKey: transfer.easy) != nil else { return }
         curl_multi_remove_handle(multi, transfer.easy)
     }
 
     private func run() {
+        guard let multi else { return }
         var running: Int32 = 0
         while true {
             lock.lock()

@@ -42,10 +42,14 @@ public final class CurlTransfer: @unchecked Sendable {
         if !ended { onFlush() }
     }
 
-    /// Loop thread only.
-    public init(loop: CurlLoop) {
+    /// Loop thread only. Throws `.resourceUnavailable` when libcurl cannot make a handle
+    /// (out of memory): never a trap.
+    public init(loop: CurlLoop) throws {
+        guard loop.isUsable, let handle = curl_easy_init() else {
+            throw PorterError(.resourceUnavailable, "libcurl could not make a transfer handle (out of memory?)")
+        }
         self.loop = loop
-        easy = curl_easy_init()!
+        easy = handle
         let me = Unmanaged.passUnretained(self).toOpaque()
         _ = porter_easy_setopt_ptr(easy, CURLOPT_PRIVATE, me)
         _ = porter_easy_setopt_ptr(easy, CURLOPT_WRITEDATA, me)
@@ -64,6 +68,19 @@ public final class CurlTransfer: @unchecked Sendable {
 
     /// libcurl's detail message for the last failure ("" when none).
     public var errorText: String { String(cString: errorBuffer) }
+
+    /// A new transfer, or nil after telling `client` the load failed (libcurl could not
+    /// make a handle). Loop thread only.
+    public static func make(on loop: CurlLoop, reportingTo client: any ProtocolClient, url: URL) -> CurlTransfer? {
+        do {
+            return try CurlTransfer(loop: loop)
+        } catch {
+            var failure = (error as? PorterError) ?? PorterError(.resourceUnavailable, "\(error)")
+            failure.url = url
+            client.didFail(with: failure)
+            return nil
+        }
+    }
 
     deinit {
         for l in lists { curl_slist_free_all(l) }

@@ -69,7 +69,7 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
     private func begin() {
         guard !isStopped else { return }
         let config = client.context.configuration
-        let t = CurlTransfer(loop: loop)
+        guard let t = CurlTransfer.make(on: loop, reportingTo: client, url: request.url) else { return }
         transfer = t
         responded = false
         listingText = Data()
@@ -180,7 +180,7 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
     private func fallbackToList() {
         guard !triedList else { return }
         triedList = true
-        let t = CurlTransfer(loop: loop)
+        guard let t = CurlTransfer.make(on: loop, reportingTo: client, url: request.url) else { return }
         transfer = t
         listingText = Data()
         t.set(CURLOPT_URL, curlURL)

@@ -93,7 +93,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     private func begin() {
         guard !isStopped else { return }
         let config = client.context.configuration
-        let t = CurlTransfer(loop: loop)
+        guard let t = CurlTransfer.make(on: loop, reportingTo: client, url: request.url) else { return }
         transfer = t
         head = Head()
         mode = .waiting
@@ -477,7 +477,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     /// The default check refused the server: fetch its chain (a connect-only handshake
     /// without verification) and let the delegate decide. Trusting it pins its key.
     private func askServerTrust(failure: PorterError) {
-        let probe = CurlTransfer(loop: loop)
+        guard let probe = CurlTransfer.make(on: loop, reportingTo: client, url: request.url) else { return }
         transfer = probe
         let url = request.url
         let config = client.context.configuration
