@@ -139,10 +139,30 @@ public final class CurlLoadState: @unchecked Sendable {
     private var stopped = false
     private var paused = false
     // Loop thread only:
+    /// The transfer in progress, if any.
+    public var transfer: CurlTransfer?
     public private(set) var body: BodySource?
     private var lastSent: Int64 = 0
 
     public init() {}
+
+    /// `stopLoading`: no callback reaches the client after this; the transfer, the upload
+    /// and whatever `stager` holds are dropped on the loop.
+    public func stopLoading(on loop: CurlLoop, stager: BodyStager) {
+        stop()
+        loop.execute { [self] in
+            transfer?.cancel()
+            transfer = nil
+            closeUpload()
+            stager.drop()
+        }
+    }
+
+    /// `resumeDelivery`: lets libcurl deliver again.
+    public func resumeDelivery(on loop: CurlLoop) {
+        setPaused(false)
+        loop.execute { [self] in transfer?.resume() }
+    }
 
     public var isStopped: Bool { lock.withLock { stopped } }
     public var wantsPause: Bool { lock.withLock { paused } }

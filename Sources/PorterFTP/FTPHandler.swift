@@ -24,7 +24,10 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
     private let state = CurlLoadState()
 
     // Loop thread only:
-    private var transfer: CurlTransfer?
+    private var transfer: CurlTransfer? {  // loop thread; kept in `state` so stopLoading can end it
+        get { state.transfer }
+        set { state.transfer = newValue }
+    }
     private var responded = false
     private var listing = false
     private var listingText = Data()
@@ -42,22 +45,9 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
 
     public func startLoading() { loop.execute { [self] in begin() } }
 
-    public func stopLoading() {
-        state.stop()
-        loop.execute { [self] in
-            transfer?.cancel()
-            transfer = nil
-            state.closeUpload()
-            stager.drop()
-        }
-    }
-
+    public func stopLoading() { state.stopLoading(on: loop, stager: stager) }
     public func pauseDelivery() { state.setPaused(true) }
-
-    public func resumeDelivery() {
-        state.setPaused(false)
-        loop.execute { [self] in transfer?.resume() }
-    }
+    public func resumeDelivery() { state.resumeDelivery(on: loop) }
 
     /// The URL libcurl gets: ftps:// becomes ftp:// with explicit TLS required.
     private var curlURL: String {

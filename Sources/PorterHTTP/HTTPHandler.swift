@@ -31,7 +31,10 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     static let stagingBufferSize = BodyStager.bufferSize
 
     // Loop thread only:
-    private var transfer: CurlTransfer?
+    private var transfer: CurlTransfer? {  // loop thread; kept in `state` so stopLoading can end it
+        get { state.transfer }
+        set { state.transfer = newValue }
+    }
     private var head = Head()
     private var mode = Mode.waiting
     private var credential: Credential?
@@ -71,22 +74,9 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         loop.execute { [self] in begin() }
     }
 
-    public func stopLoading() {
-        state.stop()
-        loop.execute { [self] in
-            transfer?.cancel()
-            transfer = nil
-            state.closeUpload()
-            stager.drop()
-        }
-    }
-
+    public func stopLoading() { state.stopLoading(on: loop, stager: stager) }
     public func pauseDelivery() { state.setPaused(true) }
-
-    public func resumeDelivery() {
-        state.setPaused(false)
-        loop.execute { [self] in transfer?.resume() }
-    }
+    public func resumeDelivery() { state.resumeDelivery(on: loop) }
 
     // MARK: - set-up (loop thread)
 

@@ -361,9 +361,7 @@ final class HTTPHandlerTests: XCTestCase {
     }
 
     func testCLIWithTLS() throws {
-        let porter = ProcessInfo.processInfo.environment["PORTER_BIN"]
-            ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-                .deletingLastPathComponent().appendingPathComponent(".build/debug/porter").path
+        let porter = porterBinary
         func run(_ args: [String]) throws -> (Int32, String) {
             let p = Process()
             p.executableURL = URL(fileURLWithPath: porter)

@@ -1,4 +1,5 @@
 import XCTest
+import PorterTestSupport
 @testable import Porter
 
 /// Proxies: tinyproxy (HTTP forwarding, CONNECT, Basic proxy authentication) and
@@ -101,9 +102,7 @@ final class ProxyTests: XCTestCase {
     }
 
     func testCLIProxyOption() throws {
-        let porter = ProcessInfo.processInfo.environment["PORTER_BIN"]
-            ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-                .deletingLastPathComponent().appendingPathComponent(".build/debug/porter").path
+        let porter = porterBinary
         let p = Process()
         p.executableURL = URL(fileURLWithPath: porter)
         p.arguments = ["-x", "127.0.0.1:\(tinyproxy.port)", nginx.http + "/via"]

@@ -51,3 +51,8 @@ public func startReadyServer(_ executable: String, _ arguments: [String]) throws
     guard text.hasPrefix("READY "), let port = Int(text.dropFirst(6)) else { return (p, 0) }
     return (p, port)
 }
+
+/// The built `porter`: $PORTER_BIN (set by `make test`), else .build/debug/porter.
+public let porterBinary: String = ProcessInfo.processInfo.environment["PORTER_BIN"]
+    ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent(".build/debug/porter").path
