@@ -11,9 +11,6 @@ enum HandlerReport: @unchecked Sendable {
     case challenge(AuthenticationChallenge)
     case challengeWithdrawn(AuthenticationChallenge)
     case cachedResponseValid
-    /// Not life-cycle events: they skip the state machine but keep their place in line.
-    case metrics(TransactionMetrics)
-    case sent(Int64, Int64, Int64)
 
     func event(redirectAllowed: Bool) -> TaskStateMachine.HandlerEvent {
         switch self {
@@ -25,9 +22,17 @@ enum HandlerReport: @unchecked Sendable {
         case .challenge(let c): return .challenge(c.identifier)
         case .challengeWithdrawn(let c): return .challengeWithdrawn(c.identifier)
         case .cachedResponseValid: return .cachedResponseValid
-        case .metrics, .sent: return .cachedResponseValid  // never asked: handled before the machine
         }
     }
+}
+
+/// What a handler's client queues for the delivery queue, in the order it was said:
+/// life-cycle reports go through the state machine; metrics and upload progress do not,
+/// but keep their place in line.
+enum InboxItem: @unchecked Sendable {
+    case report(HandlerReport)
+    case metrics(TransactionMetrics)
+    case sent(Int64, Int64, Int64)
 }
 
 /// The client Porter hands to one handler instance. Every call hops to the session's
@@ -46,7 +51,7 @@ final class HandlerClient: ProtocolClient, @unchecked Sendable {
     }
 
     private func post(_ report: HandlerReport) {
-        driver?.enqueue(generation, report)
+        driver?.enqueue(generation, .report(report))
     }
 
     func didReceive(_ response: Response, cacheStoragePolicy: CacheStoragePolicy) { post(.response(response, cacheStoragePolicy)) }
@@ -62,9 +67,9 @@ final class HandlerClient: ProtocolClient, @unchecked Sendable {
     func didCancel(_ challenge: AuthenticationChallenge) { post(.challengeWithdrawn(challenge)) }
     func cachedResponseIsValid() { post(.cachedResponseValid) }
     func didSendBodyData(bytesSent: Int64, totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
-        post(.sent(bytesSent, totalBytesSent, totalBytesExpectedToSend))
+        driver?.enqueue(generation, .sent(bytesSent, totalBytesSent, totalBytesExpectedToSend))
     }
-    func didCollect(_ metrics: TransactionMetrics) { post(.metrics(metrics)) }
+    func didCollect(_ metrics: TransactionMetrics) { driver?.enqueue(generation, .metrics(metrics)) }
     func needNewBodyStream(_ completion: @escaping @Sendable ((any BodyStream)?) -> Void) {
         guard let driver else { completion(nil); return }
         driver.queue.async { driver.askNewBodyStream(completion) }
@@ -144,15 +149,15 @@ final class TaskDriver: @unchecked Sendable {
     // MARK: - handler reports
 
     private let inboxLock = NSLock()
-    private var inbox: [(UInt64, HandlerReport)] = []
+    private var inbox: [(UInt64, InboxItem)] = []
     private var inboxScheduled = false
 
     /// From any thread: queue a report and make sure one drain is scheduled on the
     /// delivery queue. Reports that arrive together (response, data, finish) cost one
     /// hop and one wake-up instead of one each; their order is kept.
-    func enqueue(_ generation: UInt64, _ report: HandlerReport) {
+    func enqueue(_ generation: UInt64, _ item: InboxItem) {
         inboxLock.lock()
-        inbox.append((generation, report))
+        inbox.append((generation, item))
         let schedule = !inboxScheduled
         inboxScheduled = true
         inboxLock.unlock()
@@ -167,16 +172,17 @@ final class TaskDriver: @unchecked Sendable {
             if batch.isEmpty { inboxScheduled = false }
             inboxLock.unlock()
             if batch.isEmpty { return }
-            for (gen, report) in batch { process(gen, report) }
+            for (gen, item) in batch {
+                switch item {
+                case .report(let report): process(gen, report)
+                case .metrics(let m): collect(gen, m)
+                case .sent(let n, let total, let expected): sentBodyData(gen, n, total, expected)
+                }
+            }
         }
     }
 
     func process(_ generation: UInt64, _ report: HandlerReport) {
-        switch report {
-        case .metrics(let m): collect(generation, m); return
-        case .sent(let n, let total, let expected): sentBodyData(generation, n, total, expected); return
-        default: break
-        }
         let action: TaskStateMachine.Action = lock.withLock {
             lastActivity = .now()
             // A withdrawn challenge must reach the machine even behind deferred reports.
