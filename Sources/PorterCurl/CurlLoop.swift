@@ -34,6 +34,27 @@ public final class CurlLoop: @unchecked Sendable {
     private let multi: UnsafeMutableRawPointer?
     /// False when libcurl could not make the multi handle: transfers then fail to start.
     var isUsable: Bool { multi != nil }
+
+    /// Easy handles kept for reuse: a new handle allocates its state and a 256 KiB
+    /// receive buffer, which is most of a small request's malloc work.
+    private let idleHandles = Locked([UnsafeMutableRawPointer]())
+    private static let idleHandleLimit = 64
+
+    /// An easy handle with default options (from the pool, or new); nil if libcurl has no memory.
+    func takeHandle() -> UnsafeMutableRawPointer? {
+        idleHandles.withLock { $0.popLast() } ?? curl_easy_init()
+    }
+
+    /// Gives back a handle that is in no multi handle any more (any thread).
+    func recycle(_ handle: UnsafeMutableRawPointer) {
+        curl_easy_reset(handle)
+        let kept = idleHandles.withLock { idle -> Bool in
+            guard idle.count < CurlLoop.idleHandleLimit else { return false }
+            idle.append(handle)
+            return true
+        }
+        if !kept { curl_easy_cleanup(handle) }
+    }
     private let lock = NSLock()
     private var commands: [() -> Void] = []
     // Loop thread only:

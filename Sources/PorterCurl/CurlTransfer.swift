@@ -45,7 +45,7 @@ public final class CurlTransfer: @unchecked Sendable {
     /// Loop thread only. Throws `.resourceUnavailable` when libcurl cannot make a handle
     /// (out of memory): never a trap.
     public init(loop: CurlLoop) throws {
-        guard loop.isUsable, let handle = curl_easy_init() else {
+        guard loop.isUsable, let handle = loop.takeHandle() else {
             throw PorterError(.resourceUnavailable, "libcurl could not make a transfer handle (out of memory?)")
         }
         self.loop = loop
@@ -83,8 +83,10 @@ public final class CurlTransfer: @unchecked Sendable {
     }
 
     deinit {
+        // The handle is out of the multi handle by now (finish, cancel, or never started):
+        // reset, it serves the next transfer. Lists go after it, as it pointed at them.
+        loop.recycle(easy)
         for l in lists { curl_slist_free_all(l) }
-        curl_easy_cleanup(easy)
         errorBuffer.deallocate()
     }
 
