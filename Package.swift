@@ -31,7 +31,13 @@ let package = Package(
         .target(name: "PorterFTP", dependencies: ["PorterCore", "PorterCurl", "CCurl"], swiftSettings: strict),
         .target(name: "PorterData", dependencies: ["PorterCore"], swiftSettings: strict),
         .target(name: "PorterFile", dependencies: ["PorterCore"], swiftSettings: strict),
-        .target(name: "Porter", dependencies: ["PorterCore", "PorterData", "PorterFile", "PorterHTTP", "PorterFTP"], swiftSettings: strict),
+        .target(name: "CPorterPlugin"),
+        .target(name: "CPorterHost", linkerSettings: [.linkedLibrary("ffi")]),
+        .target(
+            name: "PorterPlugins",
+            dependencies: ["PorterCore", "CPorterPlugin", "CPorterHost", .product(name: "HTTPTypes", package: "swift-http-types")],
+            swiftSettings: strict),
+        .target(name: "Porter", dependencies: ["PorterCore", "PorterData", "PorterFile", "PorterHTTP", "PorterFTP", "PorterPlugins"], swiftSettings: strict),
         .target(
             name: "PorterCLI",
             dependencies: ["Porter", .product(name: "ArgumentParser", package: "swift-argument-parser")],

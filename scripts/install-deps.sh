@@ -17,6 +17,12 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 [ -x /usr/bin/tinyproxy ] || need+=(tinyproxy)
 [ -x /usr/sbin/danted ] || need+=(dante-server)
 [ -x /usr/sbin/lighttpd ] || need+=(lighttpd)
+# Plugins: event hooks on libffi, the sftp plugin on libssh2, OpenSSH's sshd to test it.
+[ -f /usr/include/x86_64-linux-gnu/ffi.h ] || [ -f /usr/include/ffi.h ] || need+=(libffi-dev)
+[ -f /usr/include/libssh2.h ] || need+=(libssh2-1-dev)
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
+command -v cc >/dev/null 2>&1 || need+=(gcc)   # the loader tests build small C plugins
 
 if ! command -v swift >/dev/null 2>&1; then
     echo "install-deps: no 'swift' on PATH; Porter needs Swift 6 (swift.org toolchain)" >&2

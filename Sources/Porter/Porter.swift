@@ -3,22 +3,36 @@
 @_exported import PorterFile
 @_exported import PorterHTTP
 @_exported import PorterFTP
+@_exported import PorterPlugins
 import Foundation
 
-/// Porter's entry point: registers the built-in handlers.
+/// Porter's entry point: registers the built-in handlers and loads plugins.
 public enum Porter {
     public static let version = porterVersion
 
-    /// Registers the built-in handlers (data:, file:, http:, https:, ftp:, ftps:) in `registry` (the shared one by
-    /// default). Idempotent and safe from any thread: the second and later calls for
-    /// the same registry do nothing. Plugins join here in their own issue.
-    public static func bootstrap(registry: HandlerRegistry = .shared) {
+    private static let verdicts = Locked<[PluginVerdict]>([])
+
+    /// Registers the built-in handlers (data:, file:, http:, https:, ftp:, ftps:) in
+    /// `registry` (the shared one by default), then loads the plugins of the search
+    /// path (`PluginLoader.searchPath()`) and of `pluginPaths` (folders or files,
+    /// scanned first). Idempotent and safe from any thread: later calls for the same
+    /// registry do nothing. A bad plugin is skipped with a diagnostic
+    /// (`pluginVerdicts`); it never stops start-up.
+    public static func bootstrap(registry: HandlerRegistry = .shared, pluginPaths: [String] = [],
+                                 loadPlugins: Bool = true, allowOverride: Set<String> = []) {
         registry.performOnce(key: "porter.bootstrap") {
             registry.register(factory: TypeHandlerFactory(DataHandler.self), origin: .builtIn, version: version)
             registry.register(factory: TypeHandlerFactory(FileHandler.self), origin: .builtIn, version: version)
             registry.register(factory: TypeHandlerFactory(HTTPHandler.self), origin: .builtIn, version: version)
             registry.register(factory: TypeHandlerFactory(FTPHandler.self), origin: .builtIn, version: version)
+            guard loadPlugins else { return }
+            let loader = PluginLoader(registry: registry, allowOverride: allowOverride)
+            let found = loader.loadAll(from: pluginPaths + PluginLoader.searchPath())
+            verdicts.withLock { $0 += found }
         }
     }
-}
 
+    /// What `bootstrap` decided about each plugin candidate (the shared registry's, or
+    /// the last bootstrapped one's).
+    public static var pluginVerdicts: [PluginVerdict] { verdicts.current }
+}

@@ -24,8 +24,9 @@ enum PorterExit: Int32 {
         case .noPermissionsToReadFile: self = .permission
         case .cannotFindHost, .cannotConnectToHost, .networkConnectionLost: self = .cannotConnect
         case .timedOut: self = .timedOut
-        case .serverCertificateUntrusted, .secureConnectionFailed, .clientCertificateRejected: self = .tls
-        case .userAuthenticationRequired, .userCancelledAuthentication: self = .authentication
+        case .serverCertificateUntrusted, .secureConnectionFailed, .clientCertificateRejected, .serverIdentityChanged:
+            self = .tls
+        case .userAuthenticationRequired, .userCancelledAuthentication, .authenticationFailed: self = .authentication
         case .tooManyRedirects, .redirectNotAllowed: self = .redirects
         case .cancelled: self = .cancelled
         case .badServerResponse, .cannotParseResponse, .cannotDecodeContentData, .cannotDecodeRawData,

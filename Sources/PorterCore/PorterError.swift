@@ -41,6 +41,10 @@ public struct PorterError: Error, Sendable, CustomStringConvertible {
         case cannotOpenFile = 32
         case resumeFailed = 33
         case protocolViolation = 34
+        /// Credentials were offered and the server refused them (ssh, ftp logins).
+        case authenticationFailed = 35
+        /// The server's identity changed since it was last trusted (an SSH host key).
+        case serverIdentityChanged = 36
 
         public var description: String {
             switch self {
@@ -78,6 +82,8 @@ public struct PorterError: Error, Sendable, CustomStringConvertible {
             case .cannotOpenFile: return "cannotOpenFile"
             case .resumeFailed: return "resumeFailed"
             case .protocolViolation: return "protocolViolation"
+            case .authenticationFailed: return "authenticationFailed"
+            case .serverIdentityChanged: return "serverIdentityChanged"
             }
         }
     }

@@ -136,6 +136,14 @@ public protocol ProtocolHandlerFactory: Sendable {
     func canonicalRequest(for request: Request) -> Request
     func requestIsCacheEquivalent(_ a: Request, _ b: Request) -> Bool
     func makeHandler(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) -> any ProtocolHandler
+    /// Whether a redirect from another scheme may lead to this handler when the
+    /// application allows the scheme (`allowedRedirectSchemes`). Default true; a plugin
+    /// says so with PORTER_SCHEME_REDIRECT_TARGET.
+    var mayBeRedirectTarget: Bool { get }
+}
+
+extension ProtocolHandlerFactory {
+    public var mayBeRedirectTarget: Bool { true }
 }
 
 /// The factory for a `ProtocolHandler` type.

@@ -94,6 +94,8 @@ final class TaskDriver: @unchecked Sendable {
     private var pendingRedirect: Request?
     private var lastActivity = DispatchTime.now()
     private(set) var owner: SessionTask?
+    /// Unique in the process, for `TaskEventCenter`.
+    let eventID = TaskEventCenter.taskIDs.next()
 
     // Touched only on `queue`.
     var currentRequest: Request
@@ -121,6 +123,12 @@ final class TaskDriver: @unchecked Sendable {
         self.owner = owner
         self.machine = TaskStateMachine(maximumRedirects: session.configuration.maximumRedirects,
                                         asksResponseDisposition: asksResponseDisposition)
+        TaskEventCenter.shared.post(.created(taskID: eventID, url: request.url))
+    }
+
+    private func postResponseEvent(_ r: Response) {
+        TaskEventCenter.shared.post(.response(taskID: eventID, url: r.url, statusCode: r.statusCode,
+                                              expectedContentLength: r.expectedContentLength))
     }
 
     // MARK: - state seen from any thread
@@ -229,7 +237,14 @@ final class TaskDriver: @unchecked Sendable {
 
     private func redirectAllowed(from old: Request, to new: Request) -> Bool {
         let newScheme = new.scheme
-        return newScheme == old.scheme || session.configuration.allowedRedirectSchemes.contains(newScheme)
+        if newScheme == old.scheme { return true }
+        let config = session.configuration
+        guard config.allowedRedirectSchemes.contains(newScheme) else { return false }
+        // A handler that never wants to be a redirect target (a plugin without the
+        // flag) is not reached even when the application allows the scheme.
+        let factory = config.handlers.first(where: { $0.schemes.contains(newScheme) && $0.canHandle(new) })
+            ?? config.registry.factory(for: new)
+        return factory?.mayBeRedirectTarget ?? true
     }
 
     // MARK: - actions (on the queue)
@@ -268,11 +283,13 @@ final class TaskDriver: @unchecked Sendable {
             guard case .response(let r, let policy)? = report else { return }
             response = r
             storagePolicy = policy
+            postResponseEvent(r)
             owner?.sinkResponse(r, driver: self)
         case .askResponseDisposition:
             guard case .response(let r, let policy)? = report, let task = owner as? DataTask else { return }
             response = r
             storagePolicy = policy
+            postResponseEvent(r)
             logger.debug("task \(task.taskIdentifier): response \(r)")
             if let delegate = session.dataDelegate {
                 delegate.dataTask(task, didReceive: r) { [self] disposition in
@@ -301,6 +318,7 @@ final class TaskDriver: @unchecked Sendable {
             newRequest = prepareRedirect(newRequest)
             lock.withLock { pendingRedirect = newRequest }
             logger.debug("redirect \(currentRequest.url.absoluteString) -> \(newRequest.url.absoluteString)")
+            TaskEventCenter.shared.post(.redirected(taskID: eventID, from: currentRequest.url, to: newRequest.url))
             if let delegate = session.taskDelegate, let task = owner {
                 delegate.task(task, willPerformRedirection: redirectResponse, newRequest: newRequest) { [self] chosen in
                     queue.async {
@@ -512,6 +530,9 @@ final class TaskDriver: @unchecked Sendable {
             }
         }
         logger.debug("\(asked)")
+        TaskEventCenter.shared.post(.challenged(taskID: eventID, host: space.host,
+                                                method: space.authenticationMethod.description,
+                                                previousFailureCount: asked.previousFailureCount))
         if let delegate = session.taskDelegate, let task = owner {
             // Its default passes connection-level challenges on to the session method.
             delegate.task(task, didReceive: asked, completion: answer)
@@ -622,6 +643,9 @@ final class TaskDriver: @unchecked Sendable {
         finalError = error
         lock.withLock { deferred.removeAll() }
         guard let task = owner else { return }
+        TaskEventCenter.shared.post(.completed(taskID: eventID, url: currentRequest.url,
+                                               bytesReceived: task.countOfBytesReceived,
+                                               bytesSent: task.countOfBytesSent, error: error))
         if let error { logger.debug("task \(task.taskIdentifier) failed: \(error)") } else {
             logger.debug("task \(task.taskIdentifier) finished")
         }

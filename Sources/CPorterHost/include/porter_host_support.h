@@ -1,0 +1,14 @@
+#ifndef PORTER_HOST_SUPPORT_H
+#define PORTER_HOST_SUPPORT_H
+/* C helpers for the plugin host (PorterPlugins): libffi's type descriptors (global
+ * variables Swift should not touch directly) and getauxval. */
+#include <ffi.h>
+
+/* The ffi_type for a signature code of porter_plugin.h ('v' 'i' 'q' 'Q' 'd' 's' 'p'),
+ * or NULL for any other character. */
+ffi_type *porter_ffi_type(char code);
+
+/* Nonzero in a setuid / setgid process or one with file capabilities (AT_SECURE). */
+int porter_secure_exec(void);
+
+#endif

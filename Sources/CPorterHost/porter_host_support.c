@@ -1,0 +1,19 @@
+#include "porter_host_support.h"
+#include <sys/auxv.h>
+
+ffi_type *porter_ffi_type(char code) {
+    switch (code) {
+    case 'v': return &ffi_type_void;
+    case 'i': return &ffi_type_sint32;
+    case 'q': return &ffi_type_sint64;
+    case 'Q': return &ffi_type_uint64;
+    case 'd': return &ffi_type_double;
+    case 's': return &ffi_type_pointer;
+    case 'p': return &ffi_type_pointer;
+    default: return NULL;
+    }
+}
+
+int porter_secure_exec(void) {
+    return getauxval(AT_SECURE) != 0;
+}

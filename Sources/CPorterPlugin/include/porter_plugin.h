@@ -1,0 +1,396 @@
+/*
+ * porter_plugin.h — the C ABI between Porter and a protocol-handler plugin.
+ *
+ * ABI version 1.0.
+ *
+ * A plugin is a shared object that exports ONE function, `porter_plugin_entry`
+ * (see PORTER_PLUGIN_ENTRY_SYMBOL). Porter dlopens it (RTLD_NOW | RTLD_LOCAL |
+ * RTLD_NODELETE, never unloaded), calls the entry point once with a table of host
+ * functions, and receives a descriptor naming the plugin's schemes and a table of
+ * handler functions. From then on, each task whose URL has one of those schemes is
+ * loaded by calling the handler's `start`, and the plugin reports back through the
+ * host table — the same life cycle a built-in Swift handler has (response, data,
+ * redirect, challenge, finish or fail; stop; pause and resume for back-pressure).
+ *
+ * Nothing here is Swift-specific; a plugin may be written in C, C++, Rust or Swift
+ * (Swift plugins use PorterPluginKit, a thin layer over this header).
+ *
+ * ----------------------------------------------------------------------------------
+ * General rules
+ * ----------------------------------------------------------------------------------
+ * Memory.   A `const char *` or pointer the HOST passes to the plugin is owned by the
+ *           host. Unless a field says otherwise it is valid only for the duration of
+ *           the call that passed it; copy what you keep. Pointers the PLUGIN passes
+ *           to the host are read during the call only; the host copies what it keeps.
+ *           The descriptor, its scheme array and its handler table are the exception:
+ *           they must stay valid for the life of the process (static storage is the
+ *           usual way; the plugin is never unloaded).
+ * Strings.  NUL-terminated UTF-8. URLs are absolute and percent-encoded.
+ * Threads.  Every host function in `porter_host` may be called from any thread,
+ *           including threads the plugin creates, and never blocks for long (the
+ *           host queues the work). The host calls the handler functions from its own
+ *           threads; they must return promptly: do I/O on a thread, loop or queue of
+ *           the plugin's own. The host never calls `start`, `stop` and `destroy` of
+ *           one load concurrently with each other; `pause` and `resume` may come from
+ *           any thread at any time between `start` and `destroy`, including from
+ *           inside a host call the plugin is making, so they must only set state
+ *           and return.
+ * Errors.   No host function traps on bad input from a plugin. A NULL where a
+ *           pointer is required, a call on a load that has already finished, or a
+ *           second completion is ignored and logged. A plugin must not trap either:
+ *           report failure through `fail`.
+ *
+ * ----------------------------------------------------------------------------------
+ * Versioning — how this header may change without breaking old plugins
+ * ----------------------------------------------------------------------------------
+ * - Every struct that crosses the boundary begins with `uint32_t struct_size`, set by
+ *   whoever fills it in to `sizeof` of the struct as it was compiled.
+ * - A minor version (1.0 -> 1.1) may only APPEND fields at the end of a struct and
+ *   append events, flags and error codes. A reader checks `struct_size` before
+ *   touching a field beyond the 1.0 layout, and treats a missing field as 0 / NULL,
+ *   which always means "not supported" or "default".
+ * - Anything else — reordering, removing, changing a type or a meaning — is a new
+ *   major version. The host refuses a plugin whose major differs from its own, or
+ *   whose minor is newer than its own (the plugin may rely on something the host
+ *   lacks). The first three fields of `porter_plugin_descriptor` (struct_size,
+ *   abi_major, abi_minor) never move, in any version.
+ * - Event signatures (see "Events") never change once published; a changed event
+ *   gets a new name.
+ */
+#ifndef PORTER_PLUGIN_H
+#define PORTER_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PORTER_PLUGIN_ABI_MAJOR 1
+#define PORTER_PLUGIN_ABI_MINOR 0
+
+/* The name of the one exported function. */
+#define PORTER_PLUGIN_ENTRY_SYMBOL "porter_plugin_entry"
+
+/* ---------------------------------------------------------------------------------
+ * Error codes (`fail`, challenge errors). The numbers are Porter's stable
+ * PorterError.Code values; a code the host does not know becomes "unknown" (1).
+ * --------------------------------------------------------------------------------- */
+enum {
+    PORTER_ERR_UNKNOWN = 1,
+    PORTER_ERR_CANCELLED = 2,
+    PORTER_ERR_BAD_URL = 3,
+    PORTER_ERR_UNSUPPORTED_URL = 4,
+    PORTER_ERR_TIMED_OUT = 5,
+    PORTER_ERR_CANNOT_FIND_HOST = 6,
+    PORTER_ERR_CANNOT_CONNECT_TO_HOST = 7,
+    PORTER_ERR_NETWORK_CONNECTION_LOST = 8,
+    PORTER_ERR_BAD_SERVER_RESPONSE = 9,
+    PORTER_ERR_USER_AUTHENTICATION_REQUIRED = 12,
+    PORTER_ERR_USER_CANCELLED_AUTHENTICATION = 13,
+    PORTER_ERR_SERVER_CERTIFICATE_UNTRUSTED = 14, /* also: an unknown SSH host key */
+    PORTER_ERR_SECURE_CONNECTION_FAILED = 15,
+    PORTER_ERR_FILE_DOES_NOT_EXIST = 17,
+    PORTER_ERR_FILE_IS_DIRECTORY = 18,
+    PORTER_ERR_NO_PERMISSIONS_TO_READ_FILE = 19,
+    PORTER_ERR_CANNOT_WRITE_TO_FILE = 20,
+    PORTER_ERR_CANNOT_CREATE_FILE = 21,
+    PORTER_ERR_RESOURCE_UNAVAILABLE = 26,
+    PORTER_ERR_CANNOT_PARSE_RESPONSE = 27,
+    PORTER_ERR_CANNOT_OPEN_FILE = 32,
+    PORTER_ERR_RESUME_FAILED = 33,
+    PORTER_ERR_PROTOCOL_VIOLATION = 34,
+    PORTER_ERR_AUTHENTICATION_FAILED = 35,   /* credentials were offered and refused */
+    PORTER_ERR_SERVER_IDENTITY_CHANGED = 36  /* e.g. an SSH host key that changed */
+};
+
+/* Log levels for `porter_host.log`. */
+enum {
+    PORTER_LOG_TRACE = 0,
+    PORTER_LOG_DEBUG = 1,
+    PORTER_LOG_INFO = 2,
+    PORTER_LOG_WARNING = 3,
+    PORTER_LOG_ERROR = 4
+};
+
+/* ---------------------------------------------------------------------------------
+ * Capability flags of a scheme (porter_scheme.flags).
+ * --------------------------------------------------------------------------------- */
+/* The scheme talks to other machines (timeouts, proxies-free by default, listed as
+ * network in `porter handlers`). */
+#define PORTER_SCHEME_NEEDS_NETWORK          (1u << 0)
+/* A redirect from another scheme (e.g. http) may lead here if the application
+ * allows it. Without this flag Porter never follows a redirect into the scheme. */
+#define PORTER_SCHEME_REDIRECT_TARGET        (1u << 1)
+/* Credentials belong to one request (e.g. ssh logins per connection), so the host
+ * asks for them per task rather than reusing a session-wide answer. */
+#define PORTER_SCHEME_CREDENTIALS_PER_REQUEST (1u << 2)
+/* The handler can upload (request bodies through `read_body`). */
+#define PORTER_SCHEME_CAN_UPLOAD             (1u << 3)
+
+/* ---------------------------------------------------------------------------------
+ * Values the host hands to the plugin
+ * --------------------------------------------------------------------------------- */
+
+/* One header field, or one request property (name = key). */
+typedef struct porter_field {
+    const char *name;
+    const char *value;
+} porter_field;
+
+/* The request one load is for. Owned by the host; valid (with every string and array
+ * it points to) from `start` until `destroy` returns for that load — unlike other
+ * host values, a handler may keep pointers into it for the whole load. */
+typedef struct porter_request {
+    uint32_t struct_size;
+    const char *url;              /* absolute, percent-encoded */
+    const char *method;           /* "GET", "PUT", ...: upload tasks use "PUT" or "POST" */
+    const porter_field *headers;  /* header_count entries */
+    size_t header_count;
+    /* String-valued request properties (Request.setProperty with a String), for
+     * per-request options such as a key file; property_count entries. */
+    const porter_field *properties;
+    size_t property_count;
+    /* Resume: load from this byte offset (-1: from the start). When >= 0 the
+     * handler reports the offset in porter_response.resume_offset, or -1 if it
+     * had to restart from byte 0. */
+    int64_t resume_offset;
+    const char *resume_validator; /* the validator of the earlier response, or NULL */
+    /* Request body: 1 when the task uploads (read it with `read_body`). */
+    int32_t has_body;
+    int64_t body_length;          /* -1 when unknown (a stream) */
+    double timeout_interval;      /* idle timeout, seconds; the host enforces it too */
+    /* 1 when the session turned verification of the server's identity off
+     * (the CLI's --insecure). A handler may then accept an unknown host without a
+     * challenge — but never a host whose identity CHANGED. */
+    int32_t insecure;
+} porter_request;
+
+/* The response head a handler reports. Filled in by the plugin; read by the host
+ * during `did_receive_response` / `was_redirected` only. */
+typedef struct porter_response {
+    uint32_t struct_size;
+    const char *url;              /* NULL: the request's URL */
+    const char *mime_type;        /* NULL: application/octet-stream */
+    const char *text_encoding;    /* charset or NULL */
+    int64_t expected_length;      /* -1 when unknown */
+    int32_t status_code;          /* protocol status, or -1 when the scheme has none */
+    const porter_field *headers;  /* may be NULL */
+    size_t header_count;
+    int64_t resume_offset;        /* see porter_request.resume_offset; -1 otherwise */
+    const char *validator;        /* a value that changes when the resource does, or NULL */
+} porter_response;
+
+/* Opaque: one load's link back to the host. Valid from `start` until `destroy`
+ * returns; the plugin must make sure none of its threads uses it after that. */
+typedef struct porter_client porter_client;
+
+/* ---------------------------------------------------------------------------------
+ * Challenges (authentication and server trust)
+ * --------------------------------------------------------------------------------- */
+enum {
+    PORTER_AUTH_DEFAULT = 0,
+    PORTER_AUTH_PASSWORD = 1,          /* user + password */
+    PORTER_AUTH_CLIENT_CERTIFICATE = 2,/* a certificate / key file (ssh: a private key) */
+    PORTER_AUTH_SERVER_TRUST = 3,      /* accept the server's identity? */
+    PORTER_AUTH_CUSTOM = 4             /* method named by `method_name` */
+};
+
+typedef struct porter_challenge {
+    uint32_t struct_size;
+    int32_t method;                /* PORTER_AUTH_* */
+    const char *method_name;       /* for PORTER_AUTH_CUSTOM (e.g. "ssh-keyboard-interactive"); else NULL */
+    const char *host;
+    int32_t port;
+    const char *realm;             /* or NULL */
+    int32_t previous_failure_count;/* how many answers for this space already failed */
+    const char *proposed_user;     /* e.g. the user from the URL, or NULL */
+    /* Server trust only: the server's identity (DER certificates leaf first, or an
+     * SSH host key blob), and why it is not trusted ("unknown host key"). */
+    const uint8_t *const *identity;
+    const size_t *identity_lengths;
+    size_t identity_count;
+    const char *failure_reason;
+} porter_challenge;
+
+enum {
+    PORTER_DISPOSITION_USE_CREDENTIAL = 0,
+    PORTER_DISPOSITION_DEFAULT = 1,        /* do what you would without a delegate */
+    PORTER_DISPOSITION_CANCEL = 2,         /* the task fails: user cancelled authentication */
+    PORTER_DISPOSITION_REJECT_SPACE = 3    /* try another method if you have one */
+};
+
+/* The answer to a challenge. Owned by the host; valid during the reply call only. */
+typedef struct porter_challenge_reply {
+    uint32_t struct_size;
+    int32_t disposition;          /* PORTER_DISPOSITION_* */
+    /* With USE_CREDENTIAL, exactly one kind is set: */
+    const char *user;             /* password credential */
+    const char *password;
+    const char *certificate_path; /* certificate credential (ssh: public key file or NULL) */
+    const char *key_path;
+    const char *passphrase;
+    int32_t trust;                /* 1: accept the server identity as presented */
+} porter_challenge_reply;
+
+/* Called by the host exactly once per challenge, from any thread, unless the plugin
+ * withdrew it first with `cancel_challenge` (then never). `context` is the pointer the
+ * plugin passed to `challenge`. */
+typedef void (*porter_challenge_reply_fn)(void *context, const porter_challenge_reply *reply);
+
+/* ---------------------------------------------------------------------------------
+ * The host function table
+ * --------------------------------------------------------------------------------- */
+typedef struct porter_host {
+    uint32_t struct_size;
+    uint16_t abi_major;
+    uint16_t abi_minor;
+    const char *host_version;     /* Porter's version, e.g. "0.1.0"; static */
+
+    /* --- Reporting a load, in this order: challenges, then a response (or a redirect),
+     * data, then exactly one of finish / fail. --- */
+
+    /* The response head. May be called once. */
+    void (*did_receive_response)(porter_client *client, const porter_response *response);
+    /* Body bytes, in order; the host copies them before returning. */
+    void (*did_load_data)(porter_client *client, const void *bytes, size_t length);
+    /* The resource is elsewhere: the host decides whether to follow (delegate,
+     * redirect limit, allowed schemes) and then stops this load. `response` may be
+     * NULL. */
+    void (*was_redirected)(porter_client *client, const char *new_url, const porter_response *response);
+    /* Success. After this the host calls `destroy` (from another thread). */
+    void (*did_finish)(porter_client *client);
+    /* Failure with a PORTER_ERR_* code, a message for people, and optionally the
+     * underlying library's error (domain "libssh2", code -18, ...; domain may be NULL).
+     * After this the host calls `destroy`. */
+    void (*did_fail)(porter_client *client, int32_t error_code, const char *message,
+                     const char *cause_domain, int64_t cause_code);
+    /* Upload progress. */
+    void (*did_send_body_data)(porter_client *client, int64_t bytes_sent, int64_t total_sent,
+                               int64_t total_expected);
+
+    /* --- Challenges --- */
+
+    /* Ask the application for proof. Returns an identifier (> 0) for
+     * `cancel_challenge`, or 0 if the challenge could not be raised (bad arguments or
+     * the load already ended; `reply` is then never called). */
+    uint64_t (*challenge)(porter_client *client, const porter_challenge *challenge,
+                          porter_challenge_reply_fn reply, void *reply_context);
+    /* Withdraw a challenge (e.g. the connection went away); its reply is not sent. */
+    void (*cancel_challenge)(porter_client *client, uint64_t challenge_id);
+
+    /* --- Request body --- */
+
+    /* Read up to `capacity` bytes of the request body into `buffer`. Returns the number
+     * of bytes read, 0 at the end of the body, or -1 on error (then fail the load with
+     * the code and message the host logged). May block while the body's source
+     * produces data: call it on the plugin's own thread. */
+    int64_t (*read_body)(porter_client *client, void *buffer, size_t capacity);
+
+    /* --- Logging: `client` may be NULL for messages not about one load. --- */
+    void (*log)(porter_client *client, int32_t level, const char *message);
+
+    /* --- Events (see below). Returns 0 on success, or -1 and writes a reason (NUL
+     * terminated, truncated to `error_capacity`) when the event name is unknown, the
+     * signature does not match the event's, or `function` is NULL. May be called from
+     * the entry point or later, from any thread. Subscriptions last for the process. */
+    int32_t (*subscribe)(const char *event_name, const char *signature, void (*function)(void),
+                         void *user_data, char *error, size_t error_capacity);
+} porter_host;
+
+/* ---------------------------------------------------------------------------------
+ * Events
+ * ---------------------------------------------------------------------------------
+ * A plugin may watch every task of the process by subscribing a plain C function to a
+ * named event. The host calls it through libffi with the arguments the signature
+ * names, first `user_data`, on a host thread, after the event happened; it must
+ * return promptly and must not call back into the client of that task.
+ *
+ * A signature is a return type, then the argument types in parentheses:
+ *   v void (return only)   i int32_t   q int64_t   Q uint64_t   d double
+ *   s const char * (valid during the call)   p void * (the user_data)
+ *
+ * event name           signature       arguments after user_data
+ * "task.created"       "v(pQs)"        task id, URL
+ * "task.response"      "v(pQsiq)"      task id, URL, status code (-1 if none), expected length (-1)
+ * "task.redirected"    "v(pQss)"       task id, from URL, to URL
+ * "task.challenged"    "v(pQssi)"      task id, host, method name, previous failure count
+ * "task.completed"     "v(pQsqqi)"     task id, URL, body bytes received, body bytes sent,
+ *                                      error code (0: success; PORTER_ERR_* otherwise)
+ *
+ * A subscription whose signature is not exactly the event's is refused, never called.
+ */
+#define PORTER_EVENT_TASK_CREATED    "task.created"
+#define PORTER_EVENT_TASK_RESPONSE   "task.response"
+#define PORTER_EVENT_TASK_REDIRECTED "task.redirected"
+#define PORTER_EVENT_TASK_CHALLENGED "task.challenged"
+#define PORTER_EVENT_TASK_COMPLETED  "task.completed"
+
+/* ---------------------------------------------------------------------------------
+ * What the plugin provides
+ * --------------------------------------------------------------------------------- */
+
+/* The handler functions. `plugin_context` is the descriptor's; `load` is what `start`
+ * returned for one load. A NULL optional function means "not supported". */
+typedef struct porter_handler_vtable {
+    uint32_t struct_size;
+    /* Optional: a finer check than the scheme. Return nonzero to take the request.
+     * NULL: every request of the scheme. Called on any thread; must not block. */
+    int32_t (*can_handle)(void *plugin_context, const porter_request *request);
+    /* Required: begin loading. Return 0 and set `*load` (any pointer, may be NULL) to
+     * go on; the plugin then reports through `client`. Return nonzero to refuse at
+     * once (write a reason into `error`, NUL terminated, at most `error_capacity`
+     * bytes): the task fails with that code if it is a PORTER_ERR_* value, else with
+     * PORTER_ERR_UNKNOWN, and `destroy` is NOT called. */
+    int32_t (*start)(void *plugin_context, const porter_request *request, porter_client *client,
+                     void **load, char *error, size_t error_capacity);
+    /* Required: stop as soon as possible (cancel, timeout, redirect followed). The host
+     * ignores the client from now on. Called at most once, never after `destroy`. */
+    void (*stop)(void *load);
+    /* Required: free the load. Called exactly once per successful `start`: after the
+     * plugin reported finish or fail, or after `stop`. When it returns, no plugin thread
+     * may touch `client` or the request again (join or signal your worker first). */
+    void (*destroy)(void *load);
+    /* Optional back-pressure: stop delivering body bytes until `resume`. NULL: the
+     * host buffers what arrives. Only set state; called from any thread. */
+    void (*pause)(void *load);
+    void (*resume)(void *load);
+} porter_handler_vtable;
+
+/* One scheme the plugin serves. */
+typedef struct porter_scheme {
+    const char *name;    /* lower case; RFC 3986: a letter, then letters, digits, + - . */
+    uint32_t flags;      /* PORTER_SCHEME_* */
+} porter_scheme;
+
+typedef struct porter_plugin_descriptor {
+    uint32_t struct_size;   /* sizeof(porter_plugin_descriptor) */
+    uint16_t abi_major;     /* PORTER_PLUGIN_ABI_MAJOR the plugin was built with */
+    uint16_t abi_minor;     /* PORTER_PLUGIN_ABI_MINOR the plugin was built with */
+    const char *name;       /* required, e.g. "sftp (libssh2)" */
+    const char *version;    /* required, e.g. "1.2.0" */
+    const porter_scheme *schemes;  /* required, scheme_count >= 1 entries */
+    size_t scheme_count;
+    const porter_handler_vtable *handler; /* required */
+    void *plugin_context;   /* passed to can_handle and start; may be NULL */
+} porter_plugin_descriptor;
+
+/* The entry point every plugin exports under PORTER_PLUGIN_ENTRY_SYMBOL.
+ *
+ * Called once, on the thread that loads plugins, before any other call into the
+ * plugin. `host` stays valid for the life of the process. On success return 0 and
+ * set `*descriptor` (which must stay valid for the life of the process). On failure
+ * return nonzero and write a reason into `error` (NUL terminated, at most
+ * `error_capacity` bytes); the host then reports the plugin as refused at the "init"
+ * stage and never calls it again. A plugin built for a newer host may check
+ * `host->abi_major` / `abi_minor` here and refuse politely. */
+typedef int32_t (*porter_plugin_entry_fn)(const porter_host *host,
+                                          const porter_plugin_descriptor **descriptor,
+                                          char *error, size_t error_capacity);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PORTER_PLUGIN_H */

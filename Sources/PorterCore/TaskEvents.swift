@@ -1,0 +1,58 @@
+import Foundation
+
+/// Something that happened to a task, for process-wide observers (plugins' event hooks,
+/// tracing, logging). Observers see every task of every session.
+public enum TaskEvent: Sendable {
+    /// `taskID` is unique in the process (unlike `SessionTask.taskIdentifier`, which is
+    /// unique per session).
+    case created(taskID: UInt64, url: URL)
+    case response(taskID: UInt64, url: URL, statusCode: Int?, expectedContentLength: Int64)
+    case redirected(taskID: UInt64, from: URL, to: URL)
+    case challenged(taskID: UInt64, host: String, method: String, previousFailureCount: Int)
+    case completed(taskID: UInt64, url: URL, bytesReceived: Int64, bytesSent: Int64, error: PorterError?)
+}
+
+/// The process-wide list of task observers. An observer is called on the session's
+/// delivery queue right after the event, so it must return promptly. Costs one atomic
+/// read per event when nobody observes.
+public final class TaskEventCenter: @unchecked Sendable {
+    public static let shared = TaskEventCenter()
+
+    private let lock = NSLock()
+    private var observers: [(UInt64, @Sendable (TaskEvent) -> Void)] = []
+    private var nextID: UInt64 = 0
+    // Read without the lock on the hot path; a stale false only delays the first event
+    // of a task that raced with `addObserver`.
+    private nonisolated(unsafe) var observed = false
+
+    public init() {}
+
+    /// Adds an observer; returns a token for `removeObserver`.
+    @discardableResult
+    public func addObserver(_ observer: @escaping @Sendable (TaskEvent) -> Void) -> UInt64 {
+        lock.lock(); defer { lock.unlock() }
+        nextID += 1
+        observers.append((nextID, observer))
+        observed = true
+        return nextID
+    }
+
+    public func removeObserver(_ token: UInt64) {
+        lock.lock(); defer { lock.unlock() }
+        observers.removeAll { $0.0 == token }
+        observed = !observers.isEmpty
+    }
+
+    public var isObserved: Bool { observed }
+
+    /// Builds the event only when someone listens.
+    func post(_ make: @autoclosure () -> TaskEvent) {
+        guard observed else { return }
+        let current = lock.withLock { observers }
+        guard !current.isEmpty else { return }
+        let event = make()
+        for (_, observer) in current { observer(event) }
+    }
+
+    static let taskIDs = AtomicCounter()
+}

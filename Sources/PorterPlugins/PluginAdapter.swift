@@ -1,0 +1,91 @@
+import CPorterPlugin
+import Foundation
+import PorterCore
+
+/// What a plugin's descriptor says about one scheme.
+public struct PluginScheme: Sendable, Equatable {
+    public var name: String
+    public var needsNetwork: Bool
+    public var mayBeRedirectTarget: Bool
+    public var credentialsPerRequest: Bool
+    public var canUpload: Bool
+
+    init(_ s: porter_scheme) {
+        name = s.name.flatMap { String(validatingCString: $0) } ?? ""
+        needsNetwork = s.flags & UInt32(PORTER_SCHEME_NEEDS_NETWORK) != 0
+        mayBeRedirectTarget = s.flags & UInt32(PORTER_SCHEME_REDIRECT_TARGET) != 0
+        credentialsPerRequest = s.flags & UInt32(PORTER_SCHEME_CREDENTIALS_PER_REQUEST) != 0
+        canUpload = s.flags & UInt32(PORTER_SCHEME_CAN_UPLOAD) != 0
+    }
+
+    public var flagNames: [String] {
+        var f: [String] = []
+        if needsNetwork { f.append("network") }
+        if mayBeRedirectTarget { f.append("redirect-target") }
+        if credentialsPerRequest { f.append("credentials-per-request") }
+        if canUpload { f.append("upload") }
+        return f
+    }
+}
+
+/// Turns a checked plugin descriptor into handlers: one factory per descriptor, so a
+/// plugin's scheme goes through the registry, sessions and the CLI like a built-in one.
+public struct PluginHandlerFactory: ProtocolHandlerFactory, @unchecked Sendable {
+    public let name: String
+    public let version: String
+    public let pluginSchemes: [PluginScheme]
+    public var schemes: Set<String> { Set(pluginSchemes.map(\.name)) }
+    /// Copied from the descriptor (which lives for the process).
+    let vtable: porter_handler_vtable
+    let pluginContext: UnsafeMutableRawPointer?
+
+    init(descriptor d: porter_plugin_descriptor, schemes: [PluginScheme]) {
+        name = d.name.flatMap { String(validatingCString: $0) } ?? "plugin"
+        version = d.version.flatMap { String(validatingCString: $0) } ?? "?"
+        pluginSchemes = schemes
+        vtable = d.handler.pointee
+        pluginContext = d.plugin_context
+    }
+
+    public func canHandle(_ request: Request) -> Bool {
+        guard let check = vtable.can_handle else { return true }
+        let c = CRequest(request, insecure: false)
+        return check(pluginContext, c.pointer) != 0
+    }
+
+    public func canonicalRequest(for request: Request) -> Request { request }
+
+    public var mayBeRedirectTarget: Bool { pluginSchemes.contains { $0.mayBeRedirectTarget } }
+
+    public func requestIsCacheEquivalent(_ a: Request, _ b: Request) -> Bool { a.url == b.url }
+
+    public func makeHandler(request: Request, cachedResponse: CachedResponse?,
+                            client: any ProtocolClient) -> any ProtocolHandler {
+        PluginHandler(load: PluginLoad(client: client, request: request, vtable: vtable, pluginName: name,
+                                       pluginContext: pluginContext))
+    }
+}
+
+/// The `ProtocolHandler` a plugin's load runs behind.
+final class PluginHandler: ProtocolHandler, @unchecked Sendable {
+    // Plugin handlers are made by their factory, which knows the schemes; the type
+    // itself serves none (it is never registered as a type).
+    static var schemes: Set<String> { [] }
+
+    let load: PluginLoad
+
+    init(load: PluginLoad) { self.load = load }
+
+    convenience init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {
+        // Not reachable through the registry (the factory makes these); fail clearly.
+        var table = porter_handler_vtable()
+        table.struct_size = UInt32(MemoryLayout<porter_handler_vtable>.size)
+        self.init(load: PluginLoad(client: client, request: request, vtable: table, pluginName: "unknown",
+                                   pluginContext: nil))
+    }
+
+    func startLoading() { load.start() }
+    func stopLoading() { load.stop() }
+    func pauseDelivery() { load.pause(true) }
+    func resumeDelivery() { load.pause(false) }
+}

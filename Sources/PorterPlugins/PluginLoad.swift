@@ -1,0 +1,298 @@
+import CPorterPlugin
+import Foundation
+import HTTPTypes
+import Logging
+import PorterCore
+
+/// One load of a plugin handler: what the plugin's `porter_client *` points at. It owns
+/// the C copy of the request (valid until `destroy`), forwards the plugin's reports to
+/// the task's `ProtocolClient`, and makes sure `stop` and `destroy` are called as the
+/// header promises: `stop` at most once and never after `destroy`, `destroy` exactly
+/// once after a successful `start`, once the load ended or was stopped.
+final class PluginLoad: @unchecked Sendable {
+    let client: any ProtocolClient
+    let request: Request
+    let vtable: porter_handler_vtable
+    let pluginName: String
+    let cRequest: CRequest
+
+    private struct State {
+        /// `start` returned 0; `loadContext` is the plugin's.
+        var started = false
+        var loadContext: UnsafeMutableRawPointer?
+        /// The host stopped listening (stop, or the plugin reported its end).
+        var silenced = false
+        /// The plugin reported finish or fail.
+        var ended = false
+        var stopRequested = false
+        var stopCalled = false
+        var destroyed = false
+        var pendingPause: Bool?
+        var challenges: [UInt64: AuthenticationChallenge] = [:]
+        var body: (any BodyStream)?
+        var bodyOpened = false
+    }
+    private let state = Locked(State())
+
+    init(client: any ProtocolClient, request: Request, vtable: porter_handler_vtable, pluginName: String,
+         pluginContext: UnsafeMutableRawPointer?) {
+        self.client = client
+        self.request = request
+        self.vtable = vtable
+        self.pluginName = pluginName
+        self.pluginContext = UnsafeSendable(pluginContext)
+        self.cRequest = CRequest(request, insecure: client.context.configuration.tlsVerificationDisabled)
+    }
+
+    private let pluginContext: UnsafeSendable<UnsafeMutableRawPointer?>
+
+    var logger: Logger { client.context.configuration.logger }
+
+    /// The pointer handed to the plugin; `start` holds a reference until `destroy` ran.
+    var clientPointer: OpaquePointer { OpaquePointer(Unmanaged.passUnretained(self).toOpaque()) }
+
+    static func from(_ pointer: OpaquePointer?) -> PluginLoad? {
+        guard let pointer else { return nil }
+        return Unmanaged<PluginLoad>.fromOpaque(UnsafeRawPointer(pointer)).takeUnretainedValue()
+    }
+
+    // MARK: - host side (the session's delivery queue)
+
+    func start() {
+        guard let startFunction = vtable.start else {
+            client.didFail(with: PorterError(.unsupportedURL, "plugin \(pluginName) has no start function", url: request.url))
+            return
+        }
+        let retained = Unmanaged.passRetained(self)
+        var context: UnsafeMutableRawPointer?
+        var error = [CChar](repeating: 0, count: 512)
+        let capacity = error.count
+        let rc = startFunction(pluginContext.value, cRequest.pointer, clientPointer, &context, &error, capacity)
+        if rc != 0 {
+            state.withLock { $0.silenced = true; $0.destroyed = true }
+            retained.release()
+            let message = String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            let code = PorterError.Code(rawValue: Int(rc)) ?? .unknown
+            client.didFail(with: PorterError(code, message.isEmpty ? "plugin \(pluginName) refused the request" : message,
+                                             url: request.url))
+            return
+        }
+        enum Next { case none, stop, destroy }
+        let (next, pause) = state.withLock { s -> (Next, Bool?) in
+            s.started = true
+            s.loadContext = context
+            if s.stopRequested { s.stopCalled = true; return (.stop, nil) }
+            return (s.ended ? .destroy : .none, s.pendingPause)
+        }
+        switch next {
+        case .stop:
+            vtable.stop?(context)
+            destroyOnce()
+        case .destroy:
+            destroyOnce()
+        case .none:
+            if let pause { pause ? vtable.pause?(context) : vtable.resume?(context) }
+        }
+    }
+
+    func stop() {
+        let context = state.withLock { s -> UnsafeMutableRawPointer?? in
+            s.silenced = true
+            guard !s.destroyed, !s.stopCalled, !s.ended else { return nil }
+            guard s.started else { s.stopRequested = true; return nil }
+            s.stopCalled = true
+            return .some(s.loadContext)
+        }
+        guard let context else { return }
+        vtable.stop?(context)
+        destroyOnce()
+    }
+
+    func pause(_ paused: Bool) {
+        let context = state.withLock { s -> UnsafeMutableRawPointer?? in
+            guard !s.silenced, !s.destroyed else { return nil }
+            guard s.started else { s.pendingPause = paused; return nil }
+            return .some(s.loadContext)
+        }
+        guard let context else { return }
+        if paused { vtable.pause?(context) } else { vtable.resume?(context) }
+    }
+
+    var supportsPause: Bool { vtable.pause != nil && vtable.resume != nil }
+
+    private func destroyOnce() {
+        let context = state.withLock { s -> UnsafeMutableRawPointer?? in
+            guard s.started, !s.destroyed else { return nil }
+            s.destroyed = true
+            s.challenges.removeAll()
+            return .some(s.loadContext)
+        }
+        guard let context else { return }
+        let destroy = vtable.destroy
+        let box = UnsafeSendable(context)
+        // Never on the plugin's own thread: it may join that thread in destroy.
+        DispatchQueue.global().async {
+            destroy?(box.value)
+            Unmanaged.passUnretained(self).release()
+        }
+    }
+
+    // MARK: - plugin side (any thread)
+
+    /// Runs `body` with the client unless the load is silenced; `end` also silences it.
+    private func report(end: Bool = false, _ body: (any ProtocolClient) -> Void) {
+        let live = state.withLock { s -> Bool in
+            guard !s.silenced, !s.destroyed else { return false }
+            if end { s.silenced = true; s.ended = true }
+            return true
+        }
+        guard live else {
+            logger.debug("plugin \(pluginName): report after the end of \(request.url.absoluteString) ignored")
+            return
+        }
+        body(client)
+        if end { destroyOnce() }
+    }
+
+    func didReceiveResponse(_ response: Response) { report { $0.didReceive(response, cacheStoragePolicy: .allowed) } }
+    func didLoad(_ data: Data) { report { $0.didLoad(data) } }
+    func wasRedirected(to request: Request, response: Response) {
+        report { $0.wasRedirected(to: request, redirectResponse: response) }
+    }
+    func didFinish() { report(end: true) { $0.didFinishLoading() } }
+    func didFail(_ error: PorterError) { report(end: true) { $0.didFail(with: error) } }
+    func didSend(_ sent: Int64, _ total: Int64, _ expected: Int64) {
+        report { $0.didSendBodyData(bytesSent: sent, totalBytesSent: total, totalBytesExpectedToSend: expected) }
+    }
+
+    /// Raises a challenge; the reply reaches the plugin once, unless it was withdrawn or
+    /// the load was destroyed first.
+    func challenge(_ make: (@escaping @Sendable (ChallengeDisposition) -> Void) -> AuthenticationChallenge,
+                   reply: @escaping @Sendable (ChallengeDisposition) -> Void) -> UInt64 {
+        let idBox = Locked<UInt64>(0)
+        let challenge = make { [weak self] disposition in
+            guard let self else { return }
+            let id = idBox.current
+            let pending = self.state.withLock { $0.challenges.removeValue(forKey: id) != nil }
+            if pending { reply(disposition) }
+        }
+        idBox.withLock { $0 = challenge.identifier }
+        let live = state.withLock { s -> Bool in
+            guard !s.silenced, !s.destroyed else { return false }
+            s.challenges[challenge.identifier] = challenge
+            return true
+        }
+        guard live else { return 0 }
+        client.didReceive(challenge)
+        return challenge.identifier
+    }
+
+    func cancelChallenge(_ id: UInt64) {
+        let challenge = state.withLock { $0.challenges.removeValue(forKey: id) }
+        if let challenge { client.didCancel(challenge) }
+    }
+
+    /// The request body, read on the plugin's thread.
+    func readBody(into buffer: UnsafeMutableRawBufferPointer) -> Int64 {
+        let stream: (any BodyStream)? = state.withLock { s in
+            if !s.bodyOpened {
+                s.bodyOpened = true
+                s.body = Self.openBody(request.body)
+            }
+            return s.body
+        }
+        guard let stream else { return request.body == nil ? 0 : -1 }
+        do {
+            return Int64(try stream.read(into: buffer))
+        } catch {
+            logger.error("plugin \(pluginName): reading the request body failed: \(error)")
+            return -1
+        }
+    }
+
+    private static func openBody(_ body: RequestBody?) -> (any BodyStream)? {
+        switch body {
+        case nil: return nil
+        case .data(let d): return DataBodyStream(d)
+        case .stream(let s): return s
+        case .file(let url): return FileBodyStream(url: url)
+        }
+    }
+}
+
+/// Reads a file body in order.
+final class FileBodyStream: BodyStream, @unchecked Sendable {
+    private let handle: FileHandle?
+    private let url: URL
+    init(url: URL) {
+        self.url = url
+        self.handle = try? FileHandle(forReadingFrom: url)
+    }
+    deinit { try? handle?.close() }
+    func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        guard let handle else { throw PorterError(.cannotOpenFile, "cannot open \(url.path)", url: url) }
+        guard let data = try handle.read(upToCount: buffer.count), !data.isEmpty else { return 0 }
+        data.copyBytes(to: buffer.bindMemory(to: UInt8.self), count: data.count)
+        return data.count
+    }
+}
+
+/// A value the compiler cannot prove Sendable, moved across threads on purpose.
+struct UnsafeSendable<T>: @unchecked Sendable {
+    let value: T
+    init(_ value: T) { self.value = value }
+}
+
+/// The C form of a `Request`, with every string it points at, alive as long as this
+/// object is (the header promises: until `destroy`).
+final class CRequest: @unchecked Sendable {
+    private var strings: [UnsafeMutablePointer<CChar>] = []
+    private let headers: UnsafeMutablePointer<porter_field>
+    private let properties: UnsafeMutablePointer<porter_field>
+    /// Stable for the life of this object.
+    let pointer: UnsafeMutablePointer<porter_request>
+
+    init(_ request: Request, insecure: Bool) {
+        var strings: [UnsafeMutablePointer<CChar>] = []
+        func dup(_ s: String) -> UnsafePointer<CChar> {
+            let p = strdup(s)!
+            strings.append(p)
+            return UnsafePointer(p)
+        }
+        let fields = Array(request.headerFields)
+        headers = .allocate(capacity: max(1, fields.count))
+        for (i, f) in fields.enumerated() {
+            headers[i] = porter_field(name: dup(f.name.rawName), value: dup(f.value))
+        }
+        let props = request.properties.compactMap { key, value in (value as? String).map { (key, $0) } }
+            .sorted { $0.0 < $1.0 }
+        properties = .allocate(capacity: max(1, props.count))
+        for (i, p) in props.enumerated() {
+            properties[i] = porter_field(name: dup(p.0), value: dup(p.1))
+        }
+        var v = porter_request()
+        v.struct_size = UInt32(MemoryLayout<porter_request>.size)
+        v.url = dup(request.url.absoluteString)
+        v.method = dup(request.method)
+        v.headers = UnsafePointer(headers)
+        v.header_count = fields.count
+        v.properties = UnsafePointer(properties)
+        v.property_count = props.count
+        v.resume_offset = request.resumeRange?.offset ?? -1
+        v.resume_validator = request.resumeRange?.validator.map { dup($0) }
+        v.has_body = request.body == nil ? 0 : 1
+        v.body_length = request.body?.knownLength ?? -1
+        v.timeout_interval = request.timeoutInterval
+        v.insecure = insecure ? 1 : 0
+        self.pointer = .allocate(capacity: 1)
+        self.pointer.initialize(to: v)
+        self.strings = strings
+    }
+
+    deinit {
+        for s in strings { free(s) }
+        headers.deallocate()
+        properties.deallocate()
+        pointer.deallocate()
+    }
+}

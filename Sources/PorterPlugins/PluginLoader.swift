@@ -1,0 +1,308 @@
+import CPorterHost
+import CPorterPlugin
+import Foundation
+import PorterCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Where loading a plugin failed.
+public enum PluginLoadStage: String, Sendable, CustomStringConvertible {
+    /// The file or its folder failed the checks before dlopen.
+    case file
+    /// dlopen failed (not an ELF file, an unresolved symbol, wrong architecture).
+    case open
+    /// The entry point is missing.
+    case symbol
+    /// The entry point returned an error.
+    case `init`
+    /// The ABI version is not this host's.
+    case abi
+    /// The descriptor is incomplete or names an invalid scheme.
+    case descriptor
+    /// A scheme is already served by a built-in or an earlier plugin.
+    case register
+    public var description: String { rawValue }
+}
+
+/// Why a plugin was refused: printed by `porter plugins`, returned by the API.
+public struct PluginDiagnostic: Error, Sendable, Equatable, CustomStringConvertible {
+    public var path: String
+    public var stage: PluginLoadStage
+    public var reason: String
+    /// `dlerror()` text or the plugin's own message, when there is one.
+    public var detail: String?
+
+    public var description: String {
+        "\(path): refused at \(stage): \(reason)\(detail.map { " (\($0))" } ?? "")"
+    }
+}
+
+/// A plugin that loaded and registered its handlers.
+public struct LoadedPlugin: Sendable, CustomStringConvertible {
+    public var path: String
+    public var name: String
+    public var version: String
+    public var schemes: [PluginScheme]
+    public var registrationID: UInt64
+    public var description: String {
+        "\(path): \(name) \(version) — " + schemes.map { s in
+            s.flagNames.isEmpty ? s.name : "\(s.name) (\(s.flagNames.joined(separator: ", ")))"
+        }.joined(separator: ", ")
+    }
+}
+
+/// The verdict on one candidate file.
+public enum PluginVerdict: Sendable, CustomStringConvertible {
+    case loaded(LoadedPlugin)
+    case refused(PluginDiagnostic)
+    public var description: String {
+        switch self {
+        case .loaded(let p): return "loaded  \(p)"
+        case .refused(let d): return "refused \(d)"
+        }
+    }
+    public var plugin: LoadedPlugin? { if case .loaded(let p) = self { return p } else { return nil } }
+    public var diagnostic: PluginDiagnostic? { if case .refused(let d) = self { return d } else { return nil } }
+}
+
+/// Finds, checks, dlopens and registers plugins (DESIGN.md, Plugins).
+public final class PluginLoader: @unchecked Sendable {
+    /// Schemes a plugin may not take unless the application lists them in `allowOverride`.
+    public static let protectedSchemes: Set<String> = ["file", "data", "http", "https"]
+
+    public let registry: HandlerRegistry
+    /// Schemes the application lets plugins take over.
+    public let allowOverride: Set<String>
+
+    /// Real paths already loaded in this process.
+    private static let loadedPaths = Locked<[String: LoadedPlugin]>([:])
+
+    public init(registry: HandlerRegistry = .shared, allowOverride: Set<String> = []) {
+        self.registry = registry
+        self.allowOverride = allowOverride
+    }
+
+    // MARK: - search path
+
+    /// True in a setuid or setgid process (or one with file capabilities): the
+    /// environment must not choose code to load there.
+    public static var isPrivileged: Bool { porter_secure_exec() != 0 }
+
+    /// The folders scanned at start-up, in order: `PORTER_PLUGIN_PATH` (colon
+    /// separated; ignored when privileged), the user's folder under XDG data home,
+    /// then /usr/local/lib/porter/plugins and /usr/lib/porter/plugins.
+    public static func searchPath(environment: [String: String] = ProcessInfo.processInfo.environment,
+                                  privileged: Bool = PluginLoader.isPrivileged) -> [String] {
+        var folders: [String] = []
+        if !privileged, let list = environment["PORTER_PLUGIN_PATH"] {
+            folders += list.split(separator: ":").map(String.init).filter { !$0.isEmpty }
+        }
+        if let data = environment["XDG_DATA_HOME"], data.hasPrefix("/") {
+            folders.append(data + "/porter/plugins")
+        } else if let home = environment["HOME"], home.hasPrefix("/") {
+            folders.append(home + "/.local/share/porter/plugins")
+        }
+        folders += ["/usr/local/lib/porter/plugins", "/usr/lib/porter/plugins"]
+        return folders
+    }
+
+    /// The candidate files of a folder: names ending in `.so` (or `.so.N`), sorted. A
+    /// path that is not a folder is itself the candidate. Missing folders give none.
+    public static func candidates(in folder: String) -> [String] {
+        var st = stat()
+        guard stat(folder, &st) == 0 else {
+            // A dangling name given directly is still a candidate (it gets its diagnostic).
+            return lstat(folder, &st) == 0 ? [folder] : []
+        }
+        guard (st.st_mode & S_IFMT) == S_IFDIR else { return [folder] }
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return [] }
+        return names.filter { $0.hasSuffix(".so") || $0.contains(".so.") }.sorted()
+            .map { folder.hasSuffix("/") ? folder + $0 : folder + "/" + $0 }
+    }
+
+    // MARK: - loading
+
+    /// Loads every candidate of every folder; one verdict per candidate, in order. A
+    /// refused plugin never stops the others.
+    public func loadAll(from folders: [String]) -> [PluginVerdict] {
+        var seen = Set<String>()
+        var verdicts: [PluginVerdict] = []
+        for folder in folders {
+            for path in Self.candidates(in: folder) where seen.insert(path).inserted {
+                verdicts.append(load(path: path))
+            }
+        }
+        return verdicts
+    }
+
+    /// Checks, opens and registers one plugin file.
+    public func load(path: String) -> PluginVerdict {
+        func refuse(_ stage: PluginLoadStage, _ reason: String, _ detail: String? = nil) -> PluginVerdict {
+            .refused(PluginDiagnostic(path: path, stage: stage, reason: reason, detail: detail))
+        }
+        if let problem = Self.fileProblem(path) { return refuse(.file, problem) }
+        let real = URL(fileURLWithPath: path).resolvingSymlinksInPath().path
+        if let already = Self.loadedPaths.withLock({ $0[real] }), registry.registrations.contains(where: { $0.id == already.registrationID }) {
+            return refuse(.register, "already loaded as \(already.path)")
+        }
+        _ = dlerror()
+        guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) else {
+            return refuse(.open, "dlopen failed", Self.dlerrorText())
+        }
+        guard let symbol = dlsym(handle, PORTER_PLUGIN_ENTRY_SYMBOL) else {
+            return refuse(.symbol, "no '\(PORTER_PLUGIN_ENTRY_SYMBOL)' function", Self.dlerrorText())
+        }
+        let entry = unsafeBitCast(symbol, to: porter_plugin_entry_fn.self)
+        let verdict = register(entry: entry, path: path, origin: .plugin(path: path))
+        if case .loaded(let p) = verdict { Self.loadedPaths.withLock { $0[real] = p } }
+        return verdict
+    }
+
+    /// Registers a plugin linked into the application (no dlopen): the same checks and
+    /// the same adapter as a plugin file. `name` stands in for the path in diagnostics.
+    public func register(entry: porter_plugin_entry_fn, name: String) -> PluginVerdict {
+        register(entry: entry, path: name, origin: .inProcess)
+    }
+
+    private func register(entry: porter_plugin_entry_fn, path: String, origin: HandlerOrigin) -> PluginVerdict {
+        func refuse(_ stage: PluginLoadStage, _ reason: String, _ detail: String? = nil) -> PluginVerdict {
+            .refused(PluginDiagnostic(path: path, stage: stage, reason: reason, detail: detail))
+        }
+        var descriptorPointer: UnsafePointer<porter_plugin_descriptor>?
+        var error = [CChar](repeating: 0, count: 1024)
+        let capacity = error.count
+        let rc = entry(PluginHost.table, &descriptorPointer, &error, capacity)
+        if rc != 0 {
+            let message = String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            return refuse(PluginLoadStage.`init`, "the entry point returned \(rc)", message.isEmpty ? nil : message)
+        }
+        guard let descriptorPointer else { return refuse(.descriptor, "the entry point returned no descriptor") }
+        // The first three fields never move (porter_plugin.h, Versioning).
+        let head = UnsafeRawPointer(descriptorPointer)
+        let size = head.load(as: UInt32.self)
+        let major = head.load(fromByteOffset: 4, as: UInt16.self)
+        let minor = head.load(fromByteOffset: 6, as: UInt16.self)
+        let hostMajor = UInt16(PORTER_PLUGIN_ABI_MAJOR), hostMinor = UInt16(PORTER_PLUGIN_ABI_MINOR)
+        guard major == hostMajor else {
+            return refuse(.abi, "built for ABI \(major).\(minor); this host has \(hostMajor).\(hostMinor) (major versions must match)")
+        }
+        guard minor <= hostMinor else {
+            return refuse(.abi, "built for ABI \(major).\(minor), newer than this host's \(hostMajor).\(hostMinor)")
+        }
+        guard size >= UInt32(MemoryLayout<porter_plugin_descriptor>.size) else {
+            return refuse(.descriptor, "descriptor is \(size) bytes; ABI \(hostMajor).\(hostMinor) needs \(MemoryLayout<porter_plugin_descriptor>.size)")
+        }
+        let d = descriptorPointer.pointee
+        let schemes: [PluginScheme]
+        switch Self.check(d) {
+        case .failure(let reason): return refuse(.descriptor, reason.message)
+        case .success(let s): schemes = s
+        }
+        let factory = PluginHandlerFactory(descriptor: d, schemes: schemes)
+        if let conflict = conflict(for: schemes.map(\.name), origin: origin) {
+            return refuse(.register, conflict)
+        }
+        let id = registry.register(factory: factory, origin: origin, version: factory.version)
+        return .loaded(LoadedPlugin(path: path, name: factory.name, version: factory.version, schemes: schemes,
+                                    registrationID: id))
+    }
+
+    /// A scheme a plugin may not take: a protected built-in (unless allowed) or one an
+    /// earlier plugin already serves.
+    private func conflict(for schemes: [String], origin: HandlerOrigin) -> String? {
+        let registrations = registry.registrations
+        for scheme in schemes {
+            for reg in registrations where reg.factory.schemes.contains(scheme) {
+                switch reg.origin {
+                case .builtIn where Self.protectedSchemes.contains(scheme) && !allowOverride.contains(scheme):
+                    return "scheme '\(scheme)' is built in (\(reg.name)); the application must allow overriding it"
+                case .plugin(let other) where !allowOverride.contains(scheme):
+                    return "scheme '\(scheme)' is already served by plugin \(reg.name) (\(other))"
+                case .inProcess where reg.factory is PluginHandlerFactory && !allowOverride.contains(scheme):
+                    return "scheme '\(scheme)' is already served by plugin \(reg.name) (linked in)"
+                default:
+                    continue
+                }
+            }
+        }
+        return nil
+    }
+
+    // MARK: - checks
+
+    /// nil when the file may be loaded; otherwise why not.
+    static func fileProblem(_ path: String) -> String? {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return "no such file (\(String(cString: strerror(errno))))" }
+        guard stat(path, &st) == 0 else { return "dangling symbolic link" }
+        let type = st.st_mode & S_IFMT
+        if type == S_IFDIR { return "a folder, not a plugin file" }
+        guard type == S_IFREG else { return "not a regular file" }
+        if let p = ownershipProblem(st, what: "file") { return p }
+        let real = URL(fileURLWithPath: path).resolvingSymlinksInPath()
+        let folder = real.deletingLastPathComponent().path
+        var fst = stat()
+        guard stat(folder, &fst) == 0 else { return "cannot inspect its folder \(folder)" }
+        if let p = ownershipProblem(fst, what: "folder \(folder)") { return p }
+        return nil
+    }
+
+    private static func ownershipProblem(_ st: stat, what: String) -> String? {
+        let me = geteuid()
+        if st.st_uid != me && st.st_uid != 0 {
+            return "the \(what) is owned by uid \(st.st_uid), neither this user (\(me)) nor root"
+        }
+        if st.st_mode & (S_IWGRP | S_IWOTH) != 0 {
+            let who = st.st_mode & S_IWOTH != 0 ? "others" : "group"
+            return "the \(what) is writable by \(who) (mode \(String(st.st_mode & 0o7777, radix: 8)))"
+        }
+        return nil
+    }
+
+    static func check(_ d: porter_plugin_descriptor) -> Result<[PluginScheme], PluginEvents.Refusal> {
+        func fail(_ m: String) -> Result<[PluginScheme], PluginEvents.Refusal> { .failure(.init(message: m)) }
+        guard let name = d.name.flatMap({ String(validatingCString: $0) }), !name.isEmpty else { return fail("no name") }
+        guard let version = d.version.flatMap({ String(validatingCString: $0) }), !version.isEmpty else {
+            return fail("no version")
+        }
+        guard let list = d.schemes, d.scheme_count > 0 else { return fail("no schemes") }
+        guard d.scheme_count <= 64 else { return fail("\(d.scheme_count) schemes (at most 64)") }
+        guard let handler = d.handler else { return fail("no handler table") }
+        let table = handler.pointee
+        guard table.struct_size >= UInt32(MemoryLayout<porter_handler_vtable>.size) else {
+            return fail("handler table is \(table.struct_size) bytes; needs \(MemoryLayout<porter_handler_vtable>.size)")
+        }
+        var missing: [String] = []
+        if table.start == nil { missing.append("start") }
+        if table.stop == nil { missing.append("stop") }
+        if table.destroy == nil { missing.append("destroy") }
+        if !missing.isEmpty { return fail("handler table lacks \(missing.joined(separator: ", "))") }
+        if (table.pause == nil) != (table.resume == nil) { return fail("handler table has only one of pause / resume") }
+        var schemes: [PluginScheme] = []
+        for i in 0..<d.scheme_count {
+            let s = PluginScheme(list[i])
+            guard isValidScheme(s.name) else {
+                return fail("invalid scheme '\(s.name)' (RFC 3986: lower-case letter, then letters, digits, + - .)")
+            }
+            schemes.append(s)
+        }
+        _ = version
+        return .success(schemes)
+    }
+
+    /// RFC 3986 scheme syntax, lower case only (Porter compares schemes in lower case).
+    static func isValidScheme(_ s: String) -> Bool {
+        guard let first = s.utf8.first, first >= UInt8(ascii: "a"), first <= UInt8(ascii: "z"), s.utf8.count <= 64 else {
+            return false
+        }
+        return s.utf8.allSatisfy { c in
+            (c >= UInt8(ascii: "a") && c <= UInt8(ascii: "z")) || (c >= UInt8(ascii: "0") && c <= UInt8(ascii: "9"))
+                || c == UInt8(ascii: "+") || c == UInt8(ascii: "-") || c == UInt8(ascii: ".")
+        }
+    }
+
+    private static func dlerrorText() -> String? {
+        dlerror().map { String(cString: $0) }
+    }
+}
