@@ -1,5 +1,6 @@
 import CPorterHost
-import CPorterPlugin
+/// Plugin authors and applications that link a plugin in use the C names (porter_plugin_entry_fn).
+@_exported import CPorterPlugin
 import Foundation
 import PorterCore
 #if canImport(Glibc)
@@ -75,8 +76,9 @@ public final class PluginLoader: @unchecked Sendable {
     /// Schemes the application lets plugins take over.
     public let allowOverride: Set<String>
 
-    /// Real paths already loaded in this process.
+    /// Real paths already loaded, per registry.
     private static let loadedPaths = Locked<[String: LoadedPlugin]>([:])
+    private func loadedKey(_ real: String) -> String { "\(ObjectIdentifier(registry).hashValue) \(real)" }
 
     public init(registry: HandlerRegistry = .shared, allowOverride: Set<String> = []) {
         self.registry = registry
@@ -143,7 +145,8 @@ public final class PluginLoader: @unchecked Sendable {
         }
         if let problem = Self.fileProblem(path) { return refuse(.file, problem) }
         let real = URL(fileURLWithPath: path).resolvingSymlinksInPath().path
-        if let already = Self.loadedPaths.withLock({ $0[real] }), registry.registrations.contains(where: { $0.id == already.registrationID }) {
+        if let already = Self.loadedPaths.withLock({ $0[loadedKey(real)] }),
+           registry.registrations.contains(where: { $0.id == already.registrationID }) {
             return refuse(.register, "already loaded as \(already.path)")
         }
         _ = dlerror()
@@ -155,7 +158,7 @@ public final class PluginLoader: @unchecked Sendable {
         }
         let entry = unsafeBitCast(symbol, to: porter_plugin_entry_fn.self)
         let verdict = register(entry: entry, path: path, origin: .plugin(path: path))
-        if case .loaded(let p) = verdict { Self.loadedPaths.withLock { $0[real] = p } }
+        if case .loaded(let p) = verdict { Self.loadedPaths.withLock { $0[loadedKey(real)] = p } }
         return verdict
     }
 

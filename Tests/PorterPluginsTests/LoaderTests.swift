@@ -1,0 +1,218 @@
+import Foundation
+import Porter
+import PorterPlugins
+import XCTest
+
+/// One test per way a plugin can be bad: each asserts the stage and the reason of the
+/// diagnostic, and that a good plugin in the same folder still loads.
+final class LoaderTests: XCTestCase {
+    /// Loads `folder` (which holds the bad candidate and a good "zz-good.so") into a
+    /// fresh registry; returns the bad candidate's diagnostic.
+    private func refusal(in folder: URL, named bad: String, file: StaticString = #filePath, line: UInt = #line) throws
+        -> PluginDiagnostic? {
+        try PluginFixture.build("zz-good.so", in: folder)
+        let registry = HandlerRegistry()
+        let verdicts = PluginLoader(registry: registry).loadAll(from: [folder.path])
+        let good = verdicts.first { $0.plugin?.path.hasSuffix("zz-good.so") == true }
+        XCTAssertNotNil(good, "the good plugin did not load: \(verdicts)", file: file, line: line)
+        XCTAssertTrue(registry.hasHandler(forScheme: "ptest"), file: file, line: line)
+        let d = verdicts.compactMap(\.diagnostic).first { $0.path.hasSuffix(bad) }
+        XCTAssertNotNil(d, "no diagnostic for \(bad): \(verdicts)", file: file, line: line)
+        return d
+    }
+
+    func testGoodPluginLoadsWithItsDescriptor() throws {
+        let folder = try PluginFixture.folder()
+        let path = try PluginFixture.build("good.so", in: folder)
+        let registry = HandlerRegistry()
+        let verdict = PluginLoader(registry: registry).load(path: path)
+        let plugin = try XCTUnwrap(verdict.plugin, "\(verdict)")
+        XCTAssertEqual(plugin.name, "ptest plugin (ptest)")
+        XCTAssertEqual(plugin.version, "1.0.0")
+        XCTAssertEqual(plugin.schemes.map(\.name), ["ptest"])
+        XCTAssertEqual(plugin.schemes.first?.flagNames, ["redirect-target", "upload"])
+        let reg = try XCTUnwrap(registry.registrations.first)
+        XCTAssertEqual(reg.origin, .plugin(path: path))
+        XCTAssertEqual(reg.version, "1.0.0")
+        // Loading the same file again into the same registry is refused, not doubled.
+        let again = PluginLoader(registry: registry).load(path: path)
+        XCTAssertEqual(again.diagnostic?.stage, .register)
+        XCTAssertEqual(registry.registrations.count, 1)
+    }
+
+    func testMissingFile() throws {
+        let folder = try PluginFixture.folder()
+        let d = PluginLoader(registry: HandlerRegistry()).load(path: folder.appendingPathComponent("nope.so").path).diagnostic
+        XCTAssertEqual(d?.stage, .file)
+        XCTAssertTrue(d?.reason.contains("no such file") == true, "\(String(describing: d))")
+        // A dangling link in a folder is a candidate with the same verdict.
+        symlink(folder.appendingPathComponent("gone.so").path, folder.appendingPathComponent("dangling.so").path)
+        let dd = try refusal(in: folder, named: "dangling.so")
+        XCTAssertEqual(dd?.stage, .file)
+        XCTAssertTrue(dd?.reason.contains("dangling") == true, "\(String(describing: dd))")
+    }
+
+    func testNotAnELFFile() throws {
+        let folder = try PluginFixture.folder()
+        let path = folder.appendingPathComponent("text.so").path
+        try "just some text\n".write(toFile: path, atomically: true, encoding: .utf8)
+        chmod(path, 0o644)
+        let d = try refusal(in: folder, named: "text.so")
+        XCTAssertEqual(d?.stage, .open)
+        XCTAssertTrue(d?.detail?.contains("invalid ELF header") == true || d?.detail?.contains("file too short") == true,
+                      "\(String(describing: d))")
+    }
+
+    func testAFolderNamedLikeAPlugin() throws {
+        let folder = try PluginFixture.folder()
+        try FileManager.default.createDirectory(at: folder.appendingPathComponent("dir.so"), withIntermediateDirectories: false)
+        let d = try refusal(in: folder, named: "dir.so")
+        XCTAssertEqual(d?.stage, .file)
+        XCTAssertTrue(d?.reason.contains("folder") == true, "\(String(describing: d))")
+    }
+
+    func testMissingEntryPoint() throws {
+        let folder = try PluginFixture.folder()
+        try PluginFixture.build("noentry.so", in: folder, defines: ["NO_ENTRY"])
+        let d = try refusal(in: folder, named: "noentry.so")
+        XCTAssertEqual(d?.stage, .symbol)
+        XCTAssertTrue(d?.reason.contains("porter_plugin_entry") == true, "\(String(describing: d))")
+        XCTAssertNotNil(d?.detail, "dlerror text expected")
+    }
+
+    func testUnresolvedSymbol() throws {
+        let folder = try PluginFixture.folder()
+        try PluginFixture.build("unresolved.so", in: folder, defines: ["UNRESOLVED"])
+        let d = try refusal(in: folder, named: "unresolved.so")
+        XCTAssertEqual(d?.stage, .open)
+        XCTAssertTrue(d?.detail?.contains("porter_test_symbol_that_does_not_exist") == true, "\(String(describing: d))")
+    }
+
+    func testABIMajorMismatch() throws {
+        let folder = try PluginFixture.folder()
+        try PluginFixture.build("major.so", in: folder, defines: ["ABI_MAJOR=2"])
+        let d = try refusal(in: folder, named: "major.so")
+        XCTAssertEqual(d?.stage, .abi)
+        XCTAssertTrue(d?.reason.contains("built for ABI 2.0") == true, "\(String(describing: d))")
+    }
+
+    func testNewerMinor() throws {
+        let folder = try PluginFixture.folder()
+        try PluginFixture.build("minor.so", in: folder, defines: ["ABI_MINOR=7"])
+        let d = try refusal(in: folder, named: "minor.so")
+        XCTAssertEqual(d?.stage, .abi)
+        XCTAssertTrue(d?.reason.contains("1.7, newer than this host's 1.0") == true, "\(String(describing: d))")
+    }
+
+    func testIncompleteDescriptor() throws {
+        let folder = try PluginFixture.folder()
+        try PluginFixture.build("incomplete.so", in: folder, defines: ["INCOMPLETE"])
+        let d = try refusal(in: folder, named: "incomplete.so")
+        XCTAssertEqual(d?.stage, .descriptor)
+        XCTAssertEqual(d?.reason, "no handler table")
+    }
+
+    func testInvalidScheme() throws {
+        let folder = try PluginFixture.folder()
+        try PluginFixture.build("badscheme.so", in: folder, defines: ["BAD_SCHEME"])
+        let d = try refusal(in: folder, named: "badscheme.so")
+        XCTAssertEqual(d?.stage, .descriptor)
+        XCTAssertTrue(d?.reason.contains("invalid scheme 'Bad Scheme!'") == true, "\(String(describing: d))")
+    }
+
+    func testWorldWritableFile() throws {
+        let folder = try PluginFixture.folder()
+        let path = try PluginFixture.build("writable.so", in: folder, defines: ["SCHEME=\"other\""])
+        chmod(path, 0o666)
+        let d = try refusal(in: folder, named: "writable.so")
+        XCTAssertEqual(d?.stage, .file)
+        XCTAssertTrue(d?.reason.contains("writable by others") == true, "\(String(describing: d))")
+    }
+
+    func testGroupWritableFolder() throws {
+        let folder = try PluginFixture.folder()
+        try PluginFixture.build("good.so", in: folder)
+        chmod(folder.path, 0o775)
+        let verdicts = PluginLoader(registry: HandlerRegistry()).loadAll(from: [folder.path])
+        let d = verdicts.first?.diagnostic
+        XCTAssertEqual(d?.stage, .file)
+        XCTAssertTrue(d?.reason.contains("folder") == true && d?.reason.contains("writable by group") == true,
+                      "\(String(describing: d))")
+        // The same plugin in a safe folder, loaded in the same run, is fine.
+        let safe = try PluginFixture.folder("safe")
+        try PluginFixture.build("good.so", in: safe)
+        let both = PluginLoader(registry: HandlerRegistry()).loadAll(from: [folder.path, safe.path])
+        XCTAssertEqual(both.count, 2)
+        XCTAssertNotNil(both[1].plugin)
+    }
+
+    func testForeignOwner() throws {
+        // Needs root to give a file away; `make test` runs as root (it installs packages).
+        guard geteuid() == 0 else { return XCTFail("this test must run as root to chown a file to nobody") }
+        let folder = try PluginFixture.folder()
+        let path = try PluginFixture.build("foreign.so", in: folder, defines: ["SCHEME=\"other\""])
+        XCTAssertEqual(chown(path, 65534, 65534), 0)
+        let d = try refusal(in: folder, named: "foreign.so")
+        XCTAssertEqual(d?.stage, .file)
+        XCTAssertTrue(d?.reason.contains("owned by uid 65534") == true, "\(String(describing: d))")
+    }
+
+    func testEntryPointReturningAnError() throws {
+        let folder = try PluginFixture.folder()
+        try PluginFixture.build("initfail.so", in: folder, defines: ["INIT_FAIL"])
+        let d = try refusal(in: folder, named: "initfail.so")
+        XCTAssertEqual(d?.stage, .`init`)
+        XCTAssertEqual(d?.detail, "the test plugin refuses to start")
+        XCTAssertTrue(d?.reason.contains("returned 7") == true, "\(String(describing: d))")
+    }
+
+    func testSchemeConflictWithAnEarlierPlugin() throws {
+        let folder = try PluginFixture.folder()
+        // "a-" sorts before "zz-good.so": the later one is refused.
+        try PluginFixture.build("a-first.so", in: folder)
+        try PluginFixture.build("zz-good.so", in: folder)
+        let registry = HandlerRegistry()
+        let verdicts = PluginLoader(registry: registry).loadAll(from: [folder.path])
+        XCTAssertNotNil(verdicts[0].plugin)
+        XCTAssertEqual(verdicts[1].diagnostic?.stage, .register)
+        XCTAssertTrue(verdicts[1].diagnostic?.reason.contains("already served by plugin") == true, "\(verdicts)")
+        XCTAssertEqual(registry.registrations.count, 1)
+    }
+
+    func testBuiltInSchemesAreNotOverriddenUnlessAllowed() throws {
+        let folder = try PluginFixture.folder()
+        let path = try PluginFixture.build("http.so", in: folder, defines: ["SCHEME=\"http\""])
+        let registry = HandlerRegistry()
+        Porter.bootstrap(registry: registry, loadPlugins: false)
+        let d = PluginLoader(registry: registry).load(path: path).diagnostic
+        XCTAssertEqual(d?.stage, .register)
+        XCTAssertTrue(d?.reason.contains("scheme 'http' is built in") == true, "\(String(describing: d))")
+        XCTAssertEqual(registry.registrations.filter { $0.schemes.contains("http") }.count, 1)
+
+        let allowed = PluginLoader(registry: registry, allowOverride: ["http"]).load(path: path)
+        XCTAssertNotNil(allowed.plugin, "\(allowed)")
+        XCTAssertEqual(registry.factory(for: Request(url: URL(string: "http://x/")!))?.name, "ptest plugin (http)")
+    }
+
+    func testSearchPathOrderAndSetuidRule() {
+        let env = ["PORTER_PLUGIN_PATH": "/a:/b", "HOME": "/home/u"]
+        XCTAssertEqual(PluginLoader.searchPath(environment: env, privileged: false),
+                       ["/a", "/b", "/home/u/.local/share/porter/plugins", "/usr/local/lib/porter/plugins",
+                        "/usr/lib/porter/plugins"])
+        XCTAssertEqual(PluginLoader.searchPath(environment: env, privileged: true),
+                       ["/home/u/.local/share/porter/plugins", "/usr/local/lib/porter/plugins", "/usr/lib/porter/plugins"])
+        XCTAssertEqual(PluginLoader.searchPath(environment: ["XDG_DATA_HOME": "/x", "HOME": "/h"], privileged: false).first,
+                       "/x/porter/plugins")
+        XCTAssertFalse(PluginLoader.isPrivileged)
+    }
+
+    func testCandidatesAreSharedObjectsOnly() throws {
+        let folder = try PluginFixture.folder()
+        for name in ["b.so", "a.so.1", "README", "c.txt"] {
+            XCTAssertTrue(FileManager.default.createFile(atPath: folder.appendingPathComponent(name).path, contents: Data()))
+        }
+        XCTAssertEqual(PluginLoader.candidates(in: folder.path).map { URL(fileURLWithPath: $0).lastPathComponent },
+                       ["a.so.1", "b.so"])
+        XCTAssertEqual(PluginLoader.candidates(in: folder.path + "/missing"), [])
+    }
+}

@@ -1,0 +1,77 @@
+import Foundation
+import XCTest
+
+/// Builds variants of Fixtures/testplugin.c into private folders with `cc -shared`.
+enum PluginFixture {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+    static let source = root.appendingPathComponent("Fixtures/testplugin.c").path
+    static let include = root.deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Sources/CPorterPlugin/include").path
+    static let packageRoot = root.deletingLastPathComponent().deletingLastPathComponent()
+
+    /// A new folder (mode 0755) under the system's temporary folder.
+    static func folder(_ name: String = "plugins") throws -> URL {
+        let dir = FileManager.default.temporaryDirectory
+            .appendingPathComponent("porter-plugin-tests-\(UUID().uuidString.prefix(8))/\(name)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o755])
+        chmod(dir.deletingLastPathComponent().path, 0o755)
+        return dir
+    }
+
+    /// Compiles the test plugin with `defines` (e.g. ["EVENTS", "SCHEME=\"x\""]) into
+    /// `folder/name`, mode 0644.
+    @discardableResult
+    static func build(_ name: String, in folder: URL, defines: [String] = []) throws -> String {
+        let out = folder.appendingPathComponent(name).path
+        try run("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-I", include] + defines.map { "-D\($0)" }
+                + ["-o", out, source, "-lpthread"])
+        chmod(out, 0o644)
+        return out
+    }
+
+    static func run(_ tool: String, _ args: [String]) throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: tool)
+        p.arguments = args
+        let err = Pipe()
+        p.standardError = err
+        try p.run()
+        let text = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        if p.terminationStatus != 0 {
+            throw NSError(domain: "PluginFixture", code: Int(p.terminationStatus),
+                          userInfo: [NSLocalizedDescriptionKey: "\(tool) \(args.joined(separator: " ")) failed: \(text)"])
+        }
+    }
+
+    /// A C function exported by a loaded test plugin (the plugin is RTLD_LOCAL, so ask
+    /// its own handle).
+    static func symbol<T>(_ name: String, in path: String, as type: T.Type) -> T? {
+        guard let handle = dlopen(path, RTLD_NOW | RTLD_NOLOAD), let sym = dlsym(handle, name) else { return nil }
+        return unsafeBitCast(sym, to: type)
+    }
+
+    static func events(of path: String) -> String {
+        typealias Dump = @convention(c) (UnsafeMutablePointer<CChar>?, Int) -> Int
+        guard let dump = symbol("testplugin_events", in: path, as: Dump.self) else { return "" }
+        var buffer = [CChar](repeating: 0, count: 65536)
+        let n = dump(&buffer, buffer.count)
+        return String(decoding: buffer.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    static func counter(_ name: String, of path: String) -> Int32 {
+        typealias Count = @convention(c) () -> Int32
+        return symbol(name, in: path, as: Count.self)?() ?? -1
+    }
+}
+
+/// Waits until `condition` holds or `seconds` pass.
+func eventually(_ seconds: Double = 5, _ condition: () -> Bool) -> Bool {
+    let end = Date().addingTimeInterval(seconds)
+    while Date() < end {
+        if condition() { return true }
+        usleep(10_000)
+    }
+    return condition()
+}
