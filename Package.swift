@@ -11,6 +11,8 @@ let package = Package(
         .library(name: "PorterCore", targets: ["PorterCore"]),
         .executable(name: "porter", targets: ["porter"]),
         .executable(name: "CustomScheme", targets: ["CustomScheme"]),
+        // A plugin written in plain C, built as the shared object porter loads from a folder.
+        .library(name: "GopherPlugin", type: .dynamic, targets: ["GopherPlugin"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
@@ -37,6 +39,7 @@ let package = Package(
             name: "PorterPlugins",
             dependencies: ["PorterCore", "CPorterPlugin", "CPorterHost", .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict),
+        .target(name: "GopherPlugin", dependencies: ["CPorterPlugin"], path: "Examples/CPlugin"),
         .target(name: "Porter", dependencies: ["PorterCore", "PorterData", "PorterFile", "PorterHTTP", "PorterFTP", "PorterPlugins"], swiftSettings: strict),
         .target(
             name: "PorterCLI",

@@ -17,15 +17,62 @@ public struct PorterCommand: ParsableCommand {
             12 cannot write output, 22 HTTP error with --fail, 64 bad command line.
             """,
         version: Porter.version,
-        subcommands: [Fetch.self, Handlers.self],
+        subcommands: [Fetch.self, Handlers.self, Plugins.self],
         defaultSubcommand: Fetch.self)
+}
+
+/// `--plugin-path`, shared by every subcommand.
+struct PluginOptions: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp("Also load plugins from DIR (or the plugin file DIR), before the search path.",
+                                            valueName: "DIR"))
+    var pluginPath: [String] = []
+
+    func bootstrap() {
+        Porter.bootstrap(pluginPaths: pluginPath)
+    }
+}
+
+struct Plugins: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List every plugin candidate of the search path with its verdict.",
+        discussion: "Search path: --plugin-path, $PORTER_PLUGIN_PATH, $XDG_DATA_HOME/porter/plugins (or ~/.local/share/porter/plugins), /usr/local/lib/porter/plugins, /usr/lib/porter/plugins.")
+
+    @OptionGroup var plugins: PluginOptions
+
+    func run() throws {
+        plugins.bootstrap()
+        let folders = plugins.pluginPath + PluginLoader.searchPath()
+        print("search path:")
+        for f in folders {
+            var isDir: ObjCBool = false
+            let exists = FileManager.default.fileExists(atPath: f, isDirectory: &isDir)
+            print("  \(f)\(exists ? "" : " (missing)")")
+        }
+        let verdicts = Porter.pluginVerdicts
+        if verdicts.isEmpty { print("no plugin candidates") }
+        for v in verdicts {
+            switch v {
+            case .loaded(let p):
+                print("loaded  \(p.path)")
+                print("        \(p.name) \(p.version); schemes: " + p.schemes.map { s in
+                    s.flagNames.isEmpty ? s.name : "\(s.name) (\(s.flagNames.joined(separator: ", ")))"
+                }.joined(separator: ", "))
+            case .refused(let d):
+                print("refused \(d.path)")
+                print("        stage: \(d.stage); reason: \(d.reason)")
+                if let detail = d.detail { print("        detail: \(detail)") }
+            }
+        }
+    }
 }
 
 struct Handlers: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "List every registered handler and where it came from.")
 
+    @OptionGroup var plugins: PluginOptions
+
     func run() throws {
-        Porter.bootstrap()
+        plugins.bootstrap()
         var rows = [["SCHEME", "HANDLER", "ORIGIN", "VERSION"]]
         for reg in HandlerRegistry.shared.registrations {
             rows.append([reg.schemes.joined(separator: ","), reg.name, reg.origin.description, reg.version])
@@ -143,8 +190,12 @@ struct Fetch: ParsableCommand {
         }
     }
 
+    @OptionGroup var plugins: PluginOptions
+
     func run() throws {
-        Porter.bootstrap()
+        plugins.bootstrap()
+        let refused = Porter.pluginVerdicts.compactMap(\.diagnostic)
+        if verbose { for d in refused { note("* plugin \(d)") } }
         var all = urls
         if let list = urlList {
             guard let text = try? String(contentsOfFile: list, encoding: .utf8) else {

@@ -220,7 +220,13 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             if t.error == nil { bar.update(t.bytes, of: t.expected, force: true) }
             bar.finish()
         }
-        if let e = t.error, !options.silent, !t.httpFailed { note("porter: \(e.message) (\(e.code))") }
+        if let e = t.error, !options.silent, !t.httpFailed {
+            note("porter: \(e.message) (\(e.code))")
+            let refused = Porter.pluginVerdicts.filter { $0.diagnostic != nil }.count
+            if e.code == .unsupportedURL, refused > 0 {
+                note("porter: \(refused) plugin(s) were refused at start-up; 'porter plugins' says why")
+            }
+        }
         if t.httpFailed, !options.silent, let s = t.response?.statusCode { note("porter: the server answered \(s)") }
         if buffered, !t.body.isEmpty, t.error == nil { if !writeAll(1, t.body) { t.writeFailed = true } }
         if options.writeOut == "json" {
