@@ -11,6 +11,7 @@ deps:
 build: deps
 	$(SWIFT) build --product porter
 	$(SWIFT) build --product CustomScheme
+	$(SWIFT) build --product GopherPlugin
 
 demo: build
 	@bash scripts/demo.sh

@@ -47,6 +47,20 @@ show $CS cli -v -u porter:demo fortune://private/3
 show $CS cli handlers
 
 echo
+echo "== a plugin: gopher:// in plain C (Examples/CPlugin), dlopened from a plugin folder =="
+mkdir -m 755 "$work/plugins" "$work/gopher"
+install -m 644 .build/debug/libGopherPlugin.so "$work/plugins/"
+printf 'Hello from a gopher server on loopback.\n' > "$work/gopher/welcome.txt"
+mkdir "$work/gopher/docs"
+coproc GOPHERD { exec python3 scripts/gopherd.py --root "$work/gopher"; }
+read -r _ gp <&"${GOPHERD[0]}"
+trap 'kill $GOPHERD_PID 2>/dev/null; stop_nginx "$work/nginx"; rm -rf "$work"' EXIT
+show env PORTER_PLUGIN_PATH="$work/plugins" $P plugins
+show $P --plugin-path "$work/plugins" "gopher://127.0.0.1:$gp/"
+show $P --plugin-path "$work/plugins" "gopher://127.0.0.1:$gp/0/welcome.txt"
+show $P handlers --plugin-path "$work/plugins"
+
+echo
 echo "== errors are clear and have their own exit codes =="
 show $P nope://x
 show $P "file://$work/missing"
