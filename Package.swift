@@ -13,6 +13,11 @@ let package = Package(
         .executable(name: "CustomScheme", targets: ["CustomScheme"]),
         // A plugin written in plain C, built as the shared object porter loads from a folder.
         .library(name: "GopherPlugin", type: .dynamic, targets: ["GopherPlugin"]),
+        // sftp:// on libssh2: the shared object for a plugin folder, and the library an
+        // application imports to register it without dlopen.
+        .library(name: "PorterSFTPPlugin", type: .dynamic, targets: ["SFTPPluginEntry"]),
+        .library(name: "PorterSFTP", targets: ["PorterSFTP"]),
+        .library(name: "PorterPluginKit", targets: ["PorterPluginKit"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
@@ -39,6 +44,10 @@ let package = Package(
             name: "PorterPlugins",
             dependencies: ["PorterCore", "CPorterPlugin", "CPorterHost", .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict),
+        .target(name: "PorterPluginKit", dependencies: ["CPorterPlugin"], swiftSettings: strict),
+        .systemLibrary(name: "CSSH2", path: "Plugins/SFTP/CSSH2"),
+        .target(name: "PorterSFTP", dependencies: ["PorterPluginKit", "CSSH2"], path: "Plugins/SFTP/Sources", swiftSettings: strict),
+        .target(name: "SFTPPluginEntry", dependencies: ["PorterSFTP", "PorterPluginKit"], path: "Plugins/SFTP/Entry", swiftSettings: strict),
         .target(name: "GopherPlugin", dependencies: ["CPorterPlugin"], path: "Examples/CPlugin"),
         .target(name: "Porter", dependencies: ["PorterCore", "PorterData", "PorterFile", "PorterHTTP", "PorterFTP", "PorterPlugins"], swiftSettings: strict),
         .target(

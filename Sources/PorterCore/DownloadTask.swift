@@ -175,6 +175,7 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
         return ResumeData(url: request.url, method: request.method,
                           headers: request.headerFields.map { [$0.name.rawName, $0.value] },
                           validator: validator, bytesReceived: written,
-                          expectedTotalBytes: countOfBytesExpectedToReceive, partialFilePath: path)
+                          expectedTotalBytes: countOfBytesExpectedToReceive, partialFilePath: path,
+                          properties: request.properties.compactMapValues { $0 as? String })
     }
 }

@@ -13,10 +13,13 @@ public struct ResumeData: Codable, Sendable, Equatable {
     public var bytesReceived: Int64
     public var expectedTotalBytes: Int64
     public var partialFilePath: String
+    /// The request's string-valued properties (handler options such as an sftp
+    /// known_hosts file), so the resumed load is made the same way.
+    public var properties: [String: String]?
     public var version: Int = 1
 
     public init(url: URL, method: String, headers: [[String]], validator: String?, bytesReceived: Int64,
-                expectedTotalBytes: Int64, partialFilePath: String) {
+                expectedTotalBytes: Int64, partialFilePath: String, properties: [String: String]? = nil) {
         self.url = url
         self.method = method
         self.headers = headers
@@ -24,6 +27,7 @@ public struct ResumeData: Codable, Sendable, Equatable {
         self.bytesReceived = bytesReceived
         self.expectedTotalBytes = expectedTotalBytes
         self.partialFilePath = partialFilePath
+        self.properties = properties
     }
 
     public init(data: Data) throws {

@@ -158,6 +158,7 @@ public final class Session: @unchecked Sendable {
             for pair in resume.headers where pair.count == 2 {
                 if let name = HTTPField.Name(pair[0]) { request.headerFields.append(HTTPField(name: name, value: pair[1])) }
             }
+            for (key, value) in resume.properties ?? [:] { request.setProperty(value, forKey: key) }
             return register { DownloadTask(session: self, identifier: $0, request: request, resume: resume, sink: sink) }
         } catch {
             let bad = Request(url: URL(string: "about:resume-data")!)

@@ -1,4 +1,5 @@
 import Foundation
+import PorterTestSupport
 
 /// A server program started on a free loopback port with a config of its own in a
 /// temporary folder, and stopped (and its folder removed) by `stop()`.
@@ -109,44 +110,3 @@ final class DaemonFixture: @unchecked Sendable {
     }
 }
 
-/// Starts a server with posix_spawn, its standard streams on /dev/null. Not Foundation's
-/// Process: daemons such as dante close every inherited descriptor at start, which
-/// Foundation takes for an exit and then blocks its monitor thread in wait4 for good,
-/// so no other Process of the test run is reaped again.
-func spawnDaemon(_ program: String, _ args: [String]) throws -> pid_t {
-    var actions = posix_spawn_file_actions_t()
-    posix_spawn_file_actions_init(&actions)
-    defer { posix_spawn_file_actions_destroy(&actions) }
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
-    let argv = ([program] + args).map { strdup($0) } + [nil]
-    defer { argv.forEach { free($0) } }
-    var pid: pid_t = 0
-    let rc = posix_spawn(&pid, program, &actions, nil, argv, environ)
-    guard rc == 0 else { throw NginxFixture.Failure.setup("cannot start \(program): \(String(cString: strerror(rc)))") }
-    return pid
-}
-
-func isRunning(_ pid: pid_t) -> Bool {
-    var status: Int32 = 0
-    return waitpid(pid, &status, WNOHANG) == 0
-}
-
-/// The signal, then SIGKILL after 5 s; reaps the child.
-func stopDaemon(_ pid: pid_t, signal: Int32) {
-    guard pid > 0 else { return }
-    kill(pid, signal)
-    let deadline = Date().addingTimeInterval(5)
-    var status: Int32 = 0
-    while true {
-        let r = waitpid(pid, &status, WNOHANG)
-        if r == pid || (r < 0 && errno == ECHILD) { return }
-        if Date() > deadline {
-            kill(pid, SIGKILL)
-            _ = waitpid(pid, &status, 0)
-            return
-        }
-        usleep(10_000)
-    }
-}

@@ -56,3 +56,82 @@ public func startReadyServer(_ executable: String, _ arguments: [String]) throws
 public let porterBinary: String = ProcessInfo.processInfo.environment["PORTER_BIN"]
     ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent(".build/debug/porter").path
+
+public struct SpawnError: Error, CustomStringConvertible {
+    public let message: String
+    public var description: String { message }
+}
+
+/// Starts a server with posix_spawn, its standard streams on /dev/null. Not Foundation's
+/// Process: daemons such as dante close every inherited descriptor at start, which
+/// Foundation takes for an exit and then blocks its monitor thread in wait4 for good,
+/// so no other Process of the test run is reaped again.
+public func spawnDaemon(_ program: String, _ args: [String]) throws -> pid_t {
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+    let argv = ([program] + args).map { strdup($0) } + [nil]
+    defer { argv.forEach { free($0) } }
+    var pid: pid_t = 0
+    let rc = posix_spawn(&pid, program, &actions, nil, argv, environ)
+    guard rc == 0 else { throw SpawnError(message: "cannot start \(program): \(String(cString: strerror(rc)))") }
+    return pid
+}
+
+public func isRunning(_ pid: pid_t) -> Bool {
+    var status: Int32 = 0
+    return waitpid(pid, &status, WNOHANG) == 0
+}
+
+/// The signal, then SIGKILL after 5 s; reaps the child.
+public func stopDaemon(_ pid: pid_t, signal: Int32) {
+    guard pid > 0 else { return }
+    kill(pid, signal)
+    let deadline = Date().addingTimeInterval(5)
+    var status: Int32 = 0
+    while true {
+        let r = waitpid(pid, &status, WNOHANG)
+        if r == pid || (r < 0 && errno == ECHILD) { return }
+        if Date() > deadline {
+            kill(pid, SIGKILL)
+            _ = waitpid(pid, &status, 0)
+            return
+        }
+        usleep(10_000)
+    }
+}
+
+/// A port on 127.0.0.1 that was free a moment ago, or nil.
+public func freeLoopbackPort() -> Int? {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    addr.sin_port = 0
+    let bound = withUnsafePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    guard bound == 0 else { return nil }
+    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
+    }
+    return Int(UInt16(bigEndian: addr.sin_port))
+}
+
+/// True when something accepts connections on 127.0.0.1:port.
+public func loopbackAccepts(_ port: Int) -> Bool {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    addr.sin_port = UInt16(port).bigEndian
+    return withUnsafePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    } == 0
+}

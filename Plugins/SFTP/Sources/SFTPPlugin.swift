@@ -1,0 +1,237 @@
+import CSSH2
+import Foundation
+import PorterPluginKit
+
+/// sftp:// on libssh2, written against PorterPluginKit (so it links nothing of
+/// Porter's Swift modules). Use it either way:
+/// - drop libPorterSFTPPlugin.so into a plugin folder (it exports porter_plugin_entry);
+/// - or import PorterSFTP and register `porter_sftp_plugin_entry` with
+///   `PluginLoader.register(entry:name:)` — no dlopen.
+///
+/// URLs: sftp://[user[:password]@]host[:port]/absolute/path, `/~/path` for a path under
+/// the login's home. A path ending in `/` is listed (text/x-porter-listing).
+///
+/// Request properties (strings):
+/// - `sftp.identityFile`: a private key to log in with (before the defaults);
+/// - `sftp.knownHostsFile`: known_hosts to check the host key against
+///   (default ~/.ssh/known_hosts).
+public enum SFTPPlugin {
+    public static let version = "1.0.0"
+
+    public static let definition = PluginDefinition(
+        name: "sftp (libssh2)", version: version,
+        schemes: [PluginSchemeDefinition("sftp", flags: UInt32(PORTER_SCHEME_NEEDS_NETWORK)
+                                                    | UInt32(PORTER_SCHEME_CREDENTIALS_PER_REQUEST)
+                                                    | UInt32(PORTER_SCHEME_CAN_UPLOAD))],
+        makeHandler: { request, client throws(PluginError) in
+            try SFTPLoad(request: request, client: client)
+        })
+
+    /// libssh2_init is not thread-safe: done once, before the first load.
+    static let initialised: Bool = libssh2_init(0) == 0
+}
+
+/// The plugin's entry point under its own name, for applications that link PorterSFTP
+/// in and register it directly.
+@_cdecl("porter_sftp_plugin_entry")
+public func porter_sftp_plugin_entry(_ host: UnsafePointer<porter_host>?,
+                                     _ descriptor: UnsafeMutablePointer<UnsafePointer<porter_plugin_descriptor>?>?,
+                                     _ error: UnsafeMutablePointer<CChar>?, _ capacity: Int) -> Int32 {
+    guard SFTPPlugin.initialised else {
+        let message = "libssh2_init failed"
+        if let error, capacity > 0 {
+            let bytes = Array(message.utf8.prefix(capacity - 1))
+            for (i, b) in bytes.enumerated() { error[i] = CChar(bitPattern: b) }
+            error[bytes.count] = 0
+        }
+        return 1
+    }
+    return PluginKit.export(SFTPPlugin.definition, host: host, descriptor: descriptor, error: error, capacity: capacity)
+}
+
+/// The parts of an sftp URL.
+struct SFTPTarget {
+    var host: String
+    var port: Int32
+    var user: String?
+    var password: String?
+    /// Absolute, or relative to the home folder for `/~/` URLs.
+    var path: String
+    var isFolder: Bool
+
+    init(_ text: String) throws(PluginError) {
+        guard let c = URLComponents(string: text), c.scheme?.lowercased() == "sftp", let host = c.host, !host.isEmpty else {
+            throw PluginError(Int32(PORTER_ERR_BAD_URL), "not an sftp URL with a host: \(text)")
+        }
+        self.host = host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host
+        port = Int32(c.port ?? 22)
+        user = c.user.flatMap { $0.isEmpty ? nil : $0 }
+        password = c.password
+        var p = c.path
+        if p.isEmpty { p = "/" }
+        if p.contains("\0") { throw PluginError(Int32(PORTER_ERR_BAD_URL), "the path holds a NUL byte") }
+        isFolder = p.hasSuffix("/")
+        if p == "/~" || p.hasPrefix("/~/") { p = String(p.dropFirst(p == "/~" ? 2 : 3)); if p.isEmpty { p = "." } }
+        path = p
+    }
+}
+
+/// One sftp load, on a thread of its own with its own SSH session.
+final class SFTPLoad: PluginLoadHandler, @unchecked Sendable {
+    let request: PluginRequest
+    let client: PluginClient
+    let target: SFTPTarget
+
+    private let condition = NSCondition()
+    private var paused = false
+    private var stopped = false
+    private var socket: Int32 = -1
+    private let done = DispatchSemaphore(value: 0)
+    private var started = false
+
+    init(request: PluginRequest, client: PluginClient) throws(PluginError) {
+        self.request = request
+        self.client = client
+        self.target = try SFTPTarget(request.url)
+        if request.hasBody && target.isFolder {
+            throw PluginError(Int32(PORTER_ERR_BAD_URL), "an upload needs a file name, not a folder: \(request.url)")
+        }
+    }
+
+    func start() {
+        started = true
+        let thread = Thread { [self] in
+            run()
+            done.signal()
+        }
+        thread.name = "porter-sftp"
+        thread.start()
+    }
+
+    func stop() {
+        condition.lock()
+        stopped = true
+        if socket >= 0 { shutdown(socket, Int32(SHUT_RDWR)) }   // wakes libssh2's blocking calls
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    func pause() { condition.lock(); paused = true; condition.unlock() }
+    func resume() { condition.lock(); paused = false; condition.broadcast(); condition.unlock() }
+
+    func waitUntilDone() {
+        stop()
+        if started { done.wait() }
+    }
+
+    var isStopped: Bool { condition.lock(); defer { condition.unlock() }; return stopped }
+
+    private func waitWhilePaused() -> Bool {
+        condition.lock(); defer { condition.unlock() }
+        while paused && !stopped { condition.wait() }
+        return !stopped
+    }
+
+    // MARK: - the load
+
+    private func run() {
+        do {
+            let connection = try SSHConnection(load: self)
+            defer { connection.close() }
+            try connection.authenticate()
+            let sftp = try connection.openSFTP()
+            if request.hasBody {
+                try upload(sftp)
+            } else if target.isFolder {
+                try list(sftp)
+            } else {
+                try download(sftp)
+            }
+            if !isStopped { client.finish() }
+        } catch {
+            if !isStopped { client.fail(error) }
+        }
+    }
+
+    func registerSocket(_ fd: Int32) -> Bool {
+        condition.lock(); defer { condition.unlock() }
+        socket = fd
+        return !stopped
+    }
+
+    private func download(_ sftp: SFTPSession) throws(PluginError) {
+        let attrs = try sftp.stat(target.path)
+        if attrs.isDirectory {
+            throw PluginError(Int32(PORTER_ERR_FILE_IS_DIRECTORY), "\(target.path) is a folder; end the URL with '/' to list it")
+        }
+        let size = attrs.size
+        let validator = "\(size.map(String.init) ?? "-")-\(attrs.modified.map(String.init) ?? "-")"
+        var offset: Int64 = 0
+        var resumeOffset: Int64?
+        if let wanted = request.resumeOffset {
+            // Resume only what has not changed since; otherwise restart from byte 0.
+            if (request.resumeValidator == nil || request.resumeValidator == validator), wanted <= (size ?? .max) {
+                offset = wanted
+                resumeOffset = wanted
+            }
+        }
+        let file = try sftp.open(target.path, flags: UInt(LIBSSH2_FXF_READ), mode: 0)
+        defer { file.close() }
+        if offset > 0 { file.seek(to: offset) }
+        client.receive(PluginResponse(mimeType: nil, expectedLength: size.map { $0 - offset },
+                                      resumeOffset: resumeOffset, validator: validator))
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 << 10, alignment: 16)
+        defer { buffer.deallocate() }
+        while waitWhilePaused() {
+            let n = try file.read(into: buffer)
+            if n == 0 { return }
+            client.load(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+        }
+    }
+
+    private func list(_ sftp: SFTPSession) throws(PluginError) {
+        let listing = try sftp.list(target.path)
+        let body = listing.serialized()
+        client.receive(PluginResponse(mimeType: PluginListing.contentType, textEncoding: "utf-8",
+                                      expectedLength: Int64(body.count)))
+        client.load(body)
+    }
+
+    private func upload(_ sftp: SFTPSession) throws(PluginError) {
+        let path = target.path
+        let slash = path.lastIndex(of: "/")
+        let folder = slash.map { String(path[..<$0]) } ?? ""
+        let name = slash.map { String(path[path.index(after: $0)...]) } ?? path
+        let temporary = (folder.isEmpty && slash == nil ? "" : folder + "/") + ".\(name).porter-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        let mode = (try? sftp.stat(path)).flatMap { $0.permissions }.map { Int($0 & 0o7777) } ?? 0o644
+        let file = try sftp.open(temporary, flags: UInt(LIBSSH2_FXF_WRITE | LIBSSH2_FXF_CREAT | LIBSSH2_FXF_TRUNC),
+                                 mode: mode)
+        var total: Int64 = 0
+        var complete = false
+        defer {
+            if !complete { sftp.remove(temporary) }
+        }
+        do throws(PluginError) {
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 128 << 10, alignment: 16)
+            defer { buffer.deallocate() }
+            while true {
+                if isStopped { file.close(); return }
+                let n = client.readBody(into: buffer)
+                if n < 0 {
+                    throw PluginError(Int32(PORTER_ERR_CANNOT_OPEN_FILE), "cannot read the request body")
+                }
+                if n == 0 { break }
+                try file.write(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+                total += Int64(n)
+                client.sent(Int64(n), total: total, expected: request.bodyLength)
+            }
+            try file.closeChecked()
+        } catch {
+            file.close()
+            throw error
+        }
+        try sftp.rename(temporary, to: path)
+        complete = true
+        client.receive(PluginResponse(mimeType: nil, expectedLength: 0))
+    }
+}

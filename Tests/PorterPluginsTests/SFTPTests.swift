@@ -1,0 +1,254 @@
+import Foundation
+import Porter
+import PorterPlugins
+import PorterTestSupport
+import XCTest
+
+/// The sftp plugin (libPorterSFTPPlugin.so, dlopened) against a real OpenSSH sshd on
+/// loopback: download, upload, listing, resume, logins, host keys, errors, the CLI.
+final class SFTPTests: XCTestCase {
+    static let pluginPath = GopherTests.buildDir + "/libPorterSFTPPlugin.so"
+    nonisolated(unsafe) static var sshd: SSHDFixture?
+    nonisolated(unsafe) static var setupError: String?
+    nonisolated(unsafe) static var registry = HandlerRegistry()
+
+    override class func setUp() {
+        super.setUp()
+        do {
+            sshd = try SSHDFixture()
+        } catch {
+            setupError = "\(error)"
+        }
+        registry = HandlerRegistry()
+        Porter.bootstrap(registry: registry, loadPlugins: false)
+        let verdict = PluginLoader(registry: registry).load(path: pluginPath)
+        if verdict.plugin == nil { setupError = (setupError ?? "") + " plugin: \(verdict)" }
+    }
+
+    override class func tearDown() {
+        sshd?.stop()
+        super.tearDown()
+    }
+
+    override func setUpWithError() throws {
+        if let e = Self.setupError { XCTFail("fixture: \(e)") }
+        _ = try XCTUnwrap(Self.sshd)
+    }
+
+    var sshd: SSHDFixture { Self.sshd! }
+
+    private func session(_ delegate: (any SessionDelegate)? = nil, _ tweak: (inout SessionConfiguration) -> Void = { _ in })
+        -> Session {
+        var config = SessionConfiguration.ephemeral
+        config.registry = Self.registry
+        tweak(&config)
+        return Session(configuration: config, delegate: delegate)
+    }
+
+    private func request(_ url: URL, knownHosts: String? = nil, identity: String? = nil) -> Request {
+        var r = Request(url: url)
+        r.setProperty(knownHosts ?? sshd.knownHosts, forKey: "sftp.knownHostsFile")
+        if let identity { r.setProperty(identity, forKey: "sftp.identityFile") }
+        return r
+    }
+
+    @discardableResult
+    private func expectError(_ code: PorterError.Code, _ body: () async throws -> Void,
+                             file: StaticString = #filePath, line: UInt = #line) async -> PorterError? {
+        do {
+            try await body()
+            XCTFail("expected \(code)", file: file, line: line)
+        } catch let e as PorterError {
+            XCTAssertEqual(e.code, code, "\(e)", file: file, line: line)
+            return e
+        } catch {
+            XCTFail("\(error)", file: file, line: line)
+        }
+        return nil
+    }
+
+    func testDownloadWithThePasswordFromTheURL() async throws {
+        let (data, response) = try await session().data(for: request(sshd.url("/hello.txt")))
+        XCTAssertEqual(String(decoding: data, as: UTF8.self), "Hello over SFTP.\n")
+        XCTAssertEqual(response.expectedContentLength, 17, "the size is known up front")
+    }
+
+    func testLargeDownloadWithBackPressure() async throws {
+        let s = session { $0.receiveBufferLimit = 128 << 10 }
+        let (bytes, response) = try await s.bytes(for: request(sshd.url("/big.bin")))
+        XCTAssertEqual(response.expectedContentLength, Int64(SSHDFixture.bigFile.count))
+        var received = Data()
+        for try await chunk in bytes.chunks {
+            if received.isEmpty { try await Task.sleep(nanoseconds: 200_000_000) }
+            received.append(chunk)
+        }
+        XCTAssertEqual(received, SSHDFixture.bigFile)
+    }
+
+    func testPublicKeyLogin() async throws {
+        let url = sshd.url("/sub/a.txt", user: SSHDFixture.keyUser, password: nil)
+        let (data, _) = try await session().data(for: request(url, identity: sshd.userKey))
+        XCTAssertEqual(String(decoding: data, as: UTF8.self), "in a sub folder\n")
+    }
+
+    func testListing() async throws {
+        let (data, response) = try await session().data(for: request(sshd.url("/")))
+        XCTAssertEqual(response.mimeType, DirectoryListing.mimeType)
+        let listing = try DirectoryListing.parse(data)
+        XCTAssertEqual(listing.entries.map(\.name), ["big.bin", "hello.txt", "incoming", "secret.txt", "sub"])
+        XCTAssertEqual(listing.entries.first { $0.name == "sub" }?.kind, .directory)
+        XCTAssertEqual(listing.entries.first { $0.name == "big.bin" }?.size, Int64(SSHDFixture.bigFile.count))
+        XCTAssertNotNil(listing.entries.first { $0.name == "hello.txt" }?.modified)
+    }
+
+    func testUploadIsAtomicAndComplete() async throws {
+        let body = Data((0..<700_000).map { UInt8(truncatingIfNeeded: $0 * 13) })
+        var r = request(sshd.url("/incoming/up.bin"))
+        r.method = "PUT"
+        _ = try await session().upload(for: r, from: body)
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: sshd.data + "/incoming/up.bin")), body)
+        // Again over the existing file; no temporary file left behind.
+        _ = try await session().upload(for: r, from: Data("second".utf8))
+        XCTAssertEqual(try String(contentsOfFile: sshd.data + "/incoming/up.bin", encoding: .utf8), "second")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: sshd.data + "/incoming"), ["up.bin"])
+    }
+
+    func testUploadWithoutPermission() async throws {
+        var r = request(sshd.url("/sub/nope.bin"))
+        r.method = "PUT"
+        let e = await expectError(.noPermissionsToReadFile) { _ = try await self.session().upload(for: r, from: Data("x".utf8)) }
+        XCTAssertEqual(e?.cause?.domain, "sftp")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: sshd.data + "/sub/nope.bin"))
+    }
+
+    func testResumeFromAnOffset() async throws {
+        let first = ResumeRecorder(cancelAt: 1_000_000)
+        session(first) { $0.receiveBufferLimit = 256 << 10 }.downloadTask(with: request(sshd.url("/big.bin"))).resume()
+        first.done.wait()
+        let resumeData = try XCTUnwrap(first.resumeData, "\(String(describing: first.error))")
+        let second = ResumeRecorder(cancelAt: nil)
+        session(second).downloadTask(withResumeData: resumeData).resume()
+        second.done.wait()
+        XCTAssertNil(second.error)
+        XCTAssertGreaterThanOrEqual(second.resumedAt ?? 0, 1_000_000, "the second load started at the offset")
+        XCTAssertEqual(second.file, SSHDFixture.bigFile)
+    }
+
+    func testWrongPassword() async throws {
+        let e = await expectError(.authenticationFailed) {
+            _ = try await self.session().data(for: self.request(self.sshd.url("/hello.txt", password: "wrong")))
+        }
+        XCTAssertEqual(e?.cause?.domain, "libssh2")
+    }
+
+    func testPasswordThroughAChallenge() async throws {
+        let port = sshd.port
+        let delegate = Answers { c in
+            XCTAssertEqual(c.protectionSpace.protocol, "sftp")
+            XCTAssertEqual(c.protectionSpace.port, port)
+            return .useCredential(Credential(user: SSHDFixture.passwordUser,
+                                             password: c.previousFailureCount == 0 ? "bad" : SSHDFixture.password))
+        }
+        let (data, _) = try await session(delegate).data(for: request(sshd.url("/hello.txt", password: nil)))
+        XCTAssertEqual(String(decoding: data, as: UTF8.self), "Hello over SFTP.\n")
+        XCTAssertEqual(delegate.failureCounts, [0, 1])
+        // No delegate, no password: a clear "required" error.
+        await expectError(.userAuthenticationRequired) {
+            _ = try await self.session().data(for: self.request(self.sshd.url("/hello.txt", password: nil)))
+        }
+    }
+
+    func testUnknownHostKeyIsAServerTrustChallenge() async throws {
+        let unknown = request(sshd.url("/hello.txt"), knownHosts: sshd.emptyKnownHosts)
+        let e = await expectError(.serverCertificateUntrusted) { _ = try await self.session().data(for: unknown) }
+        XCTAssertTrue(e?.message.contains("unknown host key for [127.0.0.1]:\(sshd.port) (ssh-ed25519 SHA256:") == true,
+                      e?.message ?? "")
+        let blob = sshd.hostKeyBlob
+        let delegate = Answers { c in
+            XCTAssertEqual(c.protectionSpace.authenticationMethod, .serverTrust)
+            XCTAssertEqual(c.protectionSpace.serverTrust?.certificateChain, [blob])
+            return .useCredential(Credential(trust: c.protectionSpace.serverTrust!))
+        }
+        let (data, _) = try await session(delegate).data(for: unknown)
+        XCTAssertEqual(data.count, 17)
+        // --insecure accepts an unknown key without asking.
+        let (again, _) = try await session { $0.tlsVerificationDisabled = true }.data(for: unknown)
+        XCTAssertEqual(again.count, 17)
+    }
+
+    func testChangedHostKeyIsAlwaysAHardError() async throws {
+        let changed = request(sshd.url("/hello.txt"), knownHosts: sshd.changedKnownHosts)
+        let trusting = Answers { c in c.protectionSpace.serverTrust.map { .useCredential(Credential(trust: $0)) } ?? .cancelAuthenticationChallenge }
+        let e = await expectError(.serverIdentityChanged) {
+            _ = try await self.session(trusting) { $0.tlsVerificationDisabled = true }.data(for: changed)
+        }
+        XCTAssertTrue(e?.message.contains("[127.0.0.1]:\(sshd.port)") == true, e?.message ?? "")
+        XCTAssertTrue(trusting.failureCounts.isEmpty, "a changed key must not be offered for trust")
+    }
+
+    func testErrors() async throws {
+        let missing = await expectError(.fileDoesNotExist) {
+            _ = try await self.session().data(for: self.request(self.sshd.url("/nope.txt")))
+        }
+        XCTAssertEqual(missing?.cause?.domain, "sftp")
+        XCTAssertEqual(missing?.cause?.code, 2)
+        await expectError(.noPermissionsToReadFile) {
+            _ = try await self.session().data(for: self.request(self.sshd.url("/secret.txt")))
+        }
+        await expectError(.fileIsDirectory) {
+            _ = try await self.session().data(for: self.request(self.sshd.url("/sub")))
+        }
+        let closed = try XCTUnwrap(freeLoopbackPort())
+        await expectError(.cannotConnectToHost) {
+            _ = try await self.session().data(for: self.request(URL(string: "sftp://u:p@127.0.0.1:\(closed)/x")!))
+        }
+    }
+
+    func testCancelMidDownload() async throws {
+        let task = session { $0.receiveBufferLimit = 64 << 10 }.dataTask(with: request(sshd.url("/big.bin")))
+        task.resume()
+        XCTAssertTrue(eventually(10) { task.countOfBytesReceived > 0 })
+        task.cancel()
+        XCTAssertTrue(eventually(10) { task.state == .completed })
+        XCTAssertEqual(task.error?.code, .cancelled)
+    }
+
+    // MARK: - the CLI
+
+    func testCLIDownloadsWithThePluginFolder() throws {
+        let home = try PluginFixture.folder("home")
+        try FileManager.default.createDirectory(at: home.appendingPathComponent(".ssh"), withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: sshd.knownHosts, toPath: home.appendingPathComponent(".ssh/known_hosts").path)
+        let out = home.appendingPathComponent("big.bin").path
+        func porter(_ args: [String], home: String) throws -> (Int32, String) {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: porterBinary)
+            p.arguments = args
+            var env = ProcessInfo.processInfo.environment
+            env["HOME"] = home
+            env["PORTER_PLUGIN_PATH"] = nil
+            env["SSH_AUTH_SOCK"] = nil
+            p.environment = env
+            let err = Pipe()
+            p.standardError = err
+            p.standardOutput = FileHandle.nullDevice
+            try p.run()
+            let text = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            p.waitUntilExit()
+            return (p.terminationStatus, text)
+        }
+        let (status, err) = try porter(["-s", "--plugin-path", GopherTests.buildDir, "-o", out, sshd.url("/big.bin").absoluteString],
+                                       home: home.path)
+        XCTAssertEqual(status, 0, err)
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: out)), SSHDFixture.bigFile)
+        // An unknown host: refused (exit 7, TLS / server identity) unless --insecure.
+        let stranger = try PluginFixture.folder("stranger")
+        let (refused, why) = try porter(["--plugin-path", GopherTests.buildDir, sshd.url("/hello.txt").absoluteString],
+                                        home: stranger.path)
+        XCTAssertEqual(refused, 7, why)
+        XCTAssertTrue(why.contains("unknown host key"), why)
+        let (insecure, text) = try porter(["-k", "--plugin-path", GopherTests.buildDir, sshd.url("/hello.txt").absoluteString],
+                                          home: stranger.path)
+        XCTAssertEqual(insecure, 0, text)
+    }
+}
