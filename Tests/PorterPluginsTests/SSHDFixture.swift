@@ -94,7 +94,7 @@ final class SSHDFixture: @unchecked Sendable {
         try config.write(toFile: dir + "/sshd_config", atomically: true, encoding: .utf8)
         mkdir("/run/sshd", 0o755)
         try Self.run("/usr/sbin/sshd", ["-t", "-f", dir + "/sshd_config"])
-        pid = try spawnDaemon("/usr/sbin/sshd", ["-D", "-e", "-f", dir + "/sshd_config"])
+        pid = try spawnDaemon("/usr/sbin/sshd", ["-D", "-E", dir + "/sshd.log", "-f", dir + "/sshd_config"])
         let deadline = Date().addingTimeInterval(10)
         while !loopbackAccepts(port) {
             if !isRunning(pid) || Date() > deadline {
@@ -111,7 +111,7 @@ final class SSHDFixture: @unchecked Sendable {
         stopDaemon(pid, signal: SIGTERM)
         pid = 0
         for user in [Self.passwordUser, Self.keyUser] { _ = try? Self.run("/usr/sbin/userdel", [user]) }
-        try? FileManager.default.removeItem(atPath: dir)
+        if ProcessInfo.processInfo.environment["PORTER_KEEP_SSHD"] == nil { try? FileManager.default.removeItem(atPath: dir) }
     }
 
     func url(_ path: String, user: String? = SSHDFixture.passwordUser, password: String? = SSHDFixture.password) -> URL {

@@ -134,29 +134,46 @@ final class SFTPLoad: PluginLoadHandler, @unchecked Sendable {
 
     // MARK: - the load
 
+    /// Reports the end only after the SSH session is closed, so that nothing of this
+    /// load (libssh2, OpenSSL) still runs once the application hears it is done — a
+    /// program may exit right then.
     private func run() {
-        do {
+        var failure: PluginError?
+        do throws(PluginError) {
             let connection = try SSHConnection(load: self)
-            defer { connection.close() }
-            try connection.authenticate()
-            let sftp = try connection.openSFTP()
-            if request.hasBody {
-                try upload(sftp)
-            } else if target.isFolder {
-                try list(sftp)
-            } else {
-                try download(sftp)
+            do throws(PluginError) {
+                try connection.authenticate()
+                let sftp = try connection.openSFTP()
+                if request.hasBody {
+                    try upload(sftp)
+                } else if target.isFolder {
+                    try list(sftp)
+                } else {
+                    try download(sftp)
+                }
+            } catch {
+                failure = error
             }
-            if !isStopped { client.finish() }
+            connection.close()
         } catch {
-            if !isStopped { client.fail(error) }
+            failure = error
         }
+        if isStopped { return }
+        if let failure { client.fail(failure) } else { client.finish() }
     }
 
     func registerSocket(_ fd: Int32) -> Bool {
         condition.lock(); defer { condition.unlock() }
         socket = fd
         return !stopped
+    }
+
+    /// Closes the connection's socket. Under the lock `stop` shuts sockets down with,
+    /// so a late `stop` never hits a descriptor number another load has reused.
+    func closeSocket(_ fd: Int32) {
+        condition.lock(); defer { condition.unlock() }
+        if socket == fd { socket = -1 }
+        Glibc.close(fd)
     }
 
     private func download(_ sftp: SFTPSession) throws(PluginError) {

@@ -16,11 +16,11 @@ final class SSHConnection {
         user = target.user ?? ProcessInfo.processInfo.environment["USER"] ?? String(cString: getpwuid(geteuid()).pointee.pw_name)
         socket = try Self.connect(host: target.host, port: target.port)
         guard load.registerSocket(socket) else {
-            Glibc.close(socket)
+            load.closeSocket(socket)
             throw PluginError(Int32(PORTER_ERR_CANCELLED), "stopped")
         }
         guard let s = libssh2_session_init_ex(nil, nil, nil, nil) else {
-            Glibc.close(socket)
+            load.closeSocket(socket)
             throw PluginError(Int32(PORTER_ERR_RESOURCE_UNAVAILABLE), "libssh2 could not make a session")
         }
         session = s
@@ -45,7 +45,7 @@ final class SSHConnection {
         sftp = nil
         libssh2_session_disconnect_ex(session, SSH_DISCONNECT_BY_APPLICATION, "done", "")
         libssh2_session_free(session)
-        Glibc.close(socket)
+        load.closeSocket(socket)
     }
 
     /// A PluginError from the session's last error; the code says what kind of failure
