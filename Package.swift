@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "PorterCore", targets: ["PorterCore"]),
         .executable(name: "porter", targets: ["porter"]),
         .executable(name: "CustomScheme", targets: ["CustomScheme"]),
+        .executable(name: "SFTPMirror", targets: ["SFTPMirror"]),
         // A plugin written in plain C, built as the shared object porter loads from a folder.
         .library(name: "GopherPlugin", type: .dynamic, targets: ["GopherPlugin"]),
         // sftp:// on libssh2: the shared object for a plugin folder, and the library an
@@ -57,6 +58,8 @@ let package = Package(
         .executableTarget(name: "porter", dependencies: ["PorterCLI"], swiftSettings: strict),
         .executableTarget(
             name: "CustomScheme", dependencies: ["Porter", "PorterCLI"], path: "Examples/CustomScheme", swiftSettings: strict),
+        .executableTarget(
+            name: "SFTPMirror", dependencies: ["Porter", "PorterSFTP"], path: "Examples/SFTPMirror", swiftSettings: strict),
         .executableTarget(
             name: "porter-bench", dependencies: ["Porter"], path: "Benchmarks/porter-bench", swiftSettings: strict),
         .testTarget(name: "PorterCoreTests", dependencies: ["PorterCore"], swiftSettings: strict),

@@ -95,7 +95,7 @@ final class SFTPTests: XCTestCase {
         let (data, response) = try await session().data(for: request(sshd.url("/")))
         XCTAssertEqual(response.mimeType, DirectoryListing.mimeType)
         let listing = try DirectoryListing.parse(data)
-        XCTAssertEqual(listing.entries.map(\.name), ["big.bin", "hello.txt", "incoming", "secret.txt", "sub"])
+        XCTAssertEqual(listing.entries.map(\.name), ["big.bin", "hello.txt", "incoming", "mirror", "secret.txt", "sub"])
         XCTAssertEqual(listing.entries.first { $0.name == "sub" }?.kind, .directory)
         XCTAssertEqual(listing.entries.first { $0.name == "big.bin" }?.size, Int64(SSHDFixture.bigFile.count))
         XCTAssertNotNil(listing.entries.first { $0.name == "hello.txt" }?.modified)
@@ -250,5 +250,88 @@ final class SFTPTests: XCTestCase {
         let (insecure, text) = try porter(["-k", "--plugin-path", GopherTests.buildDir, sshd.url("/hello.txt").absoluteString],
                                           home: stranger.path)
         XCTAssertEqual(insecure, 0, text)
+    }
+
+    /// Keys the user has: ~/.ssh/id_ed25519, then an ssh-agent.
+    func testDefaultKeyAndAgentLogins() throws {
+        func porter(_ env: [String: String]) throws -> (Int32, String) {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: porterBinary)
+            p.arguments = ["--plugin-path", GopherTests.buildDir,
+                           sshd.url("/hello.txt", user: SSHDFixture.keyUser, password: nil).absoluteString]
+            var environment = ProcessInfo.processInfo.environment
+            environment["SSH_AUTH_SOCK"] = nil
+            environment["PORTER_PLUGIN_PATH"] = nil
+            for (k, v) in env { environment[k] = v }
+            p.environment = environment
+            let out = Pipe(), err = Pipe()
+            p.standardOutput = out
+            p.standardError = err
+            try p.run()
+            let o = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            let e = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            p.waitUntilExit()
+            return (p.terminationStatus, o + e)
+        }
+        let home = try PluginFixture.folder("keyhome")
+        try FileManager.default.createDirectory(atPath: home.path + "/.ssh", withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: sshd.knownHosts, toPath: home.path + "/.ssh/known_hosts")
+        // No key anywhere: a clear authentication error (exit 8).
+        let (none, noneText) = try porter(["HOME": home.path])
+        XCTAssertEqual(none, 8, noneText)
+        // The agent's key.
+        let socket = home.path + "/agent.sock"
+        // In the foreground (-D) under posix_spawn: a forking agent would hold a pipe open.
+        let agentPID = try spawnDaemon("/usr/bin/ssh-agent", ["-D", "-a", socket])
+        defer { stopDaemon(agentPID, signal: SIGTERM) }
+        XCTAssertTrue(eventually { FileManager.default.fileExists(atPath: socket) }, "ssh-agent did not start")
+        let add = Process()
+        add.executableURL = URL(fileURLWithPath: "/usr/bin/ssh-add")
+        add.arguments = ["-q", sshd.userKey]
+        add.environment = ["SSH_AUTH_SOCK": socket]
+        try add.run()
+        add.waitUntilExit()
+        XCTAssertEqual(add.terminationStatus, 0)
+        let (agent, agentText) = try porter(["HOME": home.path, "SSH_AUTH_SOCK": socket])
+        XCTAssertEqual(agent, 0, agentText)
+        XCTAssertEqual(agentText, "Hello over SFTP.\n")
+        // The default key file.
+        try FileManager.default.copyItem(atPath: sshd.userKey, toPath: home.path + "/.ssh/id_ed25519")
+        let (file, fileText) = try porter(["HOME": home.path])
+        XCTAssertEqual(file, 0, fileText)
+    }
+
+    // MARK: - Examples/SFTPMirror (the plugin linked in, no dlopen)
+
+    func testMirrorExampleResumesAnInterruptedRun() throws {
+        let mirror = GopherTests.buildDir + "/SFTPMirror"
+        let local = try PluginFixture.folder("mirror")
+        func run(_ extra: [String]) throws -> (Int32, String) {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: mirror)
+            p.arguments = [sshd.url("/mirror/").absoluteString, local.path, "--known-hosts", sshd.knownHosts] + extra
+            let out = Pipe()
+            p.standardOutput = out
+            p.standardError = out
+            try p.run()
+            let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            p.waitUntilExit()
+            return (p.terminationStatus, text)
+        }
+        let (first, out1) = try run(["--stop-after", "1000000"])
+        XCTAssertEqual(first, 1, out1)
+        XCTAssertTrue(out1.contains("big.bin: the task was cancelled (cancelled)"), out1)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: local.path + "/.big.bin.porter-resume"), out1)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: local.path + "/big.bin"), "no partial file under the final name")
+        XCTAssertEqual(try String(contentsOfFile: local.path + "/notes.txt", encoding: .utf8), "notes\n")
+
+        let (second, out2) = try run([])
+        XCTAssertEqual(second, 0, out2)
+        XCTAssertTrue(out2.contains("big.bin: resumed at byte"), out2)
+        XCTAssertTrue(out2.contains("done: 1 downloaded, 2 already there, 0 failed"), out2)
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: local.path + "/big.bin")), SSHDFixture.bigFile)
+        XCTAssertEqual(try String(contentsOfFile: local.path + "/deeper/x.txt", encoding: .utf8), "deeper\n")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: local.path).sorted(),
+                       ["big.bin", "deeper", "notes.txt"], "resume data and partial files are gone")
     }
 }

@@ -64,12 +64,17 @@ final class SSHDFixture: @unchecked Sendable {
         let fm = FileManager.default
         try fm.createDirectory(atPath: data + "/sub", withIntermediateDirectories: true)
         try fm.createDirectory(atPath: data + "/incoming", withIntermediateDirectories: true)
+        try fm.createDirectory(atPath: data + "/mirror/deeper", withIntermediateDirectories: true)
+        try Self.bigFile.write(to: URL(fileURLWithPath: data + "/mirror/big.bin"))
+        try "notes\n".write(toFile: data + "/mirror/notes.txt", atomically: true, encoding: .utf8)
+        try "deeper\n".write(toFile: data + "/mirror/deeper/x.txt", atomically: true, encoding: .utf8)
         try "Hello over SFTP.\n".write(toFile: data + "/hello.txt", atomically: true, encoding: .utf8)
         try "in a sub folder\n".write(toFile: data + "/sub/a.txt", atomically: true, encoding: .utf8)
         try Self.bigFile.write(to: URL(fileURLWithPath: data + "/big.bin"))
         try "secret\n".write(toFile: data + "/secret.txt", atomically: true, encoding: .utf8)
-        for path in [data, data + "/sub", data + "/incoming"] { chmod(path, 0o755) }
-        for path in [data + "/hello.txt", data + "/sub/a.txt", data + "/big.bin"] { chmod(path, 0o644) }
+        for path in [data, data + "/sub", data + "/incoming", data + "/mirror", data + "/mirror/deeper"] { chmod(path, 0o755) }
+        for path in [data + "/hello.txt", data + "/sub/a.txt", data + "/big.bin", data + "/mirror/big.bin",
+                     data + "/mirror/notes.txt", data + "/mirror/deeper/x.txt"] { chmod(path, 0o644) }
         chmod(data + "/secret.txt", 0o600)
         try Self.run("/bin/chown", [Self.passwordUser, data + "/incoming"])
 

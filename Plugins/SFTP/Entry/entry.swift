@@ -2,7 +2,7 @@ import PorterPluginKit
 import PorterSFTP
 
 /// The one exported function of libPorterSFTPPlugin.so (porter_plugin.h). Applications
-/// that link PorterSFTP in register `porter_sftp_plugin_entry` instead, so two linked
+/// that link PorterSFTP in register `SFTPPlugin.entry` instead, so two linked
 /// plugins never clash on this name.
 @_cdecl("porter_plugin_entry")
 public func porter_plugin_entry(_ host: UnsafePointer<porter_host>?,

@@ -5,7 +5,7 @@ import PorterPluginKit
 /// sftp:// on libssh2, written against PorterPluginKit (so it links nothing of
 /// Porter's Swift modules). Use it either way:
 /// - drop libPorterSFTPPlugin.so into a plugin folder (it exports porter_plugin_entry);
-/// - or import PorterSFTP and register `porter_sftp_plugin_entry` with
+/// - or import PorterSFTP and register `SFTPPlugin.entry` with
 ///   `PluginLoader.register(entry:name:)` — no dlopen.
 ///
 /// URLs: sftp://[user[:password]@]host[:port]/absolute/path, `/~/path` for a path under
@@ -26,6 +26,12 @@ public enum SFTPPlugin {
         makeHandler: { request, client throws(PluginError) in
             try SFTPLoad(request: request, client: client)
         })
+
+    /// The entry point as a C function pointer, for `PluginLoader.register(entry:name:)`
+    /// in an application that links PorterSFTP in. (Use this rather than naming
+    /// `porter_sftp_plugin_entry` in another module: Swift would emit a second
+    /// definition of the C symbol there.)
+    public static let entry: porter_plugin_entry_fn = porter_sftp_plugin_entry
 
     /// libssh2_init is not thread-safe: done once, before the first load.
     static let initialised: Bool = libssh2_init(0) == 0
