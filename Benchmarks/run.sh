@@ -26,6 +26,8 @@ echo "data: decoding..." >&2
 data=$($B data 100)
 echo "registry..." >&2
 registry=$($B registry 100)
+echo "plugin load time..." >&2
+plugins=$(bash Benchmarks/plugins.sh)
 
 echo "file: 1 GiB..." >&2
 head -c 64M /dev/urandom > "$work/part"
@@ -174,6 +176,8 @@ gib=$(( $(stat -c %s "$src") ))
     echo '```'
     echo
     echo "Each lookup finds the newest of three handlers for the scheme that accepts the request; the other handlers are of other schemes and cost nothing (scheme index)."
+    echo
+    echo "$plugins"
 } > "$out"
 mv "$out" BENCHMARKS.md
 cat BENCHMARKS.md
