@@ -18,6 +18,7 @@ let package = Package(
         // application imports to register it without dlopen.
         .library(name: "PorterSFTPPlugin", type: .dynamic, targets: ["SFTPPluginEntry"]),
         .library(name: "PorterSFTP", targets: ["PorterSFTP"]),
+        .library(name: "EchoPlugin", type: .dynamic, targets: ["EchoPlugin"]),
         .library(name: "PorterPluginKit", targets: ["PorterPluginKit"]),
     ],
     dependencies: [
@@ -49,6 +50,7 @@ let package = Package(
         .systemLibrary(name: "CSSH2", path: "Plugins/SFTP/CSSH2"),
         .target(name: "PorterSFTP", dependencies: ["PorterPluginKit", "CSSH2"], path: "Plugins/SFTP/Sources", swiftSettings: strict),
         .target(name: "SFTPPluginEntry", dependencies: ["PorterSFTP", "PorterPluginKit"], path: "Plugins/SFTP/Entry", swiftSettings: strict),
+        .target(name: "EchoPlugin", dependencies: ["PorterPluginKit"], path: "Examples/SwiftPlugin", swiftSettings: strict),
         .target(name: "GopherPlugin", dependencies: ["CPorterPlugin"], path: "Examples/CPlugin"),
         .target(name: "Porter", dependencies: ["PorterCore", "PorterData", "PorterFile", "PorterHTTP", "PorterFTP", "PorterPlugins"], swiftSettings: strict),
         .target(

@@ -216,3 +216,20 @@ final class LoaderTests: XCTestCase {
         XCTAssertEqual(PluginLoader.candidates(in: folder.path + "/missing"), [])
     }
 }
+
+/// The README's Swift plugin (Examples/SwiftPlugin, built by SwiftPM as a .so) loads and
+/// serves its scheme: PorterPluginKit end to end with the smallest plugin.
+final class SwiftPluginTests: XCTestCase {
+    func testReadmeSwiftPlugin() async throws {
+        let path = GopherTests.buildDir + "/libEchoPlugin.so"
+        let registry = HandlerRegistry()
+        let verdict = PluginLoader(registry: registry).load(path: path)
+        let plugin = try XCTUnwrap(verdict.plugin, "\(verdict)")
+        XCTAssertEqual(plugin.name, "echo")
+        var config = SessionConfiguration.ephemeral
+        config.registry = registry
+        let (data, response) = try await Session(configuration: config).data(from: URL(string: "echo://hello/there")!)
+        XCTAssertEqual(String(decoding: data, as: UTF8.self), "echo://hello/there")
+        XCTAssertEqual(response.mimeType, "text/plain")
+    }
+}
