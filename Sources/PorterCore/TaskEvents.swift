@@ -13,17 +13,14 @@ public enum TaskEvent: Sendable {
 }
 
 /// The process-wide list of task observers. An observer is called on the session's
-/// delivery queue right after the event, so it must return promptly. Costs one atomic
-/// read per event when nobody observes.
+/// delivery queue right after the event, so it must return promptly. Costs one lock
+/// per event when nobody observes.
 public final class TaskEventCenter: @unchecked Sendable {
     public static let shared = TaskEventCenter()
 
     private let lock = NSLock()
     private var observers: [(UInt64, @Sendable (TaskEvent) -> Void)] = []
     private var nextID: UInt64 = 0
-    // Read without the lock on the hot path; a stale false only delays the first event
-    // of a task that raced with `addObserver`.
-    private nonisolated(unsafe) var observed = false
 
     public init() {}
 
@@ -33,21 +30,18 @@ public final class TaskEventCenter: @unchecked Sendable {
         lock.lock(); defer { lock.unlock() }
         nextID += 1
         observers.append((nextID, observer))
-        observed = true
         return nextID
     }
 
     public func removeObserver(_ token: UInt64) {
         lock.lock(); defer { lock.unlock() }
         observers.removeAll { $0.0 == token }
-        observed = !observers.isEmpty
     }
 
-    public var isObserved: Bool { observed }
+    public var isObserved: Bool { lock.withLock { !observers.isEmpty } }
 
     /// Builds the event only when someone listens.
     func post(_ make: @autoclosure () -> TaskEvent) {
-        guard observed else { return }
         let current = lock.withLock { observers }
         guard !current.isEmpty else { return }
         let event = make()

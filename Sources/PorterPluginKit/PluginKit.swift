@@ -249,18 +249,23 @@ public final class PluginClient: @unchecked Sendable {
         let id = withUnsafePointer(to: &c) { cp in
             host.pointee.challenge?(client, cp, { ctx, reply in
                 guard let ctx, let reply else { return }
-                let box = Unmanaged<ReplyBox>.fromOpaque(ctx).takeRetainedValue()
-                box.set(PluginReply(reply.pointee))
+                let box = Unmanaged<ReplyBox>.fromOpaque(ctx)
+                box.takeUnretainedValue().set(PluginReply(reply.pointee))
+                if box.takeUnretainedValue().leave() { box.release() }
             }, context.toOpaque()) ?? 0
         }
         if id == 0 { context.release(); return nil }
+        // The box has two users, this thread and the reply; the second to leave frees
+        // it. A withdrawn challenge whose reply never comes leaves one small box behind
+        // rather than risk a reply racing the withdrawal into freed memory.
         while true {
-            if let reply = box.wait(timeout: 0.05) { return reply }
+            if let reply = box.wait(timeout: 0.05) {
+                if box.leave() { context.release() }
+                return reply
+            }
             if isCancelled() {
                 host.pointee.cancel_challenge?(client, id)
-                // Withdrawn: the host never replies, so the reference is ours to drop
-                // — unless the reply raced in and took it already.
-                if box.claimForCancel() { context.release() }
+                if box.leave() { context.release() }
                 return nil
             }
         }
@@ -271,25 +276,23 @@ public final class PluginClient: @unchecked Sendable {
 final class ReplyBox: @unchecked Sendable {
     private let condition = NSCondition()
     private var reply: PluginReply?
-    private var replied = false
-    private var cancelled = false
+    private var users = 2
     func set(_ r: PluginReply) {
         condition.lock()
         reply = r
-        replied = true
         condition.broadcast()
         condition.unlock()
     }
     func wait(timeout: Double) -> PluginReply? {
         condition.lock(); defer { condition.unlock() }
-        if !replied { _ = condition.wait(until: Date().addingTimeInterval(timeout)) }
+        if reply == nil { _ = condition.wait(until: Date().addingTimeInterval(timeout)) }
         return reply
     }
-    /// True when no reply arrived before the cancel (the caller releases the box).
-    func claimForCancel() -> Bool {
+    /// True for the last of the two users to leave.
+    func leave() -> Bool {
         condition.lock(); defer { condition.unlock() }
-        cancelled = true
-        return !replied
+        users -= 1
+        return users == 0
     }
 }
 

@@ -204,6 +204,29 @@ final class SFTPTests: XCTestCase {
         }
     }
 
+    /// A task cancelled while its login challenge waits for the delegate: the plugin
+    /// withdraws the challenge and the task ends at once.
+    func testCancelWhileAChallengeWaits() async throws {
+        final class Silent: TaskDelegate, @unchecked Sendable {
+            let asked = DispatchSemaphore(value: 0)
+            let held = Locked<[@Sendable (ChallengeDisposition) -> Void]>([])
+            func task(_ task: SessionTask, didReceive challenge: AuthenticationChallenge,
+                      completion: @escaping @Sendable (ChallengeDisposition) -> Void) {
+                held.withLock { $0.append(completion) }   // never answered in time
+                asked.signal()
+            }
+        }
+        let delegate = Silent()
+        let task = session(delegate).dataTask(with: request(sshd.url("/hello.txt", password: nil)))
+        task.resume()
+        XCTAssertEqual(delegate.asked.wait(timeout: .now() + 10), .success, "no challenge")
+        task.cancel()
+        XCTAssertTrue(eventually(5) { task.state == .completed })
+        XCTAssertEqual(task.error?.code, .cancelled)
+        // A late answer is harmless.
+        for answer in delegate.held.current { answer(.cancelAuthenticationChallenge) }
+    }
+
     func testCancelMidDownload() async throws {
         let task = session { $0.receiveBufferLimit = 64 << 10 }.dataTask(with: request(sshd.url("/big.bin")))
         task.resume()
