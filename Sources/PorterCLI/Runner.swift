@@ -69,6 +69,8 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             config.tlsVerificationDisabled = options.insecure
             config.pinnedPublicKey = options.pinnedpubkey
             if options.http11 { config.http2Enabled = false }
+            // --concurrency N means N transfers at once, to one host too (as curl --parallel).
+            config.maxConnectionsPerHost = max(config.maxConnectionsPerHost, options.concurrency)
             if let cert = options.cert, let key = options.key { config.clientCertificate = (cert, key) }
             if let p = options.proxy, let url = URL(string: p.contains("://") ? p : "http://" + p) {
                 config.proxies = ProxyConfiguration(httpProxy: url, httpsProxy: url, allProxy: url)

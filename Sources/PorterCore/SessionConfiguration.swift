@@ -82,6 +82,10 @@ public struct SessionConfiguration: Sendable {
     /// "ftp" or a plugin's scheme to opt in.
     public var allowedRedirectSchemes: Set<String> = ["http", "https"]
     public var http2Enabled: Bool = true
+    /// At most this many connections to one host (and port) at a time, for the schemes
+    /// on libcurl; further requests wait for a free connection (HTTP/2 requests share
+    /// one). URLSession's httpMaximumConnectionsPerHost; default 6.
+    public var maxConnectionsPerHost: Int = 6
     public var tlsMinimumVersion: TLSVersion? = nil
     public var tlsMaximumVersion: TLSVersion? = nil
     /// A PEM bundle of trusted CAs used instead of the system's (nil: the system's).

@@ -12,7 +12,8 @@ public final class CurlLoop: @unchecked Sendable {
 
     private static let byTrust = Locked([String: CurlLoop]())
 
-    /// The loop for a session: one per distinct TLS trust configuration. Connections are
+    /// The loop for a session: one per distinct TLS trust configuration (and connection
+    /// limit per host). Connections are
     /// reused only within a loop, so a connection verified under one set of trust settings
     /// (CA file, pinned key, client certificate, verification off) never serves a session
     /// with other settings: libcurl does not compare them for every protocol (FTP with
@@ -21,11 +22,14 @@ public final class CurlLoop: @unchecked Sendable {
         let key = [configuration.caCertificateFile ?? "", configuration.tlsVerificationDisabled ? "insecure" : "",
                    configuration.pinnedPublicKey ?? "", configuration.clientCertificate.map { $0.certificatePath + "|" + $0.keyPath } ?? "",
                    configuration.tlsMinimumVersion.map { "\($0.rawValue)" } ?? "",
-                   configuration.tlsMaximumVersion.map { "\($0.rawValue)" } ?? ""].joined(separator: "\u{1}")
-        if key == [String](repeating: "", count: 6).joined(separator: "\u{1}") { return shared }
+                   configuration.tlsMaximumVersion.map { "\($0.rawValue)" } ?? "",
+                   configuration.maxConnectionsPerHost == 6 ? "" : "\(max(1, configuration.maxConnectionsPerHost))"]
+            .joined(separator: "\u{1}")
+        if key == [String](repeating: "", count: 7).joined(separator: "\u{1}") { return shared }
         return byTrust.withLock { loops in
             if let existing = loops[key] { return existing }
-            let made = CurlLoop(name: "porter.curl.\(loops.count + 1)")
+            let made = CurlLoop(name: "porter.curl.\(loops.count + 1)",
+                                maxConnectionsPerHost: max(1, configuration.maxConnectionsPerHost))
             loops[key] = made
             return made
         }
@@ -65,11 +69,14 @@ public final class CurlLoop: @unchecked Sendable {
     /// that batches small writes hands them over then, so batching adds no latency.
     func requestFlush(_ transfer: CurlTransfer) { flushes.append(transfer) }
 
-    public init(name: String) {
+    /// `maxConnectionsPerHost`: CURLMOPT_MAX_HOST_CONNECTIONS for every transfer of
+    /// this loop (a loop serves sessions whose settings agree: see `loop(for:)`).
+    public init(name: String, maxConnectionsPerHost: Int = 6) {
         CurlLoop.globalInit
         multi = curl_multi_init()
         guard let multi else { return }
         _ = porter_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 64)
+        _ = porter_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, maxConnectionsPerHost)
         let thread = Thread { [unowned self] in self.run() }
         thread.name = name
         thread.stackSize = 1 << 20

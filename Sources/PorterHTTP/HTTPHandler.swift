@@ -94,6 +94,9 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         t.set(CURLOPT_ACCEPT_ENCODING, "")  // all codings libcurl can decode, decoded transparently
         t.set(CURLOPT_BUFFERSIZE, HTTPHandler.receiveBufferSize)
         t.set(CURLOPT_HTTP_VERSION, config.http2Enabled ? Int(CURL_HTTP_VERSION_2TLS) : Int(CURL_HTTP_VERSION_1_1))
+        // Requests that start together wait for the first connection to say whether it
+        // multiplexes (HTTP/2) instead of each opening a connection of its own.
+        if config.http2Enabled { t.set(CURLOPT_PIPEWAIT, 1) }
         t.set(CURLOPT_PROXY, config.proxies.proxy(for: request.url)?.absoluteString ?? "")  // "" also stops libcurl reading the environment itself
         let idle = request.timeoutInterval > 0 ? request.timeoutInterval : config.timeoutIntervalForRequest
         t.set(CURLOPT_CONNECTTIMEOUT_MS, Int(min(idle, 3600) * 1000))

@@ -59,6 +59,33 @@ final class HTTPHandlerTests: XCTestCase {
         XCTAssertTrue(text(custom).contains("ua=custom x=42"), text(custom))
     }
 
+    /// nginx's connection serial number for `count` requests made at once.
+    private func connections(_ s: Session, _ base: String, count: Int) async throws -> Set<String> {
+        let target = URL(string: base + "/conn")!
+        return try await withThrowingTaskGroup(of: String.self) { group in
+            for _ in 0..<count {
+                group.addTask { String(decoding: try await s.data(from: target).0, as: UTF8.self) }
+            }
+            var seen = Set<String>()
+            for try await id in group { seen.insert(id.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            return seen
+        }
+    }
+
+    func testMaxConnectionsPerHost() async throws {
+        let one = try await connections(session { $0.maxConnectionsPerHost = 1 }, nginx.http, count: 6)
+        XCTAssertEqual(one.count, 1, "six requests at once over one allowed connection: \(one)")
+        let six = try await connections(session { $0.maxConnectionsPerHost = 3 }, nginx.http, count: 6)
+        XCTAssertEqual(six.count, 3, "at most three connections: \(six)")
+    }
+
+    func testHTTP2MultiplexesConcurrentRequests() async throws {
+        let ids = try await connections(session(), nginx.https, count: 8)
+        XCTAssertEqual(ids.count, 1, "eight requests at once share one HTTP/2 connection: \(ids)")
+        let h1 = try await connections(session { $0.http2Enabled = false; $0.maxConnectionsPerHost = 4 }, nginx.https, count: 4)
+        XCTAssertEqual(h1.count, 4, "over HTTP/1.1 each request at once needs its own connection: \(h1)")
+    }
+
     func testHTTPSVerifiesWithTheCAAndSpeaksHTTP2() async throws {
         final class Metrics: TaskDelegate, @unchecked Sendable {
             let lock = NSLock()

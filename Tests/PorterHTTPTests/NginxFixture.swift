@@ -61,6 +61,7 @@ final class NginxFixture: @unchecked Sendable {
             location = /headers { default_type text/plain;
                 echo "auth=$http_authorization cookie=$http_cookie ua=$http_user_agent x=$http_x_test"; }
             location = /via { default_type text/plain; echo "via=$http_via"; }
+            location = /conn { default_type text/plain; echo_sleep 0.3; echo "$connection"; }
             location = /echo { default_type text/plain; echo_read_request_body;
                 echo -n "$request_method "; echo_request_body; }
             location = /redirect/301 { return 301 /echo; }
