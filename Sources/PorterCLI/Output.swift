@@ -25,7 +25,7 @@ func note(_ text: String) { _ = writeAll(2, text + "\n") }
 /// The response head as `-i` / `-I` print it: a status line for HTTP, then the fields.
 func responseHead(_ r: Response) -> String {
     var s = ""
-    if let status = r.statusCode { s += "HTTP \(status)\r\n" }
+    if let line = r.statusLine { s += line + "\r\n" } else if let status = r.statusCode { s += "HTTP \(status)\r\n" }
     var fields = r.headerFields
     if fields[.contentType] == nil, let mime = r.mimeType { fields[.contentType] = mime }
     if fields[.contentLength] == nil, r.expectedContentLength >= 0 { fields[.contentLength] = String(r.expectedContentLength) }

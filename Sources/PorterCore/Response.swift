@@ -16,6 +16,9 @@ public struct Response: Sendable, CustomStringConvertible {
     public var resumeOffset: Int64?
     /// A value that changes when the resource changes (for resume data).
     public var validator: String?
+    /// The status line as the server sent it ("HTTP/1.1 200 OK", "HTTP/2 200"), for
+    /// protocols that have one; nil otherwise.
+    public var statusLine: String?
     private var explicitFilename: String?
 
     public init(url: URL, mimeType: String?, expectedContentLength: Int64, textEncodingName: String? = nil,
@@ -29,6 +32,7 @@ public struct Response: Sendable, CustomStringConvertible {
         self.explicitFilename = suggestedFilename
         self.resumeOffset = nil
         self.validator = nil
+        self.statusLine = nil
     }
 
     /// A name to save the body under: the handler's suggestion, a Content-Disposition

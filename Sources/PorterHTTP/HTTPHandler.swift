@@ -59,6 +59,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         var status = 0
         var fields = HTTPFields()
         var version = ""
+        var line = ""
     }
 
     public init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {
@@ -228,6 +229,9 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
                 i += 1
             }
             head.status = digits == 3 ? status : 0
+            var lineEnd = end
+            while lineEnd > 0, raw[lineEnd - 1] == 0x0D || raw[lineEnd - 1] == 0x0A || raw[lineEnd - 1] == 0x20 { lineEnd -= 1 }
+            head.line = String(decoding: UnsafeRawBufferPointer(rebasing: raw[0..<lineEnd]), as: UTF8.self)
             return true
         }
         guard let colon = UnsafeRawBufferPointer(rebasing: raw[0..<end]).firstIndex(of: UInt8(ascii: ":")) else {
@@ -254,6 +258,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
                          textEncodingName: contentType?.parameter("charset"), statusCode: head.status,
                          headerFields: head.fields)
         r.validator = head.fields[.eTag] ?? head.fields[.lastModified]
+        r.statusLine = head.line.isEmpty ? nil : head.line
         if head.status == 206, let range = head.fields[.contentRange], let start = HTTPHandler.rangeStart(range) {
             r.resumeOffset = start
         }

@@ -413,6 +413,9 @@ final class HTTPHandlerTests: XCTestCase {
         XCTAssertEqual(try run(["--cacert", nginx.caFile, "--pinnedpubkey", "sha256//AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
                                 nginx.https + "/index.html"]).0, 7)
         XCTAssertEqual(try run(["-f", nginx.http + "/missing"]).0, 22)
+        // -i / -I print the status line as the server sent it, as curl does.
+        XCTAssertTrue(try run(["-I", nginx.http + "/index.html"]).1.hasPrefix("HTTP/1.1 200 OK\r\n"))
+        XCTAssertTrue(try run(["-i", "--cacert", nginx.caFile, nginx.https + "/index.html"]).1.hasPrefix("HTTP/2 200\r\n"))
         XCTAssertEqual(try run([nginx.http + "/chain/3"]).1, "hello from nginx\n", "redirects are followed by default")
         let stay = try run(["-s", "--no-location", "-w", "json", nginx.http + "/chain/3"])
         XCTAssertTrue(stay.1.contains("\"status\":302"), stay.1)
