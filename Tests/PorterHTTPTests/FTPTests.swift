@@ -32,7 +32,8 @@ final class FTPTests: XCTestCase {
             try Data((0..<bigSize).map(bigByte)).write(to: URL(fileURLWithPath: files + "/big.bin"))
             try NginxFixture.makeCertificates(in: dir + "/tls")
             let (p, port) = try startReadyServer(python, [root.appendingPathComponent("Tests/PorterHTTPTests/ftpserver.py").path,
-                                                          files, dir + "/tls/leaf.pem", dir + "/tls/leaf.key"])
+                                                          files, dir + "/tls/leaf.pem", dir + "/tls/leaf.key",
+                                                          dir + "/ftp.log"])
             guard port > 0 else { throw NginxFixture.Failure.setup("the FTP server did not start") }
             return (p, port, dir)
         }
@@ -64,6 +65,21 @@ final class FTPTests: XCTestCase {
     }
     private func url(_ path: String, user: String = "alice:secret@", scheme: String = "ftp") -> URL {
         URL(string: "\(scheme)://\(user)127.0.0.1:\(port)\(path)")!
+    }
+
+    /// pyftpdlib answers RETR with 125 ("data connection already open") when the
+    /// passive data connection is up first, as it is with libcurl: the reply that crashes
+    /// Foundation's URLSession on Linux. The transcript proves the 125 was sent.
+    func test125ReplyToRETR() async throws {
+        let (data, _) = try await session().data(from: url("/docs/b.txt"))
+        XCTAssertEqual(String(decoding: data, as: UTF8.self), "beta beta\n")
+        let log = (try? String(contentsOfFile: dir + "/ftp.log", encoding: .utf8)) ?? ""
+        let lines = log.split(separator: "\n")
+        guard let retr = lines.lastIndex(where: { $0.contains("<- RETR b.txt") }) else {
+            return XCTFail("no RETR in the server's transcript:\n\(log.suffix(2000))")
+        }
+        XCTAssertTrue(lines[retr...].prefix(4).contains { $0.contains("125 Data connection already open") },
+                      "the server did not answer 125:\n\(lines[retr...].prefix(4).joined(separator: "\n"))")
     }
 
     func testDownloadWithSizeUpFrontAndAnonymous() async throws {
