@@ -90,25 +90,45 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         var result = PorterExit.success
         let interrupt = installInterruptHandler()
         defer { interrupt.cancel() }
-        // This thread starts transfers while a slot is free; each completion frees its slot.
-        // No thread waits per transfer, and task creation runs beside the delivery queue.
-        let slots = DispatchSemaphore(value: options.concurrency)
-        let group = DispatchGroup()
+        // The first `concurrency` transfers start here; after that each completion starts
+        // the next one from the delivery queue it completes on, so no thread wakes up
+        // just to hand over a URL (a context switch per request otherwise).
         let started = Locked([Transfer]())
-        for (i, text) in urls.enumerated() {
-            slots.wait()
-            let output = i < options.output.count ? options.output[i] : nil
-            let transfer = Transfer(urlText: text, output: output)
-            transfer.onDone = { slots.signal(); group.leave() }
-            started.withLock { $0.append(transfer) }
-            group.enter()
-            if let failure = start(transfer) {
-                transfer.error = failure
-                finishTransfer(transfer)
-                transfer.onDone()
+        let progress = Locked((next: 0, active: 0))
+        let allDone = DispatchSemaphore(value: 0)
+        let count = urls.count
+        /// One transfer fewer in flight; true when that was the last of all.
+        @Sendable func retire() -> Bool {
+            progress.withLock { p in
+                p.active -= 1
+                return p.active == 0 && p.next >= count
             }
         }
-        group.wait()
+        @Sendable func launchNext() {
+            while true {
+                let index: Int? = progress.withLock { p in
+                    guard p.next < count else { return nil }
+                    p.next += 1
+                    p.active += 1
+                    return p.next - 1
+                }
+                guard let i = index else { return }
+                let output = i < options.output.count ? options.output[i] : nil
+                let transfer = Transfer(urlText: urls[i], output: output)
+                transfer.onDone = { if retire() { allDone.signal() } else { launchNext() } }
+                started.withLock { $0.append(transfer) }
+                guard let failure = start(transfer) else { return }
+                // It failed before it started: record it and try the next URL here
+                // (a loop, not a call back into launchNext, however many fail in a row).
+                transfer.error = failure
+                transfer.onDone = {}
+                finishTransfer(transfer)
+                if retire() { allDone.signal(); return }
+            }
+        }
+        if count == 0 { return result }
+        for _ in 0..<max(1, options.concurrency) { launchNext() }
+        allDone.wait()
         for t in started.current {
             if t.writeFailed { result = .writeError } else if let e = t.error {
                 result = t.httpFailed ? .httpError : PorterExit(e.code)
