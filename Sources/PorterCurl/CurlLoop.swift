@@ -61,6 +61,8 @@ public final class CurlLoop: @unchecked Sendable {
     }
     private let lock = NSLock()
     private var commands: [() -> Void] = []
+    /// The loop waits in (or is about to enter) curl_multi_poll: a command must wake it.
+    private var sleeping = false
     // Loop thread only:
     private var active: [UnsafeMutableRawPointer: CurlTransfer] = [:]
     private var flushes: [CurlTransfer] = []
@@ -93,8 +95,12 @@ public final class CurlLoop: @unchecked Sendable {
         }
         lock.lock()
         commands.append(work)
+        // Wake the loop only when it waits (or is about to): a busy loop takes the
+        // command before its next wait anyway, and a wake-up is a syscall.
+        let wake = sleeping
+        sleeping = false
         lock.unlock()
-        curl_multi_wakeup(multi)
+        if wake { curl_multi_wakeup(multi) }
     }
 
     /// Starts a configured transfer (loop thread).
@@ -145,8 +151,14 @@ public final class CurlLoop: @unchecked Sendable {
             }
             lock.lock()
             let pending = !commands.isEmpty
+            sleeping = !pending
             lock.unlock()
-            if !pending { curl_multi_poll(multi, nil, 0, 1000, nil) }
+            if !pending {
+                curl_multi_poll(multi, nil, 0, 1000, nil)
+                lock.lock()
+                sleeping = false
+                lock.unlock()
+            }
         }
     }
 }
