@@ -124,6 +124,12 @@ public final class BodySource {
         }
     }
 
+    /// The stream of a `.stream` body, which `CurlLoadState` reads on a thread of its own.
+    var stream: (any BodyStream)? {
+        if case .stream(let s) = source { return s }
+        return nil
+    }
+
     public func close() {
         if fd >= 0 { Foundation.close(fd); fd = -1 }
     }
@@ -142,7 +148,10 @@ public final class CurlLoadState: @unchecked Sendable {
     /// The transfer in progress, if any.
     public var transfer: CurlTransfer?
     public private(set) var body: BodySource?
+    private var pump: StreamPump?
     private var lastSent: Int64 = 0
+    /// The loop of the transfer, for waking a paused upload (set by `startUpload`).
+    private weak var loop: CurlLoop?
 
     public init() {}
 
@@ -169,18 +178,34 @@ public final class CurlLoadState: @unchecked Sendable {
     public func stop() { lock.withLock { stopped = true } }
     public func setPaused(_ value: Bool) { lock.withLock { paused = value } }
 
-    /// A new attempt sends `body` from its start (loop thread).
-    public func startUpload(_ body: RequestBody?) {
-        self.body?.close()
+    /// A new attempt sends `body` from its start (loop thread). A stream body is read on
+    /// a thread of its own, so a slow stream pauses its upload instead of the loop.
+    public func startUpload(_ body: RequestBody?, on loop: CurlLoop) {
+        closeUpload()
+        self.loop = loop
         self.body = body.map(BodySource.init)
+        if let stream = self.body?.stream {
+            pump = StreamPump(stream) { [weak self] in
+                guard let self, let loop = self.loop else { return }
+                loop.execute { [weak self] in
+                    guard let self else { return }
+                    self.transfer?.resumeUpload(keepReceivePaused: self.wantsPause)
+                }
+            }
+        }
         lastSent = 0
     }
 
-    public func closeUpload() { body?.close() }
+    public func closeUpload() {
+        body?.close()
+        pump?.close()
+        pump = nil
+    }
 
     /// libcurl's read callback (loop thread).
     public func read(_ buffer: UnsafeMutableRawBufferPointer) -> CurlTransfer.ReadResult {
         guard let body, !isStopped else { return .abort }
+        if let pump { return pump.read(into: buffer) }
         do {
             let n = try body.read(into: buffer)
             return n == 0 ? .end : .bytes(n)
@@ -199,5 +224,93 @@ public final class CurlLoadState: @unchecked Sendable {
                                    totalBytesExpectedToSend: total > 0 ? total : (body?.length ?? -1))
         }
         return true
+    }
+}
+
+/// Reads a stream body ahead on a thread of its own, into at most 256 KiB, so that a
+/// stream that blocks (an application producing the body slowly) holds up its own
+/// upload only, never the loop thread and the other transfers on it. libcurl's read
+/// callback takes what is there; when nothing is, the upload pauses and `onReady` asks
+/// the loop to continue it once the stream produced more.
+final class StreamPump: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var chunks: [Data] = []
+    private var head = 0           // bytes of chunks[0] already taken
+    private var buffered = 0
+    private var ended = false
+    private var failed = false
+    private var closed = false
+    private var consumerWaits = false
+    private let onReady: @Sendable () -> Void
+    private static let limit = 256 << 10
+    private static let chunk = 64 << 10
+
+    init(_ stream: any BodyStream, onReady: @escaping @Sendable () -> Void) {
+        self.onReady = onReady
+        let thread = Thread { [self] in run(stream) }
+        thread.name = "porter.upload-stream"
+        thread.start()
+    }
+
+    private func run(_ stream: any BodyStream) {
+        var scratch = [UInt8](repeating: 0, count: StreamPump.chunk)
+        while true {
+            condition.lock()
+            while buffered >= StreamPump.limit && !closed { condition.wait() }
+            let stop = closed
+            condition.unlock()
+            if stop { return }
+            var n = 0
+            var readFailed = false
+            do {
+                n = try scratch.withUnsafeMutableBytes { try stream.read(into: $0) }
+            } catch {
+                readFailed = true
+            }
+            condition.lock()
+            if readFailed || n < 0 { failed = true } else if n == 0 { ended = true } else {
+                chunks.append(Data(scratch[0..<n]))
+                buffered += n
+            }
+            let wake = consumerWaits
+            consumerWaits = false
+            let done = ended || failed || closed
+            condition.unlock()
+            if wake { onReady() }
+            if done { return }
+        }
+    }
+
+    /// libcurl's read callback (loop thread): never blocks.
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> CurlTransfer.ReadResult {
+        condition.lock()
+        defer { condition.unlock() }
+        var copied = 0
+        while copied < buffer.count, !chunks.isEmpty {
+            let first = chunks[0]
+            let n = min(buffer.count - copied, first.count - head)
+            first.withUnsafeBytes { src in
+                (buffer.baseAddress! + copied).copyMemory(from: src.baseAddress! + head, byteCount: n)
+            }
+            copied += n
+            head += n
+            if head == first.count { chunks.removeFirst(); head = 0 }
+        }
+        if copied > 0 {
+            buffered -= copied
+            condition.broadcast()
+            return .bytes(copied)
+        }
+        if failed { return .abort }
+        if ended { return .end }
+        consumerWaits = true
+        return .pause
+    }
+
+    func close() {
+        condition.lock()
+        closed = true
+        condition.broadcast()
+        condition.unlock()
     }
 }

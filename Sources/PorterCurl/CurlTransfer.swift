@@ -166,6 +166,12 @@ public final class CurlTransfer: @unchecked Sendable {
         clearCallbacks()
     }
 
+    /// Lets a paused upload flow again; the download side stays paused if `keepReceivePaused`.
+    public func resumeUpload(keepReceivePaused: Bool) {
+        guard started, !ended else { return }
+        curl_easy_pause(easy, keepReceivePaused ? porter_curlpause_recv : porter_curlpause_cont)
+    }
+
     /// Lets paused data (and uploads) flow again.
     public func resume() {
         guard started, !ended else { return }

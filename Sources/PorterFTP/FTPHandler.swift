@@ -87,7 +87,7 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
         if let range = request.resumeRange, range.offset > 0, request.body == nil, !listing {
             t.set(CURLOPT_RESUME_FROM_LARGE, offset: range.offset)
         }
-        state.startUpload(request.body)
+        state.startUpload(request.body, on: loop)
         if let body = state.body {
             t.set(CURLOPT_UPLOAD, 1)
             t.set(CURLOPT_INFILESIZE_LARGE, offset: body.length ?? -1)

@@ -172,7 +172,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
 
     private func configureMethodAndBody(_ t: CurlTransfer) {
         let method = request.method.uppercased()
-        state.startUpload(request.body)
+        state.startUpload(request.body, on: loop)
         if method == "HEAD" {
             t.set(CURLOPT_NOBODY, 1)
             return

@@ -321,6 +321,52 @@ final class HTTPHandlerTests: XCTestCase {
         XCTAssertEqual(text(streamed.lock.withLock { streamed.body }), "POST streamed, chunked")
     }
 
+    /// A stream body that blocks holds up its own upload only: a GET on the same loop
+    /// (same session, same trust settings) meanwhile completes at once.
+    func testSlowStreamBodyDoesNotBlockOtherTransfers() async throws {
+        final class SlowStream: BodyStream, @unchecked Sendable {
+            let lock = NSLock()
+            var reads = 0
+            let firstRead = DispatchSemaphore(value: 0)
+            func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+                let n = lock.withLock { () -> Int in reads += 1; return reads }
+                switch n {
+                case 1:
+                    firstRead.signal()
+                    return Data("first ".utf8).withUnsafeBytes { src in buffer.copyMemory(from: src); return src.count }
+                case 2:
+                    Thread.sleep(forTimeInterval: 2)   // the application is slow to produce more
+                    return Data("second".utf8).withUnsafeBytes { src in buffer.copyMemory(from: src); return src.count }
+                default:
+                    return 0
+                }
+            }
+        }
+        final class Upload: DataDelegate, @unchecked Sendable {
+            let stream = SlowStream()
+            let lock = NSLock()
+            var body = Data()
+            let done = DispatchSemaphore(value: 0)
+            func task(_ task: SessionTask, needNewBodyStream completion: @escaping @Sendable ((any BodyStream)?) -> Void) {
+                completion(stream)
+            }
+            func dataTask(_ task: DataTask, didReceive data: Data) { lock.withLock { body.append(data) } }
+            func task(_ task: SessionTask, didCompleteWithError error: PorterError?) { done.signal() }
+        }
+        let upload = Upload()
+        let s = Session(configuration: config(), delegate: upload)
+        s.uploadTask(withStreamedRequest: Request(url: url(nginx.http + "/echo"), method: "POST")).resume()
+        XCTAssertEqual(upload.stream.firstRead.wait(timeout: .now() + 10), .success)
+        try await Task.sleep(nanoseconds: 200_000_000)   // the stream is now in its slow read
+        let start = Date()
+        let (data, _) = try await s.data(from: url(nginx.http + "/index.html"))
+        let elapsed = Date().timeIntervalSince(start)
+        XCTAssertEqual(text(data), "hello from nginx\n")
+        XCTAssertLessThan(elapsed, 1.0, "the GET waited for the slow stream")
+        XCTAssertEqual(upload.done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(text(upload.lock.withLock { upload.body }), "POST first second")
+    }
+
     func testConnectionErrorsAndIdleTimeout() async throws {
         let closed = try NginxFixture.freePort()
         do {

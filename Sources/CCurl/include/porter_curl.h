@@ -40,6 +40,7 @@ static const long porter_curlauth_ntlm = (long)CURLAUTH_NTLM;
 static const long porter_curlauth_negotiate = (long)CURLAUTH_NEGOTIATE;
 static const long porter_curlauth_any = (long)CURLAUTH_ANY;
 static const int porter_curlpause_cont = CURLPAUSE_CONT;
+static const int porter_curlpause_recv = CURLPAUSE_RECV;
 static const size_t porter_writefunc_pause = CURL_WRITEFUNC_PAUSE;
 static const size_t porter_readfunc_pause = CURL_READFUNC_PAUSE;
 static const size_t porter_readfunc_abort = CURL_READFUNC_ABORT;
