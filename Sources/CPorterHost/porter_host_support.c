@@ -1,4 +1,5 @@
 #include "porter_host_support.h"
+#include <malloc.h>
 #include <sys/auxv.h>
 
 ffi_type *porter_ffi_type(char code) {
@@ -16,4 +17,8 @@ ffi_type *porter_ffi_type(char code) {
 
 int porter_secure_exec(void) {
     return getauxval(AT_SECURE) != 0;
+}
+
+int porter_fix_mmap_threshold(int bytes) {
+    return mallopt(M_MMAP_THRESHOLD, bytes);
 }

@@ -11,4 +11,8 @@ ffi_type *porter_ffi_type(char code);
 /* Nonzero in a setuid / setgid process or one with file capabilities (AT_SECURE). */
 int porter_secure_exec(void);
 
+/* Fixes glibc's mmap threshold at `bytes` (mallopt M_MMAP_THRESHOLD), which also stops
+ * glibc from raising it on its own. For programs (the porter CLI), not libraries. */
+int porter_fix_mmap_threshold(int bytes);
+
 #endif
