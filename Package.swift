@@ -27,9 +27,11 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
     ],
     targets: [
+        .systemLibrary(name: "CPSL", path: "Sources/CPSL"),
         .target(
             name: "PorterCore",
             dependencies: [
+                "CPSL",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
             ],

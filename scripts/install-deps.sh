@@ -22,7 +22,10 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 [ -f /usr/include/libssh2.h ] || need+=(libssh2-1-dev)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
-command -v cc >/dev/null 2>&1 || need+=(gcc)   # the loader tests build small C plugins
+command -v cc >/dev/null 2>&1 || need+=(gcc)
+# Cookies: public suffixes through libpsl and the system's list.
+[ -f /usr/include/libpsl.h ] || need+=(libpsl-dev)
+[ -f /usr/share/publicsuffix/public_suffix_list.dafsa ] || need+=(publicsuffix)   # the loader tests build small C plugins
 
 if ! command -v swift >/dev/null 2>&1; then
     echo "install-deps: no 'swift' on PATH; Porter needs Swift 6 (swift.org toolchain)" >&2

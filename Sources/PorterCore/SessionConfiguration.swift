@@ -100,7 +100,11 @@ public struct SessionConfiguration: Sendable {
     /// A client certificate and key (PEM files) offered to TLS servers that ask.
     public var clientCertificate: (certificatePath: String, keyPath: String)? = nil
     public var proxies: ProxyConfiguration = .fromEnvironment()
+    /// Send and store cookies (http and https) through `cookieStore`.
     public var httpShouldSetCookies: Bool = true
+    /// `.default` sessions share `MemoryCookieStore.shared`; each `.ephemeral`
+    /// configuration gets a store of its own. nil: no cookies.
+    public var cookieStore: (any CookieStore)?
     public var requestCachePolicy: CachePolicy = .useProtocolCachePolicy
     /// The cache (nil: none). The RFC 9111 store arrives with the stores issue; any
     /// `ResponseCache` can be plugged in.
@@ -118,7 +122,13 @@ public struct SessionConfiguration: Sendable {
     /// on the destination's file system so the final move is a rename.
     public var downloadDirectory: String? = nil
 
-    init(kind: Kind) { self.kind = kind }
+    init(kind: Kind) {
+        self.kind = kind
+        switch kind {
+        case .ephemeral: cookieStore = MemoryCookieStore()
+        default: cookieStore = MemoryCookieStore.shared
+        }
+    }
 
     /// Shared persistent stores (when they exist).
     public static var `default`: SessionConfiguration { SessionConfiguration(kind: .default) }

@@ -191,6 +191,10 @@ final class TaskDriver: @unchecked Sendable {
     }
 
     func process(_ generation: UInt64, _ report: HandlerReport) {
+        switch report {
+        case .response(let r, _), .redirect(_, let r): storeCookies(from: r)
+        default: break
+        }
         let action: TaskStateMachine.Action = lock.withLock {
             lastActivity = .now()
             // A withdrawn challenge must reach the machine even behind deferred reports.
@@ -416,6 +420,36 @@ final class TaskDriver: @unchecked Sendable {
         return next
     }
 
+    // MARK: - cookies
+
+    /// The application set its own Cookie header: the store stays out of this task.
+    private lazy var cookiesAutomatic: Bool = currentRequest.value(forHeader: "Cookie") == nil
+
+    private var cookieStore: (any CookieStore)? {
+        let config = session.configuration
+        return config.httpShouldSetCookies ? config.cookieStore : nil
+    }
+
+    private static func carriesCookies(_ url: URL) -> Bool {
+        let scheme = url.scheme?.lowercased()
+        return scheme == "http" || scheme == "https"
+    }
+
+    /// Each hop (the first request, every redirect) gets the cookies for its own URL.
+    private func applyCookies(to request: inout Request) {
+        guard cookiesAutomatic, let store = cookieStore, Self.carriesCookies(request.url) else { return }
+        _ = request.setValue(store.cookieHeader(for: request.url, mainDocumentURL: request.mainDocumentURL),
+                             forHeader: "Cookie")
+    }
+
+    /// Set-Cookie of every response, the redirects' included (delivery queue).
+    private func storeCookies(from response: Response) {
+        guard let store = cookieStore, Self.carriesCookies(response.url) else { return }
+        let headers = response.headerFields[values: .setCookie]
+        guard !headers.isEmpty else { return }
+        store.storeCookies(fromHeaders: headers, for: response.url, mainDocumentURL: currentRequest.mainDocumentURL)
+    }
+
     private func startLoad(cached: Bool) {
         let gen = lock.withLock { machine.generation }
         var request = currentRequest
@@ -442,6 +476,7 @@ final class TaskDriver: @unchecked Sendable {
             request.headerFields.append(field)
         }
         if request.timeoutInterval <= 0 { request.timeoutInterval = config.timeoutIntervalForRequest }
+        applyCookies(to: &request)
         currentRequest = request
 
         var cachedResponse: CachedResponse?

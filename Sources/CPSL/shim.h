@@ -1,0 +1,2 @@
+/* libpsl (Debian: libpsl-dev) with the system's public suffix list (publicsuffix). */
+#include <libpsl.h>
