@@ -118,6 +118,12 @@ struct Fetch: ParsableCommand {
     @Option(name: [.customShort("u"), .long], help: "USER:PASSWORD for authentication challenges.")
     var user: String?
 
+    @Option(name: [.customShort("b"), .long], help: "Send cookies: 'name=value[; n2=v2]' as given, or the cookies of a Netscape cookies.txt FILE.")
+    var cookie: String?
+
+    @Option(name: [.customShort("c"), .customLong("cookie-jar")], help: "Write every cookie to FILE (Netscape format, mode 0600) at the end.")
+    var cookieJar: String?
+
     @Option(name: .long, help: "Trust the CA certificates in this PEM file (instead of the system's).")
     var cacert: String?
 
@@ -206,7 +212,8 @@ struct Fetch: ParsableCommand {
                 .filter { !$0.isEmpty && !$0.hasPrefix("#") }
         }
         let runner = try Runner(options: self)
-        let code = runner.run(all)
+        var code = runner.run(all)
+        if !runner.writeCookieJar(), code == .success { code = .writeError }
         if code != .success { throw ExitCode(code.rawValue) }
     }
 }

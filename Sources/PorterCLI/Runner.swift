@@ -1,3 +1,4 @@
+import ArgumentParser
 import Foundation
 import Logging
 import Porter
@@ -51,6 +52,38 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             logger = Logger(label: "porter") { _ in SwiftLogNoOpLogHandler() }
         }
         signal(SIGPIPE, SIG_IGN)
+        if let c = options.cookie {
+            if c.contains("=") {
+                literalCookie = c
+            } else {
+                guard let text = try? String(contentsOfFile: c, encoding: .utf8) else {
+                    note("porter: cannot read the cookie file \(c)")
+                    throw ExitCode(PorterExit.notFound.rawValue)
+                }
+                let (cookies, skipped) = NetscapeCookieFile.parse(text)
+                for cookie in cookies { cookieStore.setCookie(cookie) }
+                if skipped > 0, options.verbose { note("* \(c): \(skipped) malformed line(s) skipped") }
+            }
+        }
+    }
+
+    /// One store for every session of this run: -b fills it, -c writes it out.
+    let cookieStore = MemoryCookieStore()
+    private var literalCookie: String?
+
+    /// `-c FILE`: every cookie of the run, written atomically, readable by the owner only.
+    func writeCookieJar() -> Bool {
+        guard let path = options.cookieJar else { return true }
+        let text = NetscapeCookieFile.serialize(cookieStore.allCookies)
+        let dir = (path as NSString).deletingLastPathComponent
+        let temp = (dir.isEmpty ? "." : dir) + "/.porter-cookies-\(UUID().uuidString)"
+        guard FileManager.default.createFile(atPath: temp, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600]),
+              rename(temp, path) == 0 else {
+            unlink(temp)
+            note("porter: cannot write the cookie jar \(path)")
+            return false
+        }
+        return true
     }
 
     private func session(downloadDirectory: String?) -> Session {
@@ -69,6 +102,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             config.tlsVerificationDisabled = options.insecure
             config.pinnedPublicKey = options.pinnedpubkey
             if options.http11 { config.http2Enabled = false }
+            config.cookieStore = cookieStore
             // --concurrency N means N transfers at once, to one host too (as curl --parallel).
             config.maxConnectionsPerHost = max(config.maxConnectionsPerHost, options.concurrency)
             if let cert = options.cert, let key = options.key { config.clientCertificate = (cert, key) }
@@ -158,6 +192,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         }
         var request = Request(url: url)
         if options.head { request.method = "HEAD" }
+        if let literalCookie { _ = request.setValue(literalCookie, forHeader: "Cookie") }
         for h in options.header {
             let colon = h.firstIndex(of: ":")!
             let name = String(h[..<colon]).trimmingCharacters(in: .whitespaces)

@@ -59,6 +59,87 @@ final class HTTPHandlerTests: XCTestCase {
         XCTAssertTrue(text(custom).contains("ua=custom x=42"), text(custom))
     }
 
+    // MARK: - cookies against nginx
+
+    func testCookiesSetOnARedirectAreSentOnTheNextHop() async throws {
+        let s = session()
+        let (data, _) = try await s.data(from: url(nginx.http + "/cookie/set"))
+        XCTAssertTrue(text(data).contains("cookie=hop=1 "), text(data))
+        // Two Set-Cookie headers; the second only under /cookie.
+        _ = try await s.data(from: url(nginx.http + "/cookie/two"))
+        let (later, _) = try await s.data(from: url(nginx.http + "/headers"))
+        XCTAssertTrue(text(later).contains("cookie=hop=1; first=1 "), text(later))
+        XCTAssertEqual(s.configuration.cookieStore?.cookies(for: url(nginx.http + "/cookie/x")).map(\.name),
+                       ["second", "hop", "first"], "longer paths first")
+        // Another ephemeral session has a store of its own.
+        let (other, _) = try await session().data(from: url(nginx.http + "/headers"))
+        XCTAssertTrue(text(other).contains("cookie= "), text(other))
+    }
+
+    func testCookiesDoNotFollowARedirectToAnotherHost() async throws {
+        let (data, response) = try await session().data(from: url(nginx.http + "/cookie/cross"))
+        XCTAssertEqual(response.url.host, "localhost")
+        XCTAssertTrue(text(data).contains("cookie= "), "127.0.0.1's cookie went to localhost: \(text(data))")
+    }
+
+    func testSecureCookiesStayOnHTTPS() async throws {
+        let s = session()
+        _ = try await s.data(from: url(nginx.https + "/cookie/secure"))
+        let (tls, _) = try await s.data(from: url(nginx.https + "/headers"))
+        XCTAssertTrue(text(tls).contains("cookie=sec=1 "), text(tls))
+        let (plain, _) = try await s.data(from: url(nginx.http + "/headers"))
+        XCTAssertTrue(text(plain).contains("cookie= "), "a Secure cookie went over http: \(text(plain))")
+    }
+
+    func testCookiesOffAndExplicitCookieHeaders() async throws {
+        let off = session { $0.httpShouldSetCookies = false }
+        _ = try await off.data(from: url(nginx.http + "/cookie/set"))
+        XCTAssertTrue(off.configuration.cookieStore?.allCookies.isEmpty == true, "stored with cookies off")
+        let s = session()
+        _ = try await s.data(from: url(nginx.http + "/cookie/two"))
+        var r = Request(url: url(nginx.http + "/headers"))
+        r.setValue("mine=1", forHeader: "Cookie")
+        let (data, _) = try await s.data(for: r)
+        XCTAssertTrue(text(data).contains("cookie=mine=1 "), "an application's own Cookie header is kept: \(text(data))")
+    }
+
+    func testCLICookieJarIsReadableByCurl() throws {
+        let dir = try XCTUnwrap(FileManager.default.temporaryDirectory.appendingPathComponent("porter-jar-\(UUID().uuidString)").path)
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let jar = dir + "/jar.txt"
+        func run(_ tool: String, _ args: [String]) throws -> (Int32, String) {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: tool)
+            p.arguments = args
+            var env = ProcessInfo.processInfo.environment
+            for k in ["http_proxy", "https_proxy", "all_proxy", "HTTPS_PROXY", "ALL_PROXY"] { env[k] = nil }
+            p.environment = env
+            let out = Pipe()
+            p.standardOutput = out
+            p.standardError = FileHandle.nullDevice
+            try p.run()
+            let d = out.fileHandleForReading.readDataToEndOfFile()
+            p.waitUntilExit()
+            return (p.terminationStatus, String(decoding: d, as: UTF8.self))
+        }
+        let (status, _) = try run(porterBinary, ["-s", "-c", jar, nginx.http + "/cookie/two"])
+        XCTAssertEqual(status, 0)
+        let attributes = try FileManager.default.attributesOfItem(atPath: jar)
+        XCTAssertEqual((attributes[.posixPermissions] as? NSNumber)?.intValue, 0o600)
+        // curl reads the jar back.
+        let (_, echoed) = try run("/usr/bin/curl", ["-s", "-b", jar, nginx.http + "/headers"])
+        XCTAssertTrue(echoed.contains("cookie=first=1 "), echoed)
+        // And porter reads it (and literal cookies).
+        XCTAssertTrue(try run(porterBinary, ["-b", jar, nginx.http + "/headers"]).1.contains("cookie=first=1 "))
+        XCTAssertTrue(try run(porterBinary, ["-b", "x=y; z=w", nginx.http + "/headers"]).1.contains("cookie=x=y; z=w "))
+        // A jar curl wrote: porter reads it.
+        let curlJar = dir + "/curl-jar.txt"
+        _ = try run("/usr/bin/curl", ["-s", "-c", curlJar, nginx.http + "/cookie/two"])
+        XCTAssertTrue(try run(porterBinary, ["-b", curlJar, nginx.http + "/headers"]).1.contains("cookie=first=1 "))
+        XCTAssertEqual(try run(porterBinary, ["-b", dir + "/missing.txt", nginx.http + "/headers"]).0, 3)
+    }
+
     /// nginx's connection serial number for `count` requests made at once.
     private func connections(_ s: Session, _ base: String, count: Int) async throws -> Set<String> {
         let target = URL(string: base + "/conn")!
