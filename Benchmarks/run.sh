@@ -26,6 +26,8 @@ echo "data: decoding..." >&2
 data=$($B data 100)
 echo "registry..." >&2
 registry=$($B registry 100)
+echo "cookies..." >&2
+cookies=$($B cookies)
 echo "plugin load time..." >&2
 plugins=$(bash Benchmarks/plugins.sh)
 
@@ -176,6 +178,14 @@ gib=$(( $(stat -c %s "$src") ))
     echo '```'
     echo
     echo "Each lookup finds the newest of three handlers for the scheme that accepts the request; the other handlers are of other schemes and cost nothing (scheme index)."
+    echo
+    echo "## Cookie header"
+    echo
+    echo '```'
+    echo "$cookies"
+    echo '```'
+    echo
+    echo "Microseconds to build the \`Cookie\` header of one request from a \`MemoryCookieStore\` holding 10,000 cookies, 20 of which match (target: under 20 µs). The store is indexed by domain, so the cookies of other sites cost nothing."
     echo
     echo "$plugins"
 } > "$out"
