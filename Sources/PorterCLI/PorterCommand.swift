@@ -118,6 +118,9 @@ struct Fetch: ParsableCommand {
     @Option(name: [.customShort("u"), .long], help: "USER:PASSWORD for authentication challenges.")
     var user: String?
 
+    @Option(name: .long, help: "HOST:PORT:ADDRESS[,ADDRESS]: connect to ADDRESS for HOST on PORT, ahead of DNS (repeatable).")
+    var resolve: [String] = []
+
     @Option(name: [.customShort("b"), .long], help: "Send cookies: 'name=value[; n2=v2]' as given, or the cookies of a Netscape cookies.txt FILE.")
     var cookie: String?
 
@@ -191,6 +194,9 @@ struct Fetch: ParsableCommand {
         if continueAt != nil && output.isEmpty { throw ValidationError("-C - needs -o FILE") }
         if http11 && http2 { throw ValidationError("--http1.1 and --http2 exclude each other") }
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
+        for r in resolve where HostOverride(parsing: r) == nil {
+            throw ValidationError("--resolve wants HOST:PORT:ADDRESS[,ADDRESS], not \(r)")
+        }
         if let p = proxy, URL(string: p.contains("://") ? p : "http://" + p)?.host == nil {
             throw ValidationError("not a proxy URL: \(p)")
         }

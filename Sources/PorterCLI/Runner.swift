@@ -103,6 +103,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             config.pinnedPublicKey = options.pinnedpubkey
             if options.http11 { config.http2Enabled = false }
             config.cookieStore = cookieStore
+            config.hostOverrides = options.resolve.compactMap(HostOverride.init(parsing:))
             // --concurrency N means N transfers at once, to one host too (as curl --parallel).
             config.maxConnectionsPerHost = max(config.maxConnectionsPerHost, options.concurrency)
             if let cert = options.cert, let key = options.key { config.clientCertificate = (cert, key) }

@@ -100,6 +100,10 @@ public struct SessionConfiguration: Sendable {
     /// A client certificate and key (PEM files) offered to TLS servers that ask.
     public var clientCertificate: (certificatePath: String, keyPath: String)? = nil
     public var proxies: ProxyConfiguration = .fromEnvironment()
+    /// Host names pinned to addresses for this session's libcurl schemes, ahead of DNS
+    /// (curl's `--resolve`): for tests with many names on one machine, or to reach one
+    /// server of a pool.
+    public var hostOverrides: [HostOverride] = []
     /// Send and store cookies (http and https) through `cookieStore`.
     public var httpShouldSetCookies: Bool = true
     /// `.default` sessions share `MemoryCookieStore.shared`; each `.ephemeral`
@@ -168,4 +172,29 @@ public final class MemoryResponseCache: ResponseCache, @unchecked Sendable {
     public func removeCachedResponse(for request: Request) { _ = entries.withLock { $0.removeValue(forKey: key(request)) } }
     public func removeAllCachedResponses() { entries.withLock { $0.removeAll() } }
     public var count: Int { entries.withLock { $0.count } }
+}
+
+/// One pinned name: `host` on `port` connects to `addresses` (curl's `--resolve`).
+public struct HostOverride: Sendable, Hashable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+    public var addresses: [String]
+    public init(host: String, port: Int, addresses: [String]) {
+        self.host = host
+        self.port = port
+        self.addresses = addresses
+    }
+    /// "HOST:PORT:ADDRESS[,ADDRESS]" as curl's --resolve takes it; nil when malformed.
+    public init?(parsing text: String) {
+        let parts = text.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+        guard parts.count == 3, !parts[0].isEmpty, let port = Int(parts[1]), (1...65535).contains(port) else { return nil }
+        var list = String(parts[2])
+        if list.hasPrefix("[") && list.hasSuffix("]") { list = String(list.dropFirst().dropLast()) }
+        let addresses = list.split(separator: ",").map { String($0).trimmingCharacters(in: CharacterSet(charactersIn: "[]")) }
+        guard !addresses.isEmpty, addresses.allSatisfy({ !$0.isEmpty }) else { return nil }
+        self.init(host: String(parts[0]).lowercased(), port: port, addresses: addresses)
+    }
+    public var description: String {
+        "\(host):\(port):" + addresses.map { $0.contains(":") ? "[\($0)]" : $0 }.joined(separator: ",")
+    }
 }

@@ -13,7 +13,7 @@ public final class CurlLoop: @unchecked Sendable {
     private static let byTrust = Locked([String: CurlLoop]())
 
     /// The loop for a session: one per distinct TLS trust configuration (and connection
-    /// limit per host). Connections are
+    /// limit per host, and set of pinned host names). Connections are
     /// reused only within a loop, so a connection verified under one set of trust settings
     /// (CA file, pinned key, client certificate, verification off) never serves a session
     /// with other settings: libcurl does not compare them for every protocol (FTP with
@@ -23,9 +23,11 @@ public final class CurlLoop: @unchecked Sendable {
                    configuration.pinnedPublicKey ?? "", configuration.clientCertificate.map { $0.certificatePath + "|" + $0.keyPath } ?? "",
                    configuration.tlsMinimumVersion.map { "\($0.rawValue)" } ?? "",
                    configuration.tlsMaximumVersion.map { "\($0.rawValue)" } ?? "",
-                   configuration.maxConnectionsPerHost == 6 ? "" : "\(max(1, configuration.maxConnectionsPerHost))"]
+                   configuration.maxConnectionsPerHost == 6 ? "" : "\(max(1, configuration.maxConnectionsPerHost))",
+                   // Pinned names enter the loop's DNS cache: never share them with other sessions.
+                   configuration.hostOverrides.map(\.description).sorted().joined(separator: " ")]
             .joined(separator: "\u{1}")
-        if key == [String](repeating: "", count: 7).joined(separator: "\u{1}") { return shared }
+        if key == [String](repeating: "", count: 8).joined(separator: "\u{1}") { return shared }
         return byTrust.withLock { loops in
             if let existing = loops[key] { return existing }
             let made = CurlLoop(name: "porter.curl.\(loops.count + 1)",

@@ -70,6 +70,7 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
         t.set(CURLOPT_BUFFERSIZE, 256 * 1024)
         t.set(CURLOPT_FTP_USE_EPSV, 1)
         t.set(CURLOPT_PROXY, config.proxies.proxy(for: request.url)?.absoluteString ?? "")
+        if !config.hostOverrides.isEmpty { t.set(CURLOPT_RESOLVE, list: config.hostOverrides.map(\.description)) }
         let idle = request.timeoutInterval > 0 ? request.timeoutInterval : config.timeoutIntervalForRequest
         t.set(CURLOPT_CONNECTTIMEOUT_MS, Int(min(idle, 3600) * 1000))
         if request.scheme == "ftps" {

@@ -99,6 +99,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         // multiplexes (HTTP/2) instead of each opening a connection of its own.
         if config.http2Enabled { t.set(CURLOPT_PIPEWAIT, 1) }
         t.set(CURLOPT_PROXY, config.proxies.proxy(for: request.url)?.absoluteString ?? "")  // "" also stops libcurl reading the environment itself
+        if !config.hostOverrides.isEmpty { t.set(CURLOPT_RESOLVE, list: config.hostOverrides.map(\.description)) }
         let idle = request.timeoutInterval > 0 ? request.timeoutInterval : config.timeoutIntervalForRequest
         t.set(CURLOPT_CONNECTTIMEOUT_MS, Int(min(idle, 3600) * 1000))
         t.set(CURLOPT_PROTOCOLS_STR, "http,https")

@@ -76,6 +76,34 @@ final class HTTPHandlerTests: XCTestCase {
         XCTAssertTrue(text(other).contains("cookie= "), text(other))
     }
 
+    /// Names under .test pinned to 127.0.0.1 (hostOverrides, curl's --resolve): a domain
+    /// cookie reaches sibling hosts, a host-only one does not, another site gets none.
+    func testDomainCookiesWithPinnedHostNames() async throws {
+        let port = Int(URL(string: nginx.http)!.port!)
+        let s = session {
+            $0.hostOverrides = ["www.porter.test", "api.porter.test", "elsewhere.test"].map {
+                HostOverride(host: $0, port: port, addresses: ["127.0.0.1"])
+            }
+        }
+        _ = try await s.data(from: url("http://www.porter.test:\(port)/cookie/domain"))
+        let (api, _) = try await s.data(from: url("http://api.porter.test:\(port)/headers"))
+        XCTAssertTrue(text(api).contains("cookie=dom=1 "), text(api))
+        let (www, _) = try await s.data(from: url("http://www.porter.test:\(port)/headers"))
+        XCTAssertTrue(text(www).contains("cookie=dom=1; host=1 ") || text(www).contains("cookie=host=1; dom=1 "), text(www))
+        let (other, _) = try await s.data(from: url("http://elsewhere.test:\(port)/headers"))
+        XCTAssertTrue(text(other).contains("cookie= "), text(other))
+        // Without the pin the name does not resolve.
+        do {
+            _ = try await session().data(from: url("http://www.porter.test:\(port)/headers"))
+            XCTFail("a .test name resolved without a pin")
+        } catch let e as PorterError {
+            XCTAssertEqual(e.code, .cannotFindHost)
+        }
+        XCTAssertEqual(HostOverride(parsing: "a.test:443:127.0.0.1,[::1]")?.addresses, ["127.0.0.1", "::1"])
+        XCTAssertNil(HostOverride(parsing: "a.test:0:127.0.0.1"))
+        XCTAssertNil(HostOverride(parsing: "a.test:80"))
+    }
+
     func testCookiesDoNotFollowARedirectToAnotherHost() async throws {
         let (data, response) = try await session().data(from: url(nginx.http + "/cookie/cross"))
         XCTAssertEqual(response.url.host, "localhost")
@@ -138,6 +166,10 @@ final class HTTPHandlerTests: XCTestCase {
         _ = try run("/usr/bin/curl", ["-s", "-c", curlJar, nginx.http + "/cookie/two"])
         XCTAssertTrue(try run(porterBinary, ["-b", curlJar, nginx.http + "/headers"]).1.contains("cookie=first=1 "))
         XCTAssertEqual(try run(porterBinary, ["-b", dir + "/missing.txt", nginx.http + "/headers"]).0, 3)
+        // --resolve pins a name, as with curl.
+        let port = URL(string: nginx.http)!.port!
+        XCTAssertEqual(try run(porterBinary, ["--resolve", "www.porter.test:\(port):127.0.0.1",
+                                              "http://www.porter.test:\(port)/index.html"]).1, "hello from nginx\n")
     }
 
     /// nginx's connection serial number for `count` requests made at once.
