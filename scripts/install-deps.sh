@@ -23,7 +23,8 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
-# Cookies: public suffixes through libpsl and the system's list.
+# Stores: SQLite for GRDB; public suffixes through libpsl and the system's list.
+[ -f /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
 [ -f /usr/include/libpsl.h ] || need+=(libpsl-dev)
 [ -f /usr/share/publicsuffix/public_suffix_list.dafsa ] || need+=(publicsuffix)   # the loader tests build small C plugins
 

@@ -124,6 +124,9 @@ struct Fetch: ParsableCommand {
     @Option(name: [.customShort("b"), .long], help: "Send cookies: 'name=value[; n2=v2]' as given, or the cookies of a Netscape cookies.txt FILE.")
     var cookie: String?
 
+    @Flag(name: .long, help: "Keep cookies in the persistent default store ($XDG_DATA_HOME/porter/cookies.sqlite) across runs.")
+    var cookieStore = false
+
     @Option(name: [.customShort("c"), .customLong("cookie-jar")], help: "Write every cookie to FILE (Netscape format, mode 0600) at the end.")
     var cookieJar: String?
 

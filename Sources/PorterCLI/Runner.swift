@@ -52,6 +52,16 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             logger = Logger(label: "porter") { _ in SwiftLogNoOpLogHandler() }
         }
         signal(SIGPIPE, SIG_IGN)
+        if options.cookieStore {
+            do {
+                cookieStore = try PersistentCookieStore(path: PersistentCookieStore.defaultPath())
+            } catch let e as PorterError {
+                note("porter: \(e.message)")
+                throw ExitCode(PorterExit(e.code).rawValue)
+            }
+        } else {
+            cookieStore = MemoryCookieStore()
+        }
         if let c = options.cookie {
             if c.contains("=") {
                 literalCookie = c
@@ -67,8 +77,9 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         }
     }
 
-    /// One store for every session of this run: -b fills it, -c writes it out.
-    let cookieStore = MemoryCookieStore()
+    /// One store for every session of this run: -b fills it, -c writes it out;
+    /// `--cookie-store` makes it the persistent default store.
+    let cookieStore: any CookieStore
     private var literalCookie: String?
 
     /// `-c FILE`: every cookie of the run, written atomically, readable by the owner only.

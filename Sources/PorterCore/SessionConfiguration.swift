@@ -106,8 +106,9 @@ public struct SessionConfiguration: Sendable {
     public var hostOverrides: [HostOverride] = []
     /// Send and store cookies (http and https) through `cookieStore`.
     public var httpShouldSetCookies: Bool = true
-    /// `.default` sessions share `MemoryCookieStore.shared`; each `.ephemeral`
-    /// configuration gets a store of its own. nil: no cookies.
+    /// `.default` sessions share `PersistentCookieStore.shared` (SQLite under the XDG
+    /// data home); each `.ephemeral` configuration gets a memory store of its own. nil:
+    /// no cookies.
     public var cookieStore: (any CookieStore)?
     public var requestCachePolicy: CachePolicy = .useProtocolCachePolicy
     /// The cache (nil: none). The RFC 9111 store arrives with the stores issue; any
@@ -130,7 +131,7 @@ public struct SessionConfiguration: Sendable {
         self.kind = kind
         switch kind {
         case .ephemeral: cookieStore = MemoryCookieStore()
-        default: cookieStore = MemoryCookieStore.shared
+        default: cookieStore = PersistentCookieStore.shared
         }
     }
 

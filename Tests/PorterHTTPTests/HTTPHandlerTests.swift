@@ -172,6 +172,55 @@ final class HTTPHandlerTests: XCTestCase {
                                               "http://www.porter.test:\(port)/index.html"]).1, "hello from nginx\n")
     }
 
+    /// `--cookie-store`: processes at once share the SQLite store; a process killed with
+    /// SIGKILL in the middle of writing leaves a store that opens and checks sound.
+    func testCLIPersistentCookieStoreAcrossProcessesAndKill9() throws {
+        let data = NSTemporaryDirectory() + "porter-xdg-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: data) }
+        var env = ProcessInfo.processInfo.environment
+        for k in ["http_proxy", "https_proxy", "all_proxy", "HTTPS_PROXY", "ALL_PROXY"] { env[k] = nil }
+        env["XDG_DATA_HOME"] = data
+        func spawn(_ args: [String]) throws -> Process {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: porterBinary)
+            p.arguments = args
+            p.environment = env
+            p.standardOutput = FileHandle.nullDevice
+            p.standardError = FileHandle.nullDevice
+            try p.run()
+            return p
+        }
+        let eight = try (1...8).map { try spawn(["-s", "--cookie-store", nginx.http + "/cookie/n?n=\($0)"]) }
+        for p in eight { p.waitUntilExit(); XCTAssertEqual(p.terminationStatus, 0) }
+        let path = PersistentCookieStore.defaultPath(environment: env)
+        XCTAssertEqual(try PersistentCookieStore(path: path).allCookies.map(\.name).sorted(),
+                       (1...8).map { "n\($0)" }.sorted())
+        // The stored cookies go out with the next run.
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: porterBinary)
+        p.arguments = ["--cookie-store", nginx.http + "/headers"]
+        p.environment = env
+        let out = Pipe()
+        p.standardOutput = out
+        try p.run()
+        let echoed = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        XCTAssertTrue(echoed.contains("n1=1") && echoed.contains("n8=1"), echoed)
+
+        // kill -9 mid-write.
+        let list = data + "/urls.txt"
+        try (100..<20_100).map { nginx.http + "/cookie/n?n=\($0)" }.joined(separator: "\n").write(toFile: list, atomically: true, encoding: .utf8)
+        let writer = try spawn(["-s", "--cookie-store", "--url-list", list, "--concurrency", "8"])
+        Thread.sleep(forTimeInterval: 0.8)
+        kill(writer.processIdentifier, SIGKILL)
+        writer.waitUntilExit()
+        let reopened = try PersistentCookieStore(path: path)
+        XCTAssertEqual(try reopened.integrityCheck(), "ok")
+        let count = reopened.allCookies.count
+        XCTAssertGreaterThan(count, 8, "the killed process wrote nothing")
+        XCTAssertLessThan(count, 20_008, "the process was not killed mid-way")
+    }
+
     /// nginx's connection serial number for `count` requests made at once.
     private func connections(_ s: Session, _ base: String, count: Int) async throws -> Set<String> {
         let target = URL(string: base + "/conn")!

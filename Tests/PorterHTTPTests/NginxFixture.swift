@@ -65,6 +65,7 @@ final class NginxFixture: @unchecked Sendable {
             location = /cookie/two { add_header Set-Cookie "first=1; Path=/; Max-Age=600"; add_header Set-Cookie "second=2; Path=/cookie"; return 200 "set\n"; }
             location = /cookie/cross { add_header Set-Cookie "only=127; Path=/"; return 302 http://localhost:\(httpPort)/headers; }
             location = /cookie/domain { add_header Set-Cookie "dom=1; Domain=porter.test; Path=/"; add_header Set-Cookie "host=1; Path=/"; return 200 "domain\n"; }
+            location = /cookie/n { add_header Set-Cookie "n$arg_n=1; Max-Age=600; Path=/"; return 200 "n\n"; }
             location = /cookie/secure { add_header Set-Cookie "sec=1; Secure; Path=/"; return 200 "secure\n"; }
             location = /conn { default_type text/plain; echo_sleep 0.3; echo "$connection"; }
             location = /echo { default_type text/plain; echo_read_request_body;

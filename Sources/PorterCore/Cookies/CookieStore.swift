@@ -42,6 +42,13 @@ public protocol CookieStore: AnyObject, Sendable {
     func removeAll()
 }
 
+/// A change to a store's cookies (what a persistent store writes through).
+enum CookieChange: Sendable {
+    case stored(Cookie)
+    case removed(Cookie)
+    case removedAll
+}
+
 /// Cookies in memory: indexed by domain, so building a header looks only at the
 /// request host's own domain and its parents.
 ///
@@ -49,7 +56,8 @@ public protocol CookieStore: AnyObject, Sendable {
 /// `maximumPerDomain` per domain and `maximumTotal` in all. Over a limit, expired
 /// cookies go first, then the least recently used.
 public final class MemoryCookieStore: CookieStore, @unchecked Sendable {
-    /// The store `.default` sessions share in this process.
+    /// A store for the whole process, in memory (`.default` sessions use
+    /// `PersistentCookieStore.shared`).
     public static let shared = MemoryCookieStore()
 
     private let lock = NSLock()
@@ -59,11 +67,40 @@ public final class MemoryCookieStore: CookieStore, @unchecked Sendable {
     public let maximumPerDomain: Int
     public let maximumTotal: Int
     private let now: @Sendable () -> Date
+    /// What changed, for a persistent store built on this one (under the lock).
+    private var changes: [CookieChange] = []
+    private let changeHandler: (@Sendable ([CookieChange]) -> Void)?
 
     public init(maximumPerDomain: Int = 180, maximumTotal: Int = 10_000, clock: @escaping @Sendable () -> Date = Date.init) {
         self.maximumPerDomain = maximumPerDomain
         self.maximumTotal = maximumTotal
         self.now = clock
+        self.changeHandler = nil
+    }
+
+    /// A store that reports every cookie it stores or drops to `onChange`, in order
+    /// (after its lock is released): what `PersistentCookieStore` writes through.
+    init(maximumPerDomain: Int, maximumTotal: Int, clock: @escaping @Sendable () -> Date,
+         onChange: @escaping @Sendable ([CookieChange]) -> Void) {
+        self.maximumPerDomain = maximumPerDomain
+        self.maximumTotal = maximumTotal
+        self.now = clock
+        self.changeHandler = onChange
+    }
+
+    /// Hands the recorded changes to the handler (not under the lock).
+    private func flushChanges() {
+        guard let changeHandler else { return }
+        let batch = lock.withLock { () -> [CookieChange] in
+            defer { changes.removeAll() }
+            return changes
+        }
+        if !batch.isEmpty { changeHandler(batch) }
+    }
+
+    /// Under the lock.
+    private func note(_ change: CookieChange) {
+        if changeHandler != nil { changes.append(change) }
     }
 
     public var acceptPolicy: CookieAcceptPolicy {
@@ -77,20 +114,34 @@ public final class MemoryCookieStore: CookieStore, @unchecked Sendable {
             .sorted { ($0.domain, $0.path, $0.name) < ($1.domain, $1.path, $1.name) }
     }
 
-    public func removeAll() { lock.withLock { byDomain.removeAll(); count = 0 } }
+    public func removeAll() {
+        lock.withLock { byDomain.removeAll(); count = 0; note(.removedAll) }
+        flushChanges()
+    }
 
     public func deleteCookie(_ cookie: Cookie) {
         lock.withLock {
             guard var list = byDomain[cookie.domain], let i = list.firstIndex(where: { $0.sameIdentity(as: cookie) }) else { return }
-            list.remove(at: i)
+            note(.removed(list.remove(at: i)))
             count -= 1
             byDomain[cookie.domain] = list.isEmpty ? nil : list
         }
+        flushChanges()
     }
 
     public func setCookie(_ cookie: Cookie) {
         let t = now()
         lock.withLock { insert(cookie, now: t) }
+        flushChanges()
+    }
+
+    /// Loads cookies without reporting them as changes (a persistent store's own rows).
+    func restore(_ cookies: [Cookie]) {
+        let t = now()
+        lock.withLock {
+            for c in cookies where !c.isExpired(at: t) { insert(c, now: t) }
+            changes.removeAll()
+        }
     }
 
     // MARK: - receiving
@@ -118,7 +169,7 @@ public final class MemoryCookieStore: CookieStore, @unchecked Sendable {
                 }
                 if cookie.isExpired(at: t) {
                     if var list = byDomain[cookie.domain], let i = list.firstIndex(where: { $0.sameIdentity(as: cookie) }) {
-                        list.remove(at: i)
+                        note(.removed(list.remove(at: i)))
                         count -= 1
                         byDomain[cookie.domain] = list.isEmpty ? nil : list
                     }
@@ -127,6 +178,7 @@ public final class MemoryCookieStore: CookieStore, @unchecked Sendable {
                 insert(cookie, now: t)
             }
         }
+        flushChanges()
     }
 
     /// §5.3 storage model: a parsed header and the request's host to a cookie, or nil
@@ -178,11 +230,13 @@ public final class MemoryCookieStore: CookieStore, @unchecked Sendable {
             list.append(c)
             count += 1
         }
+        note(.stored(c))
         if list.count > maximumPerDomain {
+            for gone in list where gone.isExpired(at: now) && !gone.sameIdentity(as: c) { note(.removed(gone)) }
             list.removeAll { $0.isExpired(at: now) && !$0.sameIdentity(as: c) }
             while list.count > maximumPerDomain, let victim = list.indices.filter({ !list[$0].sameIdentity(as: c) })
                     .min(by: { list[$0].lastAccess < list[$1].lastAccess }) {
-                list.remove(at: victim)
+                note(.removed(list.remove(at: victim)))
             }
         }
         byDomain[c.domain] = list
@@ -191,7 +245,10 @@ public final class MemoryCookieStore: CookieStore, @unchecked Sendable {
     }
 
     private func evictOverall(now: Date, keeping c: Cookie) {
-        for (d, list) in byDomain { byDomain[d] = list.filter { !$0.isExpired(at: now) || $0.sameIdentity(as: c) } }
+        for (d, list) in byDomain {
+            for gone in list where gone.isExpired(at: now) && !gone.sameIdentity(as: c) { note(.removed(gone)) }
+            byDomain[d] = list.filter { !$0.isExpired(at: now) || $0.sameIdentity(as: c) }
+        }
         byDomain = byDomain.filter { !$0.value.isEmpty }
         count = byDomain.values.reduce(0) { $0 + $1.count }
         guard count > maximumTotal else { return }
@@ -199,6 +256,7 @@ public final class MemoryCookieStore: CookieStore, @unchecked Sendable {
         all.sort { $0.lastAccess < $1.lastAccess }
         for victim in all.prefix(count - maximumTotal) {
             byDomain[victim.domain]?.removeAll { $0.sameIdentity(as: victim) }
+            note(.removed(victim))
         }
         byDomain = byDomain.filter { !$0.value.isEmpty }
         count = byDomain.values.reduce(0) { $0 + $1.count }
@@ -221,6 +279,7 @@ public final class MemoryCookieStore: CookieStore, @unchecked Sendable {
 
     /// §5.4: the cookies for a request, longer paths first, then earlier creation.
     private func matching(_ url: URL, mainDocumentURL: URL?) -> [Cookie] {
+        defer { flushChanges() }
         guard let host = CookieRules.canonicalHost(url) else { return [] }
         let scheme = url.scheme?.lowercased() ?? ""
         let secure = scheme == "https"
@@ -252,7 +311,7 @@ public final class MemoryCookieStore: CookieStore, @unchecked Sendable {
                 while i < list.count {
                     let c = list[i]
                     if c.isExpired(at: t) {
-                        list.remove(at: i)
+                        note(.removed(list.remove(at: i)))
                         changed = true
                         continue
                     }
