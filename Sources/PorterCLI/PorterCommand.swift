@@ -118,6 +118,12 @@ struct Fetch: ParsableCommand {
     @Option(name: [.customShort("u"), .long], help: "USER:PASSWORD for authentication challenges.")
     var user: String?
 
+    @Flag(name: [.customShort("n"), .long], help: "Log in with ~/.netrc (refused if others can read it).")
+    var netrc = false
+
+    @Option(name: .long, help: "Log in with this netrc FILE.")
+    var netrcFile: String?
+
     @Option(name: .long, help: "HOST:PORT:ADDRESS[,ADDRESS]: connect to ADDRESS for HOST on PORT, ahead of DNS (repeatable).")
     var resolve: [String] = []
 

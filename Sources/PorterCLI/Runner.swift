@@ -32,6 +32,8 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
     private var transfers: [ObjectIdentifier: Transfer] = [:]
     private var sessions: [String: Session] = [:]
     private let credential: Credential?
+    /// `-n` / `--netrc-file`: logins by host name.
+    private var netrc: Netrc?
     private let stderrIsTTY = isatty(2) == 1
     private let buffered: Bool
     private var logger: Logger
@@ -52,6 +54,15 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             logger = Logger(label: "porter") { _ in SwiftLogNoOpLogHandler() }
         }
         signal(SIGPIPE, SIG_IGN)
+        if options.netrc || options.netrcFile != nil {
+            let path = options.netrcFile ?? ((ProcessInfo.processInfo.environment["HOME"] ?? NSHomeDirectory()) + "/.netrc")
+            do {
+                netrc = try Netrc(contentsOf: path)
+            } catch let e as PorterError {
+                note("porter: \(e.message)")
+                throw ExitCode(PorterExit(e.code).rawValue)
+            }
+        }
         if options.cookieStore {
             do {
                 cookieStore = try PersistentCookieStore(path: PersistentCookieStore.defaultPath())
@@ -378,6 +389,9 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
                 completion(.useCredential(credential))
             } else if challenge.proposedCredential != nil, challenge.previousFailureCount == 0 {
                 completion(.performDefaultHandling)
+            } else if let netrc, challenge.previousFailureCount == 0,
+                      let found = netrc.credential(for: challenge.protectionSpace.host) {
+                completion(.useCredential(found))
             } else {
                 completion(.cancelAuthenticationChallenge)
             }

@@ -110,6 +110,10 @@ public struct SessionConfiguration: Sendable {
     /// data home); each `.ephemeral` configuration gets a memory store of its own. nil:
     /// no cookies.
     public var cookieStore: (any CookieStore)?
+    /// Credentials per protection space: `.default` sessions share
+    /// `CredentialStore.shared` (permanent ones in a 0600 file under the XDG data home);
+    /// each `.ephemeral` configuration has a memory store of its own. nil: none.
+    public var credentialStore: CredentialStore?
     public var requestCachePolicy: CachePolicy = .useProtocolCachePolicy
     /// The cache (nil: none). The RFC 9111 store arrives with the stores issue; any
     /// `ResponseCache` can be plugged in.
@@ -130,8 +134,12 @@ public struct SessionConfiguration: Sendable {
     init(kind: Kind) {
         self.kind = kind
         switch kind {
-        case .ephemeral: cookieStore = MemoryCookieStore()
-        default: cookieStore = PersistentCookieStore.shared
+        case .ephemeral:
+            cookieStore = MemoryCookieStore()
+            credentialStore = CredentialStore()
+        default:
+            cookieStore = PersistentCookieStore.shared
+            credentialStore = CredentialStore.shared
         }
     }
 

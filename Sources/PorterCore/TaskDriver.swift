@@ -106,6 +106,8 @@ final class TaskDriver: @unchecked Sendable {
     private var startDate = Date()
     private var startTime = DispatchTime.now()
     private var failureCounts: [ProtectionSpace: Int] = [:]
+    /// The password credential last answered per space (queue only).
+    private var usedCredentials: [ProtectionSpace: Credential] = [:]
     var wantsResumeData = false
     /// Set before the task is handed out; read on the queue at start.
     private var startError: PorterError?
@@ -551,10 +553,24 @@ final class TaskDriver: @unchecked Sendable {
         let space = challenge.protectionSpace
         challenge.previousFailureCount = max(challenge.previousFailureCount, failureCounts[space] ?? 0)
         failureCounts[space, default: 0] += 1
+        let store = session.configuration.credentialStore
+        if challenge.previousFailureCount > 0, let failed = usedCredentials[space], let store,
+           store.defaultCredential(for: space) == failed {
+            // The stored credential was refused: drop it rather than offer it again.
+            store.remove(failed, for: space)
+        }
+        if challenge.proposedCredential == nil, challenge.previousFailureCount == 0,
+           let stored = store?.defaultCredential(for: space) {
+            challenge.proposedCredential = stored
+        }
         let asked = challenge
         let answer: @Sendable (ChallengeDisposition) -> Void = { [self] disposition in
             queue.async {
                 let resolved = disposition == .performDefaultHandling ? self.defaultDisposition(for: asked) : disposition
+                if case .useCredential(let credential) = resolved, credential.user != nil {
+                    self.usedCredentials[space] = credential
+                    if credential.persistence != .none { store?.set(credential, for: space) }
+                }
                 let known = self.lock.withLock { () -> Bool in
                     guard self.machine.lifecycle != .completed, self.machine.lifecycle != .canceling else { return false }
                     self.challenges[id] = (asked, resolved)

@@ -59,6 +59,85 @@ final class HTTPHandlerTests: XCTestCase {
         XCTAssertTrue(text(custom).contains("ua=custom x=42"), text(custom))
     }
 
+    // MARK: - credentials against nginx's Basic realm "porter-test" (alice / secret)
+
+    private var basicSpace: ProtectionSpace {
+        ProtectionSpace(host: "127.0.0.1", port: nginx.httpPort, protocol: "http", realm: "porter-test",
+                        authenticationMethod: .httpBasic)
+    }
+
+    func testStoredCredentialsAnswerChallengesAndFailedOnesAreDropped() async throws {
+        let store = CredentialStore()
+        store.set(Credential(user: "alice", password: "secret"), for: basicSpace)
+        let (data, response) = try await session { $0.credentialStore = store }.data(from: url(nginx.http + "/basic/"))
+        XCTAssertEqual(response.statusCode, 200, "the stored default answered with no delegate")
+        XCTAssertFalse(data.isEmpty)
+
+        let wrong = CredentialStore()
+        wrong.set(Credential(user: "alice", password: "nope"), for: basicSpace)
+        let (_, refused) = try await session { $0.credentialStore = wrong }.data(from: url(nginx.http + "/basic/"))
+        XCTAssertEqual(refused.statusCode, 401, "tried once, then the 401 is delivered (no loop)")
+        XCTAssertNil(wrong.defaultCredential(for: basicSpace), "a refused stored credential is dropped")
+    }
+
+    func testPermanentCredentialsFromTheDelegateServeLaterSessions() async throws {
+        let path = NSTemporaryDirectory() + "porter-creds-\(UUID().uuidString)/credentials.json"
+        defer { try? FileManager.default.removeItem(atPath: (path as NSString).deletingLastPathComponent) }
+        final class Once: TaskDelegate, @unchecked Sendable {
+            func task(_ task: SessionTask, didReceive challenge: AuthenticationChallenge,
+                      completion: @escaping @Sendable (ChallengeDisposition) -> Void) {
+                completion(.useCredential(Credential(user: "alice", password: "secret", persistence: .permanent)))
+            }
+        }
+        let first = try CredentialStore(path: path)
+        let s1 = Session(configuration: config { $0.credentialStore = first }, delegate: Once())
+        let (_, firstResponse) = try await s1.data(from: url(nginx.http + "/basic/"))
+        XCTAssertEqual(firstResponse.statusCode, 200)
+        // Another process would open the same file: a new store, no delegate.
+        let second = try CredentialStore(path: path)
+        XCTAssertEqual(second.defaultCredential(for: basicSpace)?.user, "alice")
+        let (_, ok) = try await session { $0.credentialStore = second }.data(from: url(nginx.http + "/basic/"))
+        XCTAssertEqual(ok.statusCode, 200)
+    }
+
+    func testCLINetrcAndNoPasswordInVerboseOutput() throws {
+        let dir = NSTemporaryDirectory() + "porter-netrc-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let netrc = dir + "/netrc"
+        try "machine 127.0.0.1 login alice password secret\n".write(toFile: netrc, atomically: true, encoding: .utf8)
+        chmod(netrc, 0o600)
+        func run(_ args: [String]) throws -> (Int32, String, String) {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: porterBinary)
+            p.arguments = args
+            var env = ProcessInfo.processInfo.environment
+            for k in ["http_proxy", "https_proxy", "all_proxy", "HTTPS_PROXY", "ALL_PROXY"] { env[k] = nil }
+            env["HOME"] = dir
+            p.environment = env
+            let out = Pipe(), err = Pipe()
+            p.standardOutput = out
+            p.standardError = err
+            try p.run()
+            let o = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            let e = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            p.waitUntilExit()
+            return (p.terminationStatus, o, e)
+        }
+        XCTAssertEqual(try run(["--netrc-file", netrc, nginx.http + "/basic/"]).0, 0)
+        XCTAssertEqual(try run([nginx.http + "/basic/"]).0, 8, "no netrc unless asked")
+        try FileManager.default.copyItem(atPath: netrc, toPath: dir + "/.netrc")
+        let verbose = try run(["-n", "-v", nginx.http + "/basic/"])
+        XCTAssertEqual(verbose.0, 0, verbose.2)
+        XCTAssertFalse(verbose.2.contains("secret"), "a password reached the -v output:\n\(verbose.2)")
+        let withU = try run(["-v", "-u", "alice:secret", nginx.http + "/basic/"])
+        XCTAssertFalse(withU.2.contains("secret"), withU.2)
+        chmod(dir + "/.netrc", 0o644)
+        let refused = try run(["-n", nginx.http + "/basic/"])
+        XCTAssertEqual(refused.0, 4, "a netrc others can read is refused")
+        XCTAssertTrue(refused.2.contains("chmod 600"), refused.2)
+    }
+
     // MARK: - cookies against nginx
 
     func testCookiesSetOnARedirectAreSentOnTheNextHop() async throws {
