@@ -33,6 +33,10 @@ public protocol ProtocolHandler: AnyObject {
     func resumeDelivery()
 }
 
+extension ProtocolClient {
+    public func cachedResponseIsValid(serving response: Response, revalidated: Bool) { cachedResponseIsValid() }
+}
+
 extension ProtocolHandler {
     public static func canHandle(_ request: Request) -> Bool { true }
     public static func canonicalRequest(for request: Request) -> Request { request }
@@ -79,6 +83,11 @@ public protocol ProtocolClient: AnyObject, Sendable {
     /// The cached response handed to the initialiser is still valid: Porter delivers it
     /// (response and body) and the handler is done.
     func cachedResponseIsValid()
+    /// The same, with the response head to serve (an Age added, or the header fields of
+    /// a 304 merged in) and whether the server was asked (`revalidated`): Porter then
+    /// stores the refreshed head and reports the fetch as "revalidated" rather than
+    /// "localCache". Default: `cachedResponseIsValid()`.
+    func cachedResponseIsValid(serving response: Response, revalidated: Bool)
     /// Upload progress.
     func didSendBodyData(bytesSent: Int64, totalBytesSent: Int64, totalBytesExpectedToSend: Int64)
     /// Timing of one transaction (optional).

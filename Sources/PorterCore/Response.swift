@@ -84,9 +84,12 @@ public struct CachedResponse: Sendable {
     public var response: Response
     public var data: Data
     public var storagePolicy: CacheStoragePolicy
-    public init(response: Response, data: Data, storagePolicy: CacheStoragePolicy = .allowed) {
+    /// When the response was received (for its age); set by the cache when it stores it.
+    public var storedDate: Date?
+    public init(response: Response, data: Data, storagePolicy: CacheStoragePolicy = .allowed, storedDate: Date? = nil) {
         self.response = response
         self.data = data
         self.storagePolicy = storagePolicy
+        self.storedDate = storedDate
     }
 }

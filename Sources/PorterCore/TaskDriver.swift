@@ -11,6 +11,7 @@ enum HandlerReport: @unchecked Sendable {
     case challenge(AuthenticationChallenge)
     case challengeWithdrawn(AuthenticationChallenge)
     case cachedResponseValid
+    case cachedResponseServed(Response, revalidated: Bool)
 
     func event(redirectAllowed: Bool) -> TaskStateMachine.HandlerEvent {
         switch self {
@@ -21,7 +22,7 @@ enum HandlerReport: @unchecked Sendable {
         case .fail: return .fail
         case .challenge(let c): return .challenge(c.identifier)
         case .challengeWithdrawn(let c): return .challengeWithdrawn(c.identifier)
-        case .cachedResponseValid: return .cachedResponseValid
+        case .cachedResponseValid, .cachedResponseServed: return .cachedResponseValid
         }
     }
 }
@@ -66,6 +67,9 @@ final class HandlerClient: ProtocolClient, @unchecked Sendable {
     func didReceive(_ challenge: AuthenticationChallenge) { post(.challenge(challenge)) }
     func didCancel(_ challenge: AuthenticationChallenge) { post(.challengeWithdrawn(challenge)) }
     func cachedResponseIsValid() { post(.cachedResponseValid) }
+    func cachedResponseIsValid(serving response: Response, revalidated: Bool) {
+        post(.cachedResponseServed(response, revalidated: revalidated))
+    }
     func didSendBodyData(bytesSent: Int64, totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
         driver?.enqueue(generation, .sent(bytesSent, totalBytesSent, totalBytesExpectedToSend))
     }
@@ -194,7 +198,9 @@ final class TaskDriver: @unchecked Sendable {
 
     func process(_ generation: UInt64, _ report: HandlerReport) {
         switch report {
-        case .response(let r, _), .redirect(_, let r): storeCookies(from: r)
+        case .response(let r, _), .redirect(_, let r):
+            storeCookies(from: r)
+            invalidateCache(after: r)
         default: break
         }
         let action: TaskStateMachine.Action = lock.withLock {
@@ -380,7 +386,7 @@ final class TaskDriver: @unchecked Sendable {
             _ = lock.withLock { challenges.removeValue(forKey: id) }
             drain()
         case .deliverCachedResponse:
-            deliverCached()
+            deliverCached(report)
         case .ignoreViolation(let why):
             logger.warning("handler for \(currentRequest.url.absoluteString): \(why)")
         case .complete(let outcome):
@@ -420,6 +426,23 @@ final class TaskDriver: @unchecked Sendable {
         }
         if next.mainDocumentURL == nil { next.mainDocumentURL = currentRequest.mainDocumentURL }
         return next
+    }
+
+    // MARK: - cache invalidation (RFC 9111 §4.4)
+
+    /// A non-error response to an unsafe method invalidates the target URI and the
+    /// same-origin Location / Content-Location.
+    private func invalidateCache(after response: Response) {
+        guard let cache = session.configuration.responseCache, let status = response.statusCode, (200..<400).contains(status),
+              !["GET", "HEAD", "OPTIONS", "TRACE"].contains(currentRequest.method.uppercased()) else { return }
+        cache.removeCachedResponse(for: Request(url: currentRequest.url))
+        for name in ["Location", "Content-Location"] {
+            guard let value = response.value(forHeader: name),
+                  let target = URL(string: value, relativeTo: currentRequest.url)?.absoluteURL,
+                  target.scheme == currentRequest.url.scheme, target.host == currentRequest.url.host,
+                  target.port == currentRequest.url.port else { continue }
+            cache.removeCachedResponse(for: Request(url: target))
+        }
     }
 
     // MARK: - cookies
@@ -519,20 +542,32 @@ final class TaskDriver: @unchecked Sendable {
     private var cachedHit: CachedResponse?
 
     /// Serves the cached response through the same path as a handler's reports.
-    private func deliverCached() {
-        guard let hit = cachedHit else {
+    private func deliverCached(_ report: HandlerReport? = nil) {
+        guard var hit = cachedHit else {
             let gen = lock.withLock { machine.generation }
             process(gen, .fail(PorterError(.protocolViolation, "cachedResponseIsValid without a cached response",
                                            url: currentRequest.url)))
             return
         }
         stopHandler(keepReference: true)
-        var fetch = TransactionMetrics(request: currentRequest, fetchType: "localCache")
+        var fetchType = "localCache"
+        if case .cachedResponseServed(let served, let revalidated)? = report {
+            hit.response = served
+            if revalidated {
+                fetchType = "revalidated"
+                // The refreshed head (and a new storage time) replaces the stored one.
+                var refreshed = hit
+                refreshed.response.headerFields[.age] = nil
+                refreshed.storedDate = Date()
+                session.configuration.responseCache?.storeCachedResponse(refreshed, for: currentRequest)
+            }
+        }
+        var fetch = TransactionMetrics(request: currentRequest, fetchType: fetchType)
         fetch.response = hit.response
         transactionMetrics.append(fetch)
         let gen = lock.withLock { machine.generation }
         process(gen, .response(hit.response, .notAllowed))
-        if !hit.data.isEmpty {
+        if !hit.data.isEmpty, currentRequest.method.uppercased() != "HEAD" {   // HEAD answered from a stored GET
             noteBuffered(hit.data.count, generation: gen)
             process(gen, .data(hit.data))
         }

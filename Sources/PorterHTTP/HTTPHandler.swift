@@ -53,6 +53,8 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         case challenge(Response, Data)
         /// A 416 to a resume request: load again from the start.
         case restart
+        /// A 304 to our conditional request: the cached response is still good.
+        case notModified(Response)
     }
 
     private struct Head {
@@ -62,8 +64,14 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         var line = ""
     }
 
+    /// The cache's stored response for this request (GET / HEAD), if any.
+    private let cached: CachedResponse?
+    /// Set when this load asks the server whether `cached` is still good.
+    private var revalidating = false
+
     public init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {
         self.request = request
+        self.cached = cachedResponse
         self.client = client
         self.loop = CurlLoop.loop(for: client.context.configuration)
         self.stager = BodyStager(client: client)
@@ -72,6 +80,23 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     private var isStopped: Bool { state.isStopped }
 
     public func startLoading() {
+        // RFC 9111 §4: a fresh stored response is served without the network (unless the
+        // request's policy is to revalidate); a stale one with validators is revalidated.
+        if let cached {
+            let policy = request.cachePolicy == .useProtocolCachePolicy
+                ? client.context.configuration.requestCachePolicy : request.cachePolicy
+            let now = Date()
+            if policy != .reloadRevalidatingCacheData, HTTPCacheRules.isFresh(cached, request: request, now: now) {
+                client.cachedResponseIsValid(serving: HTTPCacheRules.serving(cached, now: now), revalidated: false)
+                return
+            }
+            let validators = HTTPCacheRules.conditionalHeaders(for: cached)
+            let ownConditions = request.value(forHeader: "If-None-Match") != nil || request.value(forHeader: "If-Modified-Since") != nil
+            if !validators.isEmpty, !ownConditions, request.resumeRange == nil {
+                for (name, value) in validators { _ = request.setValue(value, forHeader: name) }
+                revalidating = true
+            }
+        }
         loop.execute { [self] in begin() }
     }
 
@@ -290,11 +315,14 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             mode = .restart
             return
         }
+        if status == 304, revalidating, let cached {
+            mode = .notModified(HTTPCacheRules.freshened(cached.response, with: response))
+            return
+        }
         mode = .body
         // The decoded length is unknown when libcurl decodes a content coding.
         stager.reset(expectedLength: head.fields[.contentEncoding] == nil ? response.expectedContentLength : -1)
-        let method = request.method.uppercased()
-        let cacheable = (method == "GET" && status == 200) ? CacheStoragePolicy.allowed : .notAllowed
+        let cacheable = HTTPCacheRules.isStorable(request: request, response: response) ? CacheStoragePolicy.allowed : .notAllowed
         client.didReceive(response, cacheStoragePolicy: cacheable)
     }
 
@@ -310,8 +338,8 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         case .waiting:
             // Body bytes with no header block (HTTP/0.9 or a broken server).
             return .abort
-        case .redirect, .restart:
-            break  // the redirect's (or the 416's) own body is not wanted
+        case .redirect, .restart, .notModified:
+            break  // the redirect's (or the 416's, or the 304's) own body is not wanted
         case .challenge(let r, var kept):
             if kept.count < 64 * 1024 { kept.append(contentsOf: bytes.prefix(64 * 1024 - kept.count)) }
             mode = .challenge(r, kept)
@@ -351,6 +379,8 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             request.resumeRange = nil
             transfer = nil
             begin()
+        case .notModified(let response):
+            client.cachedResponseIsValid(serving: response, revalidated: true)
         }
     }
 

@@ -138,6 +138,110 @@ final class HTTPHandlerTests: XCTestCase {
         XCTAssertTrue(refused.2.contains("chmod 600"), refused.2)
     }
 
+    // MARK: - the HTTP cache against nginx (its access log counts what reached it)
+
+    final class FetchTypes: TaskDelegate, @unchecked Sendable {
+        let lock = NSLock()
+        var types: [String] = []
+        func task(_ task: SessionTask, didFinishCollecting metrics: TaskMetrics) {
+            lock.withLock { types.append(metrics.transactionMetrics.last?.fetchType ?? "-") }
+        }
+        var last: String? { lock.withLock { types.last } }
+    }
+
+    private func cacheLog(_ path: String) -> [String] {
+        let text = (try? String(contentsOfFile: nginx.dir + "/logs/cache.log", encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").map(String.init).filter { $0.contains(" \(path) ") }
+    }
+
+    func testFreshResponsesComeFromTheCache() async throws {
+        let metrics = FetchTypes()
+        let s = Session(configuration: config { $0.responseCache = HTTPCache() }, delegate: metrics)
+        let (first, r1) = try await s.data(from: url(nginx.http + "/cache/fresh.txt"))
+        XCTAssertEqual(metrics.last, "networkLoad")
+        let (second, r2) = try await s.data(from: url(nginx.http + "/cache/fresh.txt"))
+        XCTAssertEqual(metrics.last, "localCache")
+        XCTAssertEqual(first, second)
+        XCTAssertEqual(r2.statusCode, 200)
+        XCTAssertEqual(r2.value(forHeader: "ETag"), r1.value(forHeader: "ETag"))
+        XCTAssertNotNil(r2.value(forHeader: "Age"), "Age is computed and sent")
+        XCTAssertEqual(cacheLog("/cache/fresh.txt").count, 1, "one request reached nginx: \(cacheLog("/cache/fresh.txt"))")
+        // HEAD is answered from the stored GET.
+        var head = Request(url: url(nginx.http + "/cache/fresh.txt"))
+        head.method = "HEAD"
+        let (none, headResponse) = try await s.data(for: head)
+        XCTAssertTrue(none.isEmpty)
+        XCTAssertEqual(headResponse.statusCode, 200)
+        XCTAssertEqual(cacheLog("/cache/fresh.txt").count, 1)
+        // reloadIgnoringLocalCacheData goes to the network.
+        var reload = Request(url: url(nginx.http + "/cache/fresh.txt"))
+        reload.cachePolicy = .reloadIgnoringLocalCacheData
+        _ = try await s.data(for: reload)
+        XCTAssertEqual(cacheLog("/cache/fresh.txt").count, 2)
+    }
+
+    func testNoCacheAndStaleResponsesAreRevalidatedWith304() async throws {
+        let metrics = FetchTypes()
+        let s = Session(configuration: config { $0.responseCache = HTTPCache() }, delegate: metrics)
+        _ = try await s.data(from: url(nginx.http + "/cache/nocache.txt"))
+        let (again, response) = try await s.data(from: url(nginx.http + "/cache/nocache.txt"))
+        XCTAssertEqual(text(again), "cached nocache\n")
+        XCTAssertEqual(response.statusCode, 200, "the stored 200 is served after the 304")
+        XCTAssertEqual(metrics.last, "revalidated")
+        XCTAssertEqual(cacheLog("/cache/nocache.txt").map { $0.split(separator: " ").last ?? "" }, ["200", "304"])
+
+        _ = try await s.data(from: url(nginx.http + "/cache/stale.txt"))
+        _ = try await s.data(from: url(nginx.http + "/cache/stale.txt"))
+        XCTAssertEqual(metrics.last, "localCache", "fresh for one second")
+        try await Task.sleep(nanoseconds: 2_100_000_000)
+        _ = try await s.data(from: url(nginx.http + "/cache/stale.txt"))
+        XCTAssertEqual(metrics.last, "revalidated")
+        XCTAssertEqual(cacheLog("/cache/stale.txt").map { $0.split(separator: " ").last ?? "" }, ["200", "304"])
+        // reloadRevalidatingCacheData always asks.
+        var r = Request(url: url(nginx.http + "/cache/fresh.txt"))
+        _ = try await s.data(for: r)
+        r.cachePolicy = .reloadRevalidatingCacheData
+        _ = try await s.data(for: r)
+        XCTAssertEqual(metrics.last, "revalidated")
+        XCTAssertEqual(cacheLog("/cache/fresh.txt").suffix(1).first?.hasSuffix("304"), true)
+    }
+
+    func testNoStoreVaryPoliciesAndInvalidation() async throws {
+        let cache = HTTPCache()
+        let s = session { $0.responseCache = cache }
+        _ = try await s.data(from: url(nginx.http + "/cache/nostore.txt"))
+        _ = try await s.data(from: url(nginx.http + "/cache/nostore.txt"))
+        XCTAssertEqual(cacheLog("/cache/nostore.txt").count, 2, "no-store is never served from the cache")
+
+        func lang(_ l: String) -> Request {
+            var r = Request(url: url(nginx.http + "/cache/vary.txt"))
+            _ = r.setValue(l, forHeader: "X-Lang")
+            return r
+        }
+        _ = try await s.data(for: lang("en"))
+        _ = try await s.data(for: lang("fr"))
+        _ = try await s.data(for: lang("en"))
+        XCTAssertEqual(cacheLog("/cache/vary.txt").count, 2, "Vary: each X-Lang value is its own entry")
+
+        var dontLoad = Request(url: url(nginx.http + "/cache/never-seen"))
+        dontLoad.cachePolicy = .returnCacheDataDontLoad
+        do {
+            _ = try await s.data(for: dontLoad)
+            XCTFail("returnCacheDataDontLoad with nothing cached must fail")
+        } catch let e as PorterError {
+            XCTAssertEqual(e.code, .resourceUnavailable)
+        }
+
+        _ = try await s.data(from: url(nginx.http + "/cache/item"))
+        _ = try await s.data(from: url(nginx.http + "/cache/item"))
+        XCTAssertEqual(cacheLog("/cache/item").count, 1)
+        _ = try await s.upload(for: Request(url: url(nginx.http + "/cache/item"), method: "POST"), from: Data("x".utf8))
+        let (fresh, _) = try await s.data(from: url(nginx.http + "/cache/item"))
+        XCTAssertEqual(text(fresh), "item GET\n")
+        XCTAssertEqual(cacheLog("/cache/item").map { String($0.prefix(4)) }, ["GET ", "POST", "GET "],
+                       "the POST invalidated the stored GET")
+    }
+
     // MARK: - cookies against nginx
 
     func testCookiesSetOnARedirectAreSentOnTheNextHop() async throws {

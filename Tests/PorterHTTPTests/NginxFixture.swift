@@ -38,11 +38,14 @@ final class NginxFixture: @unchecked Sendable {
         caFile = dir + "/ca.pem"
 
         let fm = FileManager.default
-        for sub in ["www", "www/basic", "www/chain", "logs", "tmp"] {
+        for sub in ["www", "www/basic", "www/chain", "www/cache", "logs", "tmp"] {
             try fm.createDirectory(atPath: dir + "/" + sub, withIntermediateDirectories: true)
         }
         try "hello from nginx\n".write(toFile: dir + "/www/index.html", atomically: true, encoding: .utf8)
         try "members only\n".write(toFile: dir + "/www/basic/index.html", atomically: true, encoding: .utf8)
+        for name in ["fresh", "nocache", "nostore", "stale", "vary", "heuristic"] {
+            try "cached \(name)\n".write(toFile: dir + "/www/cache/\(name).txt", atomically: true, encoding: .utf8)
+        }
         try String(repeating: "Porter compresses well. ", count: 4000).write(toFile: dir + "/www/text.txt", atomically: true, encoding: .utf8)
         var big = [UInt8](repeating: 0, count: NginxFixture.bigSize)
         for i in big.indices { big[i] = NginxFixture.bigByte(i) }
@@ -67,6 +70,12 @@ final class NginxFixture: @unchecked Sendable {
             location = /cookie/domain { add_header Set-Cookie "dom=1; Domain=porter.test; Path=/"; add_header Set-Cookie "host=1; Path=/"; return 200 "domain\n"; }
             location = /cookie/n { add_header Set-Cookie "n$arg_n=1; Max-Age=600; Path=/"; return 200 "n\n"; }
             location = /cookie/secure { add_header Set-Cookie "sec=1; Secure; Path=/"; return 200 "secure\n"; }
+            location = /cache/fresh.txt { access_log \(dir)/logs/cache.log cachelog; add_header Cache-Control "max-age=60"; }
+            location = /cache/nocache.txt { access_log \(dir)/logs/cache.log cachelog; add_header Cache-Control "no-cache"; }
+            location = /cache/nostore.txt { access_log \(dir)/logs/cache.log cachelog; add_header Cache-Control "no-store"; }
+            location = /cache/stale.txt { access_log \(dir)/logs/cache.log cachelog; add_header Cache-Control "max-age=1"; }
+            location = /cache/vary.txt { access_log \(dir)/logs/cache.log cachelog; add_header Cache-Control "max-age=60"; add_header Vary "X-Lang"; }
+            location = /cache/item { access_log \(dir)/logs/cache.log cachelog; add_header Cache-Control "max-age=60"; echo_read_request_body; echo "item $request_method"; }
             location = /conn { default_type text/plain; echo_sleep 0.3; echo "$connection"; }
             location = /echo { default_type text/plain; echo_read_request_body;
                 echo -n "$request_method "; echo_request_body; }
@@ -95,6 +104,7 @@ final class NginxFixture: @unchecked Sendable {
             events { worker_connections 1024; }
             http {
                 access_log off;
+                log_format cachelog '$request_method $uri $status';
                 client_body_temp_path \(dir)/tmp/body; proxy_temp_path \(dir)/tmp/proxy;
                 fastcgi_temp_path \(dir)/tmp/fcgi; uwsgi_temp_path \(dir)/tmp/uwsgi; scgi_temp_path \(dir)/tmp/scgi;
                 keepalive_requests 100000;

@@ -1,0 +1,256 @@
+import Foundation
+import HTTPTypes
+
+/// The directives of Cache-Control header fields (RFC 9111 §5.2).
+public struct CacheControl: Sendable, Equatable {
+    public var maxAge: Int?
+    public var sharedMaxAge: Int?
+    public var maxStale: Int?
+    public var minFresh: Int?
+    public var noStore = false
+    public var noCache = false
+    public var mustRevalidate = false
+    public var isPrivate = false
+    public var isPublic = false
+    public var immutable = false
+    public var onlyIfCached = false
+
+    public init(_ values: [String]) {
+        for value in values {
+            for part in value.split(separator: ",") {
+                let pieces = part.split(separator: "=", maxSplits: 1)
+                let name = pieces.first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+                var argument = pieces.count > 1 ? pieces[1].trimmingCharacters(in: .whitespaces) : nil
+                if let a = argument, a.hasPrefix("\""), a.hasSuffix("\""), a.count >= 2 { argument = String(a.dropFirst().dropLast()) }
+                // A malformed or negative number is ignored; a huge one is clamped.
+                let seconds = argument.flatMap { a -> Int? in
+                    guard !a.isEmpty, a.allSatisfy(\.isNumber) else { return nil }
+                    return Int(a) ?? Int(Int32.max)
+                }
+                switch name {
+                case "max-age": if let s = seconds { maxAge = s }
+                case "s-maxage": if let s = seconds { sharedMaxAge = s }
+                case "max-stale": maxStale = seconds ?? Int(Int32.max)
+                case "min-fresh": if let s = seconds { minFresh = s }
+                case "no-store": noStore = true
+                case "no-cache": noCache = true
+                case "must-revalidate", "proxy-revalidate": mustRevalidate = true
+                case "private": isPrivate = true
+                case "public": isPublic = true
+                case "immutable": immutable = true
+                case "only-if-cached": onlyIfCached = true
+                default: continue
+                }
+            }
+        }
+    }
+}
+
+/// RFC 9111 for a private cache: what may be stored, how long it is fresh, how old it
+/// is, and how to revalidate it. Pure functions, no I/O.
+public enum HTTPCacheRules {
+    /// Heuristic freshness: this fraction of the time since Last-Modified (§4.2.2),
+    /// for statuses that are cacheable by default only.
+    public static let heuristicFraction = 0.1
+    /// §15.1 of RFC 9110: statuses that are heuristically cacheable.
+    public static let cacheableByDefault: Set<Int> = [200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501]
+
+    static func httpDate(_ text: String?) -> Date? { text.flatMap(CookieRules.parseDate) }
+
+    /// §3: whether a response to `request` may be stored (a private cache: `private`
+    /// responses are storable here).
+    public static func isStorable(request: Request, response: Response) -> Bool {
+        guard request.method == "GET", let status = response.statusCode else { return false }
+        guard ![206, 304].contains(status), status >= 200 else { return false }   // no partial bodies
+        if CacheControl(request.headerFields[values: .cacheControl]).noStore { return false }
+        let cc = CacheControl(response.headerFields[values: .cacheControl])
+        if cc.noStore { return false }
+        if response.value(forHeader: "Vary")?.trimmingCharacters(in: .whitespaces) == "*" { return false }
+        return cc.maxAge != nil || response.value(forHeader: "Expires") != nil || cc.isPublic || cc.isPrivate
+            || cacheableByDefault.contains(status)
+    }
+
+    /// §4.2.1: max-age, else Expires - Date, else the heuristic (default-cacheable
+    /// statuses with Last-Modified), else 0.
+    public static func freshnessLifetime(_ response: Response) -> TimeInterval {
+        let cc = CacheControl(response.headerFields[values: .cacheControl])
+        if let maxAge = cc.maxAge { return TimeInterval(maxAge) }
+        if let expiresText = response.value(forHeader: "Expires") {
+            guard let expires = httpDate(expiresText) else { return 0 }   // an invalid Expires is in the past
+            let date = httpDate(response.value(forHeader: "Date")) ?? Date()
+            return max(0, expires.timeIntervalSince(date))
+        }
+        if let status = response.statusCode, cacheableByDefault.contains(status),
+           let modified = httpDate(response.value(forHeader: "Last-Modified")) {
+            let date = httpDate(response.value(forHeader: "Date")) ?? Date()
+            return max(0, date.timeIntervalSince(modified) * heuristicFraction)
+        }
+        return 0
+    }
+
+    /// §4.2.3: the response's current age. `stored` is when it was received.
+    public static func currentAge(_ response: Response, stored: Date, now: Date) -> TimeInterval {
+        let date = httpDate(response.value(forHeader: "Date")) ?? stored
+        let apparent = max(0, stored.timeIntervalSince(date))
+        let ageValue = response.value(forHeader: "Age").flatMap { TimeInterval($0.trimmingCharacters(in: .whitespaces)) } ?? 0
+        return max(apparent, ageValue) + max(0, now.timeIntervalSince(stored))
+    }
+
+    /// §4.2 with the request's own directives: whether the stored response may be used
+    /// without asking the server.
+    public static func isFresh(_ cached: CachedResponse, request: Request, now: Date) -> Bool {
+        let response = cached.response
+        let cc = CacheControl(response.headerFields[values: .cacheControl])
+        let rc = CacheControl(request.headerFields[values: .cacheControl])
+        if cc.noCache || rc.noCache { return false }
+        if request.value(forHeader: "Pragma")?.lowercased().contains("no-cache") == true { return false }
+        let stored = cached.storedDate ?? now
+        let age = currentAge(response, stored: stored, now: now)
+        var lifetime = freshnessLifetime(response)
+        if let maxAge = rc.maxAge { lifetime = min(lifetime, TimeInterval(maxAge)) }
+        let needed = age + TimeInterval(rc.minFresh ?? 0)
+        if needed < lifetime { return true }
+        // max-stale lets the client take a stale response, unless the server forbids it.
+        if let stale = rc.maxStale, !cc.mustRevalidate, needed < lifetime + TimeInterval(stale) { return true }
+        return false
+    }
+
+    /// §4.3.1: the validators for a conditional request.
+    public static func conditionalHeaders(for cached: CachedResponse) -> [(String, String)] {
+        var fields: [(String, String)] = []
+        if let etag = cached.response.value(forHeader: "ETag") { fields.append(("If-None-Match", etag)) }
+        if let modified = cached.response.value(forHeader: "Last-Modified") { fields.append(("If-Modified-Since", modified)) }
+        return fields
+    }
+
+    /// §4.3.4: the stored response with the header fields of a 304 (except the framing
+    /// ones), and an Age of 0 from now on.
+    public static func freshened(_ cached: Response, with notModified: Response) -> Response {
+        var merged = cached
+        let skip: Set<String> = ["content-length", "content-encoding", "transfer-encoding", "content-range"]
+        for field in notModified.headerFields where !skip.contains(field.name.canonicalName) {
+            merged.headerFields[field.name] = nil
+        }
+        for field in notModified.headerFields where !skip.contains(field.name.canonicalName) {
+            merged.headerFields.append(field)
+        }
+        merged.headerFields[.age] = nil
+        return merged
+    }
+
+    /// The stored response as served now: with its current Age.
+    public static func serving(_ cached: CachedResponse, now: Date) -> Response {
+        var r = cached.response
+        r.headerFields[.age] = String(Int(currentAge(r, stored: cached.storedDate ?? now, now: now)))
+        return r
+    }
+}
+
+/// RFC 9111 as a private cache, in memory: responses to GET keyed by URL (no fragment)
+/// and the request's values of the response's `Vary` fields; HEAD answered from a stored
+/// GET; at most `memoryCapacity` bytes, the least recently used evicted first. Storing
+/// follows `HTTPCacheRules.isStorable`; freshness and revalidation are the handler's
+/// (the HTTP handler asks `HTTPCacheRules`).
+public final class HTTPCache: ResponseCache, @unchecked Sendable {
+    private struct Variant {
+        var cached: CachedResponse
+        var varyValues: [String: String]   // header name (lower case) -> request value ("" when absent)
+        var lastUsed: UInt64
+        var size: Int
+    }
+    private let lock = NSLock()
+    private var entries: [String: [Variant]] = [:]
+    private var bytes = 0
+    private var tick: UInt64 = 0
+    public let memoryCapacity: Int
+
+    public init(memoryCapacity: Int = 64 << 20) { self.memoryCapacity = memoryCapacity }
+
+    public var currentMemoryUsage: Int { lock.withLock { bytes } }
+    public var count: Int { lock.withLock { entries.values.reduce(0) { $0 + $1.count } } }
+
+    static func key(_ url: URL) -> String {
+        var text = url.absoluteString
+        if let hash = text.firstIndex(of: "#") { text = String(text[..<hash]) }
+        return text
+    }
+
+    private static func varyNames(_ response: Response) -> [String] {
+        response.headerFields[values: HTTPField.Name("Vary")!].flatMap { $0.split(separator: ",") }
+            .map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
+    }
+
+    private static func value(_ request: Request, _ name: String) -> String {
+        guard let n = HTTPField.Name(name) else { return "" }
+        return request.headerFields[values: n].joined(separator: ", ")
+    }
+
+    public func cachedResponse(for request: Request) -> CachedResponse? {
+        guard request.method == "GET" || request.method == "HEAD" else { return nil }
+        let key = Self.key(request.url)
+        return lock.withLock {
+            guard var list = entries[key] else { return nil }
+            for i in list.indices {
+                let v = list[i]
+                if v.varyValues.contains(where: { $0.key == "*" }) { continue }   // Vary: * never matches
+                if v.varyValues.allSatisfy({ Self.value(request, $0.key) == $0.value }) {
+                    tick += 1
+                    list[i].lastUsed = tick
+                    entries[key] = list
+                    return v.cached
+                }
+            }
+            return nil
+        }
+    }
+
+    public func storeCachedResponse(_ cached: CachedResponse, for request: Request) {
+        guard cached.storagePolicy != .notAllowed, HTTPCacheRules.isStorable(request: request, response: cached.response) else {
+            return
+        }
+        var c = cached
+        if c.storedDate == nil { c.storedDate = Date() }
+        let names = Self.varyNames(c.response)
+        var vary: [String: String] = [:]
+        for n in names { vary[n] = Self.value(request, n) }
+        let size = c.data.count + 512
+        guard size <= memoryCapacity / 4 else { return }   // one entry never takes over the cache
+        let key = Self.key(request.url)
+        lock.withLock {
+            tick += 1
+            var list = entries[key] ?? []
+            if let i = list.firstIndex(where: { $0.varyValues == vary }) {
+                bytes -= list[i].size
+                list.remove(at: i)
+            }
+            list.append(Variant(cached: c, varyValues: vary, lastUsed: tick, size: size))
+            bytes += size
+            entries[key] = list
+            while bytes > memoryCapacity, let victim = leastRecentlyUsed() {
+                bytes -= entries[victim.0]![victim.1].size
+                entries[victim.0]!.remove(at: victim.1)
+                if entries[victim.0]!.isEmpty { entries[victim.0] = nil }
+            }
+        }
+    }
+
+    /// Under the lock.
+    private func leastRecentlyUsed() -> (String, Int)? {
+        var best: (String, Int, UInt64)?
+        for (k, list) in entries {
+            for (i, v) in list.enumerated() where best == nil || v.lastUsed < best!.2 { best = (k, i, v.lastUsed) }
+        }
+        return best.map { ($0.0, $0.1) }
+    }
+
+    public func removeCachedResponse(for request: Request) {
+        let key = Self.key(request.url)
+        lock.withLock {
+            if let list = entries.removeValue(forKey: key) { bytes -= list.reduce(0) { $0 + $1.size } }
+        }
+    }
+
+    public func removeAllCachedResponses() {
+        lock.withLock { entries.removeAll(); bytes = 0 }
+    }
+}

@@ -1,0 +1,109 @@
+import Foundation
+import HTTPTypes
+import PorterCore
+import XCTest
+
+/// RFC 9111 decisions, no I/O.
+final class HTTPCacheTests: XCTestCase {
+    let now = Date(timeIntervalSince1970: 1_700_000_000)
+    func response(_ status: Int = 200, _ fields: [(String, String)]) -> Response {
+        var f = HTTPFields()
+        for (n, v) in fields { f.append(HTTPField(name: HTTPField.Name(n)!, value: v)) }
+        return Response(url: URL(string: "http://example.test/a")!, mimeType: "text/plain", expectedContentLength: 1,
+                        statusCode: status, headerFields: f)
+    }
+    func get(_ fields: [(String, String)] = []) -> Request {
+        var r = Request(url: URL(string: "http://example.test/a")!)
+        for (n, v) in fields { _ = r.setValue(v, forHeader: n) }
+        return r
+    }
+    func date(_ offset: TimeInterval) -> String { CookieRules.formatDate(now.addingTimeInterval(offset)) }
+
+    func testCacheControlParsing() {
+        let cc = CacheControl(["max-age=60, no-cache", "Must-Revalidate, private=\"Set-Cookie\", s-maxage=\"10\", immutable, max-age=bad"])
+        XCTAssertEqual(cc.maxAge, 60, "a malformed later max-age is ignored")
+        XCTAssertTrue(cc.noCache && cc.mustRevalidate && cc.isPrivate && cc.immutable)
+        XCTAssertEqual(cc.sharedMaxAge, 10)
+        XCTAssertEqual(CacheControl(["max-stale"]).maxStale, Int(Int32.max))
+        XCTAssertNil(CacheControl(["max-age=-5"]).maxAge)
+    }
+
+    func testStorability() {
+        XCTAssertTrue(HTTPCacheRules.isStorable(request: get(), response: response(200, [])))
+        XCTAssertTrue(HTTPCacheRules.isStorable(request: get(), response: response(404, [])), "cacheable by default")
+        XCTAssertFalse(HTTPCacheRules.isStorable(request: get(), response: response(500, [])))
+        XCTAssertTrue(HTTPCacheRules.isStorable(request: get(), response: response(500, [("Cache-Control", "max-age=5")])))
+        XCTAssertFalse(HTTPCacheRules.isStorable(request: get(), response: response(200, [("Cache-Control", "no-store")])))
+        XCTAssertFalse(HTTPCacheRules.isStorable(request: get([("Cache-Control", "no-store")]), response: response(200, [])))
+        XCTAssertTrue(HTTPCacheRules.isStorable(request: get(), response: response(200, [("Cache-Control", "private, max-age=5")])),
+                      "a private cache stores private responses")
+        XCTAssertFalse(HTTPCacheRules.isStorable(request: get(), response: response(200, [("Vary", "*")])))
+        XCTAssertFalse(HTTPCacheRules.isStorable(request: get(), response: response(206, [])))
+        var post = get(); post.method = "POST"
+        XCTAssertFalse(HTTPCacheRules.isStorable(request: post, response: response(200, [("Cache-Control", "max-age=60")])))
+    }
+
+    func testFreshnessLifetime() {
+        XCTAssertEqual(HTTPCacheRules.freshnessLifetime(response(200, [("Cache-Control", "max-age=60"), ("Expires", date(3600))])), 60,
+                       "max-age wins over Expires")
+        XCTAssertEqual(HTTPCacheRules.freshnessLifetime(response(200, [("Date", date(0)), ("Expires", date(120))])), 120)
+        XCTAssertEqual(HTTPCacheRules.freshnessLifetime(response(200, [("Date", date(0)), ("Expires", "0")])), 0, "invalid Expires: stale")
+        XCTAssertEqual(HTTPCacheRules.freshnessLifetime(response(200, [("Date", date(0)), ("Last-Modified", date(-1000))])), 100,
+                       "heuristic: 10% of the time since Last-Modified")
+        XCTAssertEqual(HTTPCacheRules.freshnessLifetime(response(500, [("Date", date(0)), ("Last-Modified", date(-1000))])), 0,
+                       "no heuristic for a status that is not cacheable by default")
+    }
+
+    func testAgeAndFreshness() {
+        let r = response(200, [("Cache-Control", "max-age=60"), ("Date", date(-10)), ("Age", "5")])
+        XCTAssertEqual(HTTPCacheRules.currentAge(r, stored: now, now: now.addingTimeInterval(20)), 30, "max(apparent 10, Age 5) + 20 resident")
+        let cached = CachedResponse(response: r, data: Data("x".utf8), storedDate: now)
+        XCTAssertTrue(HTTPCacheRules.isFresh(cached, request: get(), now: now.addingTimeInterval(40)))
+        XCTAssertFalse(HTTPCacheRules.isFresh(cached, request: get(), now: now.addingTimeInterval(55)))
+        XCTAssertFalse(HTTPCacheRules.isFresh(cached, request: get([("Cache-Control", "max-age=5")]), now: now), "the request's max-age")
+        XCTAssertFalse(HTTPCacheRules.isFresh(cached, request: get([("Cache-Control", "min-fresh=55")]), now: now))
+        XCTAssertTrue(HTTPCacheRules.isFresh(cached, request: get([("Cache-Control", "max-stale=100")]), now: now.addingTimeInterval(100)))
+        let must = CachedResponse(response: response(200, [("Cache-Control", "max-age=1, must-revalidate")]), data: Data(), storedDate: now)
+        XCTAssertFalse(HTTPCacheRules.isFresh(must, request: get([("Cache-Control", "max-stale=100")]), now: now.addingTimeInterval(5)),
+                       "must-revalidate forbids serving stale")
+        let noCache = CachedResponse(response: response(200, [("Cache-Control", "max-age=600, no-cache")]), data: Data(), storedDate: now)
+        XCTAssertFalse(HTTPCacheRules.isFresh(noCache, request: get(), now: now))
+        XCTAssertEqual(HTTPCacheRules.serving(cached, now: now.addingTimeInterval(20)).value(forHeader: "Age"), "30")
+    }
+
+    func testRevalidationHelpers() {
+        let stored = response(200, [("ETag", "\"v1\""), ("Last-Modified", date(-100)), ("Cache-Control", "max-age=1"), ("X-Old", "1")])
+        let headers = HTTPCacheRules.conditionalHeaders(for: CachedResponse(response: stored, data: Data()))
+        XCTAssertEqual(headers.map(\.0), ["If-None-Match", "If-Modified-Since"])
+        let merged = HTTPCacheRules.freshened(stored, with: response(304, [("Cache-Control", "max-age=60"), ("Content-Length", "0")]))
+        XCTAssertEqual(merged.value(forHeader: "Cache-Control"), "max-age=60", "the 304's fields replace the stored ones")
+        XCTAssertEqual(merged.value(forHeader: "X-Old"), "1")
+        XCTAssertNil(merged.headerFields[values: .contentLength].first { $0 == "0" }, "framing fields are not taken from a 304")
+    }
+
+    func testVaryAndHEADAndEviction() {
+        let cache = HTTPCache(memoryCapacity: 64 << 10)
+        let vary = response(200, [("Cache-Control", "max-age=60"), ("Vary", "Accept-Language")])
+        cache.storeCachedResponse(CachedResponse(response: vary, data: Data("en".utf8)), for: get([("Accept-Language", "en")]))
+        cache.storeCachedResponse(CachedResponse(response: vary, data: Data("fr".utf8)), for: get([("Accept-Language", "fr")]))
+        XCTAssertEqual(cache.cachedResponse(for: get([("Accept-Language", "fr")]))?.data, Data("fr".utf8))
+        XCTAssertEqual(cache.cachedResponse(for: get([("Accept-Language", "en")]))?.data, Data("en".utf8))
+        XCTAssertNil(cache.cachedResponse(for: get()), "no Accept-Language: another variant")
+        var head = get([("Accept-Language", "en")]); head.method = "HEAD"
+        XCTAssertEqual(cache.cachedResponse(for: head)?.data, Data("en".utf8), "HEAD is answered from the stored GET")
+        cache.storeCachedResponse(CachedResponse(response: response(200, [("Cache-Control", "no-store")]), data: Data()), for: get())
+        XCTAssertEqual(cache.count, 2, "no-store is not stored")
+        // Eviction: the least recently used goes first.
+        for i in 0..<10 {
+            var r = Request(url: URL(string: "http://example.test/big\(i)")!)
+            r.method = "GET"
+            cache.storeCachedResponse(CachedResponse(response: response(200, [("Cache-Control", "max-age=60")]),
+                                                     data: Data(count: 10 << 10)), for: r)
+        }
+        XCTAssertLessThanOrEqual(cache.currentMemoryUsage, 64 << 10)
+        XCTAssertNil(cache.cachedResponse(for: Request(url: URL(string: "http://example.test/big0")!)))
+        XCTAssertNotNil(cache.cachedResponse(for: Request(url: URL(string: "http://example.test/big9")!)))
+        cache.removeCachedResponse(for: Request(url: URL(string: "http://example.test/big9")!))
+        XCTAssertNil(cache.cachedResponse(for: Request(url: URL(string: "http://example.test/big9")!)))
+    }
+}
