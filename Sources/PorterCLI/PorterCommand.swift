@@ -17,7 +17,7 @@ public struct PorterCommand: ParsableCommand {
             12 cannot write output, 22 HTTP error with --fail, 64 bad command line.
             """,
         version: Porter.version,
-        subcommands: [Fetch.self, Handlers.self, Plugins.self],
+        subcommands: [Fetch.self, Handlers.self, Plugins.self, Cache.self],
         defaultSubcommand: Fetch.self)
 }
 
@@ -63,6 +63,32 @@ struct Plugins: ParsableCommand {
                 if let detail = d.detail { print("        detail: \(detail)") }
             }
         }
+    }
+}
+
+struct Cache: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "The persistent HTTP cache that --cache uses: 'stats' or 'clear'.",
+        discussion: "It lives in $XDG_CACHE_HOME/porter/http (~/.cache/porter/http).")
+
+    @Argument(help: "stats | clear")
+    var action: String
+
+    func validate() throws {
+        guard ["stats", "clear"].contains(action) else { throw ValidationError("use 'porter cache stats' or 'porter cache clear'") }
+    }
+
+    func run() throws {
+        let cache: HTTPCache
+        do {
+            cache = try HTTPCache(diskCapacity: 256 << 20, directory: HTTPCache.defaultDirectory())
+        } catch let e as PorterError {
+            FileHandle.standardError.write(Data("porter: \(e.message)\n".utf8))
+            throw ExitCode(4)
+        }
+        if action == "clear" { cache.removeAllCachedResponses() }
+        let s = cache.statistics
+        print("\(cache.directory ?? "-"): \(s.diskEntries) entries, \(s.diskBytes) bytes on disk\(action == "clear" ? " (cleared)" : "")")
     }
 }
 
@@ -129,6 +155,9 @@ struct Fetch: ParsableCommand {
 
     @Option(name: [.customShort("b"), .long], help: "Send cookies: 'name=value[; n2=v2]' as given, or the cookies of a Netscape cookies.txt FILE.")
     var cookie: String?
+
+    @Flag(name: .long, help: "Use the persistent HTTP cache ($XDG_CACHE_HOME/porter/http); off by default, as with curl.")
+    var cache = false
 
     @Flag(name: .long, help: "Keep cookies in the persistent default store ($XDG_DATA_HOME/porter/cookies.sqlite) across runs.")
     var cookieStore = false

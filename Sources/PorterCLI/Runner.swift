@@ -125,6 +125,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             config.pinnedPublicKey = options.pinnedpubkey
             if options.http11 { config.http2Enabled = false }
             config.cookieStore = cookieStore
+            config.responseCache = options.cache ? HTTPCache.shared : nil
             config.hostOverrides = options.resolve.compactMap(HostOverride.init(parsing:))
             // --concurrency N means N transfers at once, to one host too (as curl --parallel).
             config.maxConnectionsPerHost = max(config.maxConnectionsPerHost, options.concurrency)
@@ -396,6 +397,18 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
                 completion(.cancelAuthenticationChallenge)
             }
         }
+    }
+
+    func task(_ task: SessionTask, didFinishCollecting metrics: TaskMetrics) {
+        guard options.verbose, let last = metrics.transactionMetrics.last else { return }
+        let what: String
+        switch last.fetchType {
+        case "localCache": what = "served from the cache"
+        case "revalidated": what = "revalidated with the server (304), served from the cache"
+        case "networkLoad": what = "loaded from the network"
+        default: what = last.fetchType
+        }
+        note("* \(what)")
     }
 
     func task(_ task: SessionTask, didCompleteWithError error: PorterError?) {

@@ -146,11 +146,13 @@ public enum HTTPCacheRules {
     }
 }
 
-/// RFC 9111 as a private cache, in memory: responses to GET keyed by URL (no fragment)
-/// and the request's values of the response's `Vary` fields; HEAD answered from a stored
-/// GET; at most `memoryCapacity` bytes, the least recently used evicted first. Storing
-/// follows `HTTPCacheRules.isStorable`; freshness and revalidation are the handler's
-/// (the HTTP handler asks `HTTPCacheRules`).
+/// RFC 9111 as a private cache: responses to GET keyed by URL (no fragment) and the
+/// request's values of the response's `Vary` fields; HEAD answered from a stored GET.
+/// A memory tier of `memoryCapacity` bytes in front of an optional disk tier of
+/// `diskCapacity` bytes (`HTTPDiskCache`), each evicting the least recently used first;
+/// `.allowedInMemoryOnly` responses stay off the disk. Storing follows
+/// `HTTPCacheRules.isStorable`; freshness and revalidation are the handler's (the HTTP
+/// handler asks `HTTPCacheRules`).
 public final class HTTPCache: ResponseCache, @unchecked Sendable {
     private struct Variant {
         var cached: CachedResponse
@@ -163,8 +165,46 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
     private var bytes = 0
     private var tick: UInt64 = 0
     public let memoryCapacity: Int
+    private let disk: HTTPDiskCache?
 
-    public init(memoryCapacity: Int = 64 << 20) { self.memoryCapacity = memoryCapacity }
+    /// A memory-only cache (what `.ephemeral` sessions get).
+    public init(memoryCapacity: Int = 16 << 20) {
+        self.memoryCapacity = memoryCapacity
+        self.disk = nil
+    }
+
+    /// A cache with a disk tier in `directory` (created 0700).
+    public init(memoryCapacity: Int = 16 << 20, diskCapacity: Int, directory: String) throws {
+        self.memoryCapacity = memoryCapacity
+        self.disk = try HTTPDiskCache(directory: directory, capacity: diskCapacity)
+    }
+
+    /// The cache `.default` sessions share: 16 MiB in memory, 256 MiB in
+    /// `$XDG_CACHE_HOME/porter/http` (or `~/.cache/porter/http`); memory only, with a
+    /// warning, when that folder cannot be used.
+    public static let shared: HTTPCache = {
+        do {
+            return try HTTPCache(diskCapacity: 256 << 20, directory: defaultDirectory())
+        } catch {
+            FileHandle.standardError.write(Data("porter: the HTTP cache stays in memory: \(error)\n".utf8))
+            return HTTPCache()
+        }
+    }()
+
+    public static func defaultDirectory(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+        if let c = environment["XDG_CACHE_HOME"], c.hasPrefix("/") { return c + "/porter/http" }
+        return (environment["HOME"] ?? NSHomeDirectory()) + "/.cache/porter/http"
+    }
+
+    /// Where the disk tier lives, if there is one.
+    public var directory: String? { disk?.directory }
+
+    /// Bytes and entries in each tier.
+    public var statistics: (memoryBytes: Int, memoryEntries: Int, diskBytes: Int, diskEntries: Int) {
+        let (mb, me) = lock.withLock { (bytes, entries.values.reduce(0) { $0 + $1.count }) }
+        let (db, de) = disk?.usage ?? (0, 0)
+        return (mb, me, db, de)
+    }
 
     public var currentMemoryUsage: Int { lock.withLock { bytes } }
     public var count: Int { lock.withLock { entries.values.reduce(0) { $0 + $1.count } } }
@@ -188,7 +228,18 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
     public func cachedResponse(for request: Request) -> CachedResponse? {
         guard request.method == "GET" || request.method == "HEAD" else { return nil }
         let key = Self.key(request.url)
-        return lock.withLock {
+        if let hit = memoryLookup(key, request) { return hit }
+        guard let disk else { return nil }
+        for (vary, cached) in disk.lookup(key: key) where !vary.keys.contains("*")
+            && vary.allSatisfy({ Self.value(request, $0.key) == $0.value }) {
+            insertInMemory(key: key, vary: vary, cached: cached)
+            return cached
+        }
+        return nil
+    }
+
+    private func memoryLookup(_ key: String, _ request: Request) -> CachedResponse? {
+        lock.withLock {
             guard var list = entries[key] else { return nil }
             for i in list.indices {
                 let v = list[i]
@@ -213,9 +264,14 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
         let names = Self.varyNames(c.response)
         var vary: [String: String] = [:]
         for n in names { vary[n] = Self.value(request, n) }
-        let size = c.data.count + 512
-        guard size <= memoryCapacity / 4 else { return }   // one entry never takes over the cache
         let key = Self.key(request.url)
+        insertInMemory(key: key, vary: vary, cached: c)
+        if c.storagePolicy == .allowed { disk?.store(key: key, vary: vary, cached: c) }
+    }
+
+    private func insertInMemory(key: String, vary: [String: String], cached c: CachedResponse) {
+        let size = c.data.count + 512
+        guard size <= memoryCapacity / 4 else { return }   // one entry never takes over the memory tier
         lock.withLock {
             tick += 1
             var list = entries[key] ?? []
@@ -248,9 +304,11 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
         lock.withLock {
             if let list = entries.removeValue(forKey: key) { bytes -= list.reduce(0) { $0 + $1.size } }
         }
+        disk?.remove(key: key)
     }
 
     public func removeAllCachedResponses() {
         lock.withLock { entries.removeAll(); bytes = 0 }
+        disk?.removeAll()
     }
 }

@@ -115,9 +115,10 @@ public struct SessionConfiguration: Sendable {
     /// each `.ephemeral` configuration has a memory store of its own. nil: none.
     public var credentialStore: CredentialStore?
     public var requestCachePolicy: CachePolicy = .useProtocolCachePolicy
-    /// The cache (nil: none). The RFC 9111 store arrives with the stores issue; any
-    /// `ResponseCache` can be plugged in.
-    public var responseCache: (any ResponseCache)? = nil
+    /// The cache (nil: none): `.default` sessions share `HTTPCache.shared` (memory and
+    /// disk); each `.ephemeral` configuration has a memory-only `HTTPCache` of its own.
+    /// Any `ResponseCache` can be plugged in.
+    public var responseCache: (any ResponseCache)?
     /// Handlers consulted before the registry, most preferred first.
     public var handlers: [any ProtocolHandlerFactory] = []
     /// The registry consulted after `handlers`.
@@ -137,9 +138,11 @@ public struct SessionConfiguration: Sendable {
         case .ephemeral:
             cookieStore = MemoryCookieStore()
             credentialStore = CredentialStore()
+            responseCache = HTTPCache()
         default:
             cookieStore = PersistentCookieStore.shared
             credentialStore = CredentialStore.shared
+            responseCache = HTTPCache.shared
         }
     }
 

@@ -33,6 +33,8 @@ final class HTTPHandlerTests: XCTestCase {
         var c = SessionConfiguration.ephemeral
         c.proxies = .none
         c.caCertificateFile = nginx.caFile
+        // Protocol tests see the network every time; the cache tests plug in an HTTPCache.
+        c.responseCache = nil
         change(&c)
         return c
     }
@@ -240,6 +242,72 @@ final class HTTPHandlerTests: XCTestCase {
         XCTAssertEqual(text(fresh), "item GET\n")
         XCTAssertEqual(cacheLog("/cache/item").map { String($0.prefix(4)) }, ["GET ", "POST", "GET "],
                        "the POST invalidated the stored GET")
+    }
+
+    /// `porter --cache`: a network load, then a cache hit (-v says which); a stale entry is
+    /// revalidated; `porter cache stats` / `clear`; and a process killed with SIGKILL while
+    /// filling the cache leaves one that opens, checks its bodies and serves them.
+    func testCLICacheAndKill9() throws {
+        let home = NSTemporaryDirectory() + "porter-cachehome-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: home) }
+        var env = ProcessInfo.processInfo.environment
+        for k in ["http_proxy", "https_proxy", "all_proxy", "HTTPS_PROXY", "ALL_PROXY"] { env[k] = nil }
+        env["XDG_CACHE_HOME"] = home
+        func run(_ args: [String]) throws -> (Int32, String, String) {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: porterBinary)
+            p.arguments = args
+            p.environment = env
+            let out = Pipe(), err = Pipe()
+            p.standardOutput = out
+            p.standardError = err
+            try p.run()
+            let o = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            let e = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            p.waitUntilExit()
+            return (p.terminationStatus, o, e)
+        }
+        let fresh = nginx.http + "/cache/fresh.txt?cli"
+        let first = try run(["-v", "--cache", fresh])
+        XCTAssertTrue(first.2.contains("* loaded from the network"), first.2)
+        let second = try run(["-v", "--cache", fresh])
+        XCTAssertEqual(second.1, "cached fresh\n")
+        XCTAssertTrue(second.2.contains("* served from the cache"), second.2)
+        let stale = nginx.http + "/cache/stale.txt?cli"
+        _ = try run(["--cache", stale])
+        Thread.sleep(forTimeInterval: 2.1)
+        let third = try run(["-v", "--cache", stale])
+        XCTAssertTrue(third.2.contains("* revalidated"), third.2)
+        XCTAssertTrue(try run(["--cache", "-v", nginx.http + "/cache/fresh.txt?nocache"]).2.contains("network"))
+        XCTAssertTrue(try run(["-v", fresh]).2.contains("* loaded from the network"), "without --cache, no cache")
+        let stats = try run(["cache", "stats"]).1
+        XCTAssertTrue(stats.contains("3 entries"), stats)
+        XCTAssertTrue(try run(["cache", "clear"]).1.contains("0 entries"))
+
+        // SIGKILL while filling the cache.
+        let list = home + "/urls.txt"
+        try (0..<5000).map { nginx.http + "/cache/fresh.txt?k=\($0)" }.joined(separator: "\n").write(toFile: list, atomically: true, encoding: .utf8)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: porterBinary)
+        p.arguments = ["-s", "--cache", "--url-list", list, "--concurrency", "8"]
+        p.environment = env
+        p.standardOutput = FileHandle.nullDevice
+        try p.run()
+        Thread.sleep(forTimeInterval: 0.8)
+        kill(p.processIdentifier, SIGKILL)
+        p.waitUntilExit()
+        let cache = try HTTPCache(diskCapacity: 256 << 20, directory: home + "/porter/http")
+        let entries = cache.statistics.diskEntries
+        XCTAssertGreaterThan(entries, 0, "nothing was cached before the kill")
+        XCTAssertLessThan(entries, 5000, "the process finished before the kill")
+        var served = 0
+        for i in 0..<5000 {
+            if let hit = cache.cachedResponse(for: Request(url: url(nginx.http + "/cache/fresh.txt?k=\(i)"))) {
+                XCTAssertEqual(hit.data, Data("cached fresh\n".utf8), "a cached body is whole")
+                served += 1
+            }
+        }
+        XCTAssertEqual(served, cache.statistics.diskEntries, "every entry left is served whole")
     }
 
     // MARK: - cookies against nginx
