@@ -169,12 +169,20 @@ final class SessionTests: XCTestCase {
     }
 
     func testDefaultHandlingUsesTheProposedCredentialOnce() async throws {
-        let session = Session(configuration: testConfiguration())  // no delegate: default handling
+        var config = testConfiguration()
+        config.credentialStore = nil
+        let session = Session(configuration: config)  // no delegate: default handling
         let (data, _) = try await session.data(from: url("auth://h/proposed"))
         XCTAssertEqual(String(decoding: data, as: UTF8.self), "welcome alice")
         let (anon, response) = try await session.data(from: url("auth://h/login"))
         XCTAssertEqual(String(decoding: anon, as: UTF8.self), "unauthorized")
         XCTAssertEqual(response.statusCode, 401)
+        // With the session's credential store, the credential used (persistence
+        // .forSession) answers the same space's next challenge, as URLSession does.
+        let remembering = Session(configuration: testConfiguration())
+        _ = try await remembering.data(from: url("auth://h/proposed"))
+        let (again, _) = try await remembering.data(from: url("auth://h/login"))
+        XCTAssertEqual(String(decoding: again, as: UTF8.self), "welcome alice")
     }
 
     func testChallengeThroughCompletionHandlerStyle() throws {

@@ -554,6 +554,7 @@ final class HTTPHandlerTests: XCTestCase {
         }
         var config = SessionConfiguration.ephemeral
         config.proxies = .none
+        config.responseCache = nil   // the second session must meet the server, not a cached copy
         let accepting = Trust(accept: true)
         let (data, response) = try await Session(configuration: config, delegate: accepting)
             .data(from: url(nginx.https + "/index.html"))

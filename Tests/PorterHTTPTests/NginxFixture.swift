@@ -104,7 +104,7 @@ final class NginxFixture: @unchecked Sendable {
             events { worker_connections 1024; }
             http {
                 access_log off;
-                log_format cachelog '$request_method $uri $status';
+                log_format cachelog '$request_method $request_uri $status';
                 client_body_temp_path \(dir)/tmp/body; proxy_temp_path \(dir)/tmp/proxy;
                 fastcgi_temp_path \(dir)/tmp/fcgi; uwsgi_temp_path \(dir)/tmp/uwsgi; scgi_temp_path \(dir)/tmp/scgi;
                 keepalive_requests 100000;
