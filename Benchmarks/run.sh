@@ -71,16 +71,18 @@ mkdir -p "$work/nginx" "$work/site"
 make_test_ca "$work/nginx"
 ln "$src" "$work/site/1g.bin" 2>/dev/null || cp "$src" "$work/site/1g.bin"
 head -c 1024 /dev/urandom > "$work/site/1k.bin"
+mkdir -p "$work/site/cacheable" && cp "$work/site/1k.bin" "$work/site/cacheable/1k.bin"
 hp=$(free_port); tp=$(free_port)
 start_nginx "$work/nginx" "$work/site" "$hp" "$tp"
 H="http://127.0.0.1:$hp"; S="https://127.0.0.1:$tp"; CA="$work/nginx/ca.pem"
 for i in $(seq 5000); do echo "$H/1k.bin"; done > "$work/urls.txt"
+for i in $(seq 5000); do echo "$H/cacheable/1k.bin"; done > "$work/cached-urls.txt"
 for i in $(seq 5000); do printf 'url = "%s/1k.bin"\noutput = "/dev/null"\n' "$H"; done > "$work/curl-urls.conf"
 
 # Foundation trusts only the system bundle: W3 gives it the test CA in a private mount namespace.
 cat /etc/ssl/certs/ca-certificates.crt "$CA" > "$work/bundle.crt"
 
-w1=(); w2=(); w3=()
+w1=(); w2=(); w3=(); w4=()
 w1+=("$(measure "curl" curl -s -o /dev/null "$H/1g.bin")")
 w1+=("$(measure "Porter" sh -c '"$0" -s "$1" > /dev/null' "$P" "$H/1g.bin")")
 w1+=("$(measure "AsyncHTTPClient" "$PEERS/ahc-client" get "$H/1g.bin")")
@@ -89,6 +91,11 @@ w2+=("$(measure "curl" curl -s --parallel --parallel-max 32 -K "$work/curl-urls.
 w2+=("$(measure "Porter" sh -c '"$0" -s --url-list "$1" --concurrency 32 > /dev/null' "$P" "$work/urls.txt")")
 w2+=("$(measure "AsyncHTTPClient" "$PEERS/ahc-client" many "$H/1k.bin" 32 5000)")
 w2+=("$(measure "Foundation URLSession" "$PEERS/foundation-client" many "$H/1k.bin" 32 5000)")
+# W4: the same 1 KiB file 5,000 times with Porter's cache on (one network load, then
+# cache hits), beside curl fetching it over the network as in W2.
+w4+=("$(measure "curl (network)" curl -s --parallel --parallel-max 32 -K "$work/curl-urls.conf")")
+rm -rf "$work/xdg-cache"
+w4+=("$(measure "Porter --cache (hits)" env XDG_CACHE_HOME="$work/xdg-cache" sh -c '"$0" -s --cache --url-list "$1" --concurrency 32 > /dev/null' "$P" "$work/cached-urls.txt")")
 w3+=("$(measure "curl" curl -s --cacert "$CA" -o /dev/null "$S/1g.bin")")
 w3+=("$(measure "Porter" sh -c '"$0" -s --cacert "$1" "$2" > /dev/null' "$P" "$CA" "$S/1g.bin")")
 w3+=("$(measure "AsyncHTTPClient" env PORTER_BENCH_CA="$CA" "$PEERS/ahc-client" get "$S/1g.bin")")
@@ -160,6 +167,12 @@ gib=$(( $(stat -c %s "$src") ))
     echo "### W3: W1 over HTTPS (HTTP/2 where the client offers it)"
     echo
     http_table "MB/s" "${w3[@]}"
+    echo
+    echo "### W4: 5,000 GETs of a cacheable 1 KiB file (max-age=600), 32 in flight: Porter's cache against curl over the network"
+    echo
+    echo "Porter runs with \`--cache\` (its persistent cache in a fresh folder): one network load, the rest served by the cache. Target: faster than curl fetching the file from nginx."
+    echo
+    http_table "req/s" "${w4[@]}"
     echo
     echo "## data: — a 100 MB payload as a base64 data: URL"
     echo

@@ -39,7 +39,8 @@ http {
     types { text/html html; text/plain txt; application/json json; }
     client_body_temp_path $d/tmp/body; proxy_temp_path $d/tmp/proxy; fastcgi_temp_path $d/tmp/fcgi;
     uwsgi_temp_path $d/tmp/uwsgi; scgi_temp_path $d/tmp/scgi;
-    server { listen 127.0.0.1:$port; root $root; location = /moved { return 301 /hello.txt; } }
+    server { listen 127.0.0.1:$port; root $root; location = /moved { return 301 /hello.txt; }
+             location /cacheable/ { add_header Cache-Control "max-age=600"; } }
     server { listen 127.0.0.1:$tls ssl http2; root $root;
              ssl_certificate $d/leaf.pem; ssl_certificate_key $d/leaf.key; }
 }
