@@ -182,6 +182,25 @@ final class HTTPHandlerTests: XCTestCase {
         XCTAssertEqual(cacheLog("/cache/fresh.txt").count, 2)
     }
 
+    /// The data delegate's willCacheResponse decides what is stored.
+    func testWillCacheResponseCanRefuse() async throws {
+        final class Refuse: DataDelegate, @unchecked Sendable {
+            let done = DispatchSemaphore(value: 0)
+            func dataTask(_ task: DataTask, willCacheResponse proposed: CachedResponse,
+                          completion: @escaping @Sendable (CachedResponse?) -> Void) { completion(nil) }
+            func task(_ task: SessionTask, didCompleteWithError error: PorterError?) { done.signal() }
+        }
+        let cache = HTTPCache()
+        let refuse = Refuse()
+        let s = Session(configuration: config { $0.responseCache = cache }, delegate: refuse)
+        for _ in 0..<2 {
+            s.dataTask(with: url(nginx.http + "/cache/fresh.txt?refused")).resume()
+            XCTAssertEqual(refuse.done.wait(timeout: .now() + 10), .success)
+        }
+        XCTAssertEqual(cache.count, 0)
+        XCTAssertEqual(cacheLog("/cache/fresh.txt?refused").count, 2, "nothing stored, so both went to nginx")
+    }
+
     func testNoCacheAndStaleResponsesAreRevalidatedWith304() async throws {
         let metrics = FetchTypes()
         let s = Session(configuration: config { $0.responseCache = HTTPCache() }, delegate: metrics)
