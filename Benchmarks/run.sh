@@ -131,7 +131,7 @@ gib=$(( $(stat -c %s "$src") ))
     echo
     echo "Foundation's URLSession on Linux cannot load file: URLs at all; it answered: \`${foundation_error}\`"
     read -r _ _ _ bt bm bx <<<"$baseline"
-    awk -v m="$bm" 'BEGIN{printf "\n`porter data:,x` alone peaks at %.1f MiB (the Swift runtime, Foundation, libcurl and OpenSSL mapped in): the rest of porter'"'"'s figure is its 2 MiB receive buffer and the chunks in flight.\n", m/1024}'
+    awk -v m="$bm" 'BEGIN{printf "\n`porter data:,x` alone peaks at %.1f MiB (the Swift runtime, Foundation, libcurl, OpenSSL and SQLite mapped in): the rest of porter'"'"'s figure is its 1 MiB receive buffer and the chunks in flight.\n", m/1024}'
     echo
     # http_table TITLE UNIT ROWS...: UNIT is "MB/s" (one 1 GiB body) or "req/s" (5,000 requests)
     http_table() {

@@ -117,9 +117,9 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             config.downloadDirectory = downloadDirectory
             if let t = options.maxTime { config.timeoutIntervalForResource = t; config.timeoutIntervalForRequest = t }
             if let r = options.maxRedirs { config.maximumRedirects = r }
-            // The CLI hands each chunk straight to stdout or a file: 2 MiB in flight keeps
+            // The CLI hands each chunk straight to stdout or a file: 1 MiB in flight keeps
             // the pipe full and memory low.
-            config.receiveBufferLimit = 2 << 20
+            config.receiveBufferLimit = 1 << 20
             config.caCertificateFile = options.cacert
             config.tlsVerificationDisabled = options.insecure
             config.pinnedPublicKey = options.pinnedpubkey
