@@ -23,6 +23,11 @@ public struct PluginRequest: Sendable {
     public var timeoutInterval: Double
     /// The session turned identity verification off (the CLI's --insecure).
     public var insecure: Bool
+    /// ABI 1.1: the session's cache holds a response for this request, with this
+    /// validator (nil when it has none). Call `PluginClient.cachedResponseIsValid` to
+    /// have it served.
+    public var hasCachedResponse: Bool
+    public var cachedValidator: String?
 
     init(_ r: porter_request) {
         func s(_ p: UnsafePointer<CChar>?) -> String? { p.flatMap { String(validatingCString: $0) } }
@@ -44,6 +49,14 @@ public struct PluginRequest: Sendable {
         bodyLength = r.body_length >= 0 ? r.body_length : nil
         timeoutInterval = r.timeout_interval
         insecure = r.insecure != 0
+        let offset = MemoryLayout<porter_request>.offset(of: \.cached_response) ?? Int.max
+        if Int(r.struct_size) >= offset + MemoryLayout<UnsafeRawPointer>.size, let cached = r.cached_response {
+            hasCachedResponse = true
+            cachedValidator = s(cached.pointee.validator)
+        } else {
+            hasCachedResponse = false
+            cachedValidator = nil
+        }
     }
 }
 
@@ -186,6 +199,17 @@ public final class PluginClient: @unchecked Sendable {
     }
 
     public func finish() { host.pointee.did_finish?(client) }
+
+    /// ABI 1.1: the request's cached response is still good; the host serves it and the
+    /// load is over. Returns false when the host is older than 1.1 (load as usual then).
+    @discardableResult
+    public func cachedResponseIsValid(revalidated: Bool) -> Bool {
+        let offset = MemoryLayout<porter_host>.offset(of: \.cached_response_is_valid) ?? Int.max
+        guard Int(host.pointee.struct_size) >= offset + MemoryLayout<UnsafeRawPointer>.size,
+              let call = host.pointee.cached_response_is_valid else { return false }
+        call(client, revalidated ? 1 : 0)
+        return true
+    }
 
     public func fail(_ error: PluginError) {
         host.pointee.did_fail?(client, error.code, error.message, error.causeDomain, error.causeCode)

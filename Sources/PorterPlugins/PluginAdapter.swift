@@ -62,7 +62,7 @@ public struct PluginHandlerFactory: ProtocolHandlerFactory, @unchecked Sendable 
     public func makeHandler(request: Request, cachedResponse: CachedResponse?,
                             client: any ProtocolClient) -> any ProtocolHandler {
         PluginHandler(load: PluginLoad(client: client, request: request, vtable: vtable, pluginName: name,
-                                       pluginContext: pluginContext))
+                                       pluginContext: pluginContext, cached: cachedResponse))
     }
 }
 

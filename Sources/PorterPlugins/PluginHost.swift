@@ -94,6 +94,9 @@ enum PluginHost {
             }
             return 0
         }
+        h.cached_response_is_valid = { client, revalidated in
+            PluginLoad.from(client)?.cachedResponseIsValid(revalidated: revalidated != 0)
+        }
         t.initialize(to: h)
         return UnsafePointer(t)
     }()

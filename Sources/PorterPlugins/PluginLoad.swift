@@ -34,14 +34,19 @@ final class PluginLoad: @unchecked Sendable {
     }
     private let state = Locked(State())
 
+    /// The session cache's response for this request, if any (ABI 1.1).
+    let cached: CachedResponse?
+
     init(client: any ProtocolClient, request: Request, vtable: porter_handler_vtable, pluginName: String,
-         pluginContext: UnsafeMutableRawPointer?) {
+         pluginContext: UnsafeMutableRawPointer?, cached: CachedResponse? = nil) {
         self.client = client
         self.request = request
         self.vtable = vtable
         self.pluginName = pluginName
         self.pluginContext = UnsafeSendable(pluginContext)
-        self.cRequest = CRequest(request, insecure: client.context.configuration.tlsVerificationDisabled)
+        self.cached = cached
+        self.cRequest = CRequest(request, insecure: client.context.configuration.tlsVerificationDisabled,
+                                 cached: cached?.response)
     }
 
     private let pluginContext: UnsafeSendable<UnsafeMutableRawPointer?>
@@ -160,6 +165,16 @@ final class PluginLoad: @unchecked Sendable {
         report { $0.wasRedirected(to: request, redirectResponse: response) }
     }
     func didFinish() { report(end: true) { $0.didFinishLoading() } }
+
+    /// The plugin says the cached response is still good (ABI 1.1).
+    func cachedResponseIsValid(revalidated: Bool) {
+        guard let cached else {
+            logger.warning("plugin \(pluginName): cached_response_is_valid without a cached response, ignored")
+            return
+        }
+        let serving = HTTPCacheRules.serving(cached, now: Date())
+        report(end: true) { $0.cachedResponseIsValid(serving: serving, revalidated: revalidated) }
+    }
     func didFail(_ error: PorterError) { report(end: true) { $0.didFail(with: error) } }
     func didSend(_ sent: Int64, _ total: Int64, _ expected: Int64) {
         report { $0.didSendBodyData(bytesSent: sent, totalBytesSent: total, totalBytesExpectedToSend: expected) }
@@ -249,10 +264,12 @@ final class CRequest: @unchecked Sendable {
     private var strings: [UnsafeMutablePointer<CChar>] = []
     private let headers: UnsafeMutablePointer<porter_field>
     private let properties: UnsafeMutablePointer<porter_field>
+    private var cachedFields: UnsafeMutablePointer<porter_field>?
+    private var cachedHead: UnsafeMutablePointer<porter_response>?
     /// Stable for the life of this object.
     let pointer: UnsafeMutablePointer<porter_request>
 
-    init(_ request: Request, insecure: Bool) {
+    init(_ request: Request, insecure: Bool, cached: Response? = nil) {
         var strings: [UnsafeMutablePointer<CChar>] = []
         func dup(_ s: String) -> UnsafePointer<CChar> {
             let p = strdup(s)!
@@ -284,6 +301,27 @@ final class CRequest: @unchecked Sendable {
         v.body_length = request.body?.knownLength ?? -1
         v.timeout_interval = request.timeoutInterval
         v.insecure = insecure ? 1 : 0
+        if let cached {
+            let fields = Array(cached.headerFields)
+            let list = UnsafeMutablePointer<porter_field>.allocate(capacity: max(1, fields.count))
+            for (i, f) in fields.enumerated() { list[i] = porter_field(name: dup(f.name.rawName), value: dup(f.value)) }
+            var head = porter_response()
+            head.struct_size = UInt32(MemoryLayout<porter_response>.size)
+            head.url = dup(cached.url.absoluteString)
+            head.mime_type = cached.mimeType.map { dup($0) }
+            head.text_encoding = cached.textEncodingName.map { dup($0) }
+            head.expected_length = cached.expectedContentLength
+            head.status_code = Int32(clamping: cached.statusCode ?? -1)
+            head.headers = UnsafePointer(list)
+            head.header_count = fields.count
+            head.resume_offset = -1
+            head.validator = cached.validator.map { dup($0) }
+            let h = UnsafeMutablePointer<porter_response>.allocate(capacity: 1)
+            h.initialize(to: head)
+            cachedFields = list
+            cachedHead = h
+            v.cached_response = UnsafePointer(h)
+        }
         self.pointer = .allocate(capacity: 1)
         self.pointer.initialize(to: v)
         self.strings = strings
@@ -293,6 +331,8 @@ final class CRequest: @unchecked Sendable {
         for s in strings { free(s) }
         headers.deallocate()
         properties.deallocate()
+        cachedFields?.deallocate()
+        cachedHead?.deallocate()
         pointer.deallocate()
     }
 }

@@ -214,6 +214,29 @@ final class AdapterTests: XCTestCase {
         }
     }
 
+    /// ABI 1.1: the plugin is handed the session cache's response and lets the host
+    /// serve it (a plugin scheme uses the cache like http does).
+    func testPluginUsesTheSessionCache() async throws {
+        final class Fetches: TaskDelegate, @unchecked Sendable {
+            let types = Locked<[String]>([])
+            func task(_ task: SessionTask, didFinishCollecting metrics: TaskMetrics) {
+                types.withLock { $0.append(metrics.transactionMetrics.last?.fetchType ?? "-") }
+            }
+        }
+        let fetches = Fetches()
+        let s = session(fetches) { $0.responseCache = HTTPCache() }
+        let loads = PluginFixture.counter("testplugin_full_loads", of: Self.pluginPath)
+        let checks = PluginFixture.counter("testplugin_validations", of: Self.pluginPath)
+        let (first, _) = try await s.data(from: URL(string: "ptest://h/cacheable")!)
+        let (second, response) = try await s.data(from: URL(string: "ptest://h/cacheable")!)
+        XCTAssertEqual(first, Data("cacheable body".utf8))
+        XCTAssertEqual(second, first)
+        XCTAssertEqual(response.statusCode, 200)
+        XCTAssertEqual(PluginFixture.counter("testplugin_full_loads", of: Self.pluginPath), loads + 1)
+        XCTAssertEqual(PluginFixture.counter("testplugin_validations", of: Self.pluginPath), checks + 1)
+        XCTAssertEqual(fetches.types.current.last, "revalidated")
+    }
+
     func testLinkedEntryPointWithoutDlopen() throws {
         // The same adapter for an entry point the application links in: here the
         // symbol of the loaded file stands for it.

@@ -93,7 +93,7 @@ final class LoaderTests: XCTestCase {
         try PluginFixture.build("major.so", in: folder, defines: ["ABI_MAJOR=2"])
         let d = try refusal(in: folder, named: "major.so")
         XCTAssertEqual(d?.stage, .abi)
-        XCTAssertTrue(d?.reason.contains("built for ABI 2.0") == true, "\(String(describing: d))")
+        XCTAssertTrue(d?.reason.contains("built for ABI 2.1; this host has 1.1") == true, "\(String(describing: d))")
     }
 
     func testNewerMinor() throws {
@@ -101,7 +101,19 @@ final class LoaderTests: XCTestCase {
         try PluginFixture.build("minor.so", in: folder, defines: ["ABI_MINOR=7"])
         let d = try refusal(in: folder, named: "minor.so")
         XCTAssertEqual(d?.stage, .abi)
-        XCTAssertTrue(d?.reason.contains("1.7, newer than this host's 1.0") == true, "\(String(describing: d))")
+        XCTAssertTrue(d?.reason.contains("1.7, newer than this host's 1.1") == true, "\(String(describing: d))")
+    }
+
+    /// ABI 1.1 only appended fields: a plugin built against 1.0 loads and works.
+    func testAnOlderMinorStillLoads() async throws {
+        let folder = try PluginFixture.folder()
+        let path = try PluginFixture.build("old.so", in: folder, defines: ["ABI_MINOR=0"])
+        let registry = HandlerRegistry()
+        XCTAssertNotNil(PluginLoader(registry: registry).load(path: path).plugin)
+        var config = SessionConfiguration.ephemeral
+        config.registry = registry
+        let (data, _) = try await Session(configuration: config).data(from: URL(string: "ptest://h/hello")!)
+        XCTAssertEqual(String(decoding: data, as: UTF8.self), "hello from ptest")
     }
 
     func testIncompleteDescriptor() throws {

@@ -1,7 +1,8 @@
 /*
  * porter_plugin.h — the C ABI between Porter and a protocol-handler plugin.
  *
- * ABI version 1.0.
+ * ABI version 1.1 (1.1 appended `porter_request.cached_response` and
+ * `porter_host.cached_response_is_valid`; a 1.0 plugin loads unchanged).
  *
  * A plugin is a shared object that exports ONE function, `porter_plugin_entry`
  * (see PORTER_PLUGIN_ENTRY_SYMBOL). Porter dlopens it (RTLD_NOW | RTLD_LOCAL |
@@ -68,7 +69,7 @@ extern "C" {
 #endif
 
 #define PORTER_PLUGIN_ABI_MAJOR 1
-#define PORTER_PLUGIN_ABI_MINOR 0
+#define PORTER_PLUGIN_ABI_MINOR 1
 
 /* The name of the one exported function. */
 #define PORTER_PLUGIN_ENTRY_SYMBOL "porter_plugin_entry"
@@ -139,6 +140,8 @@ typedef struct porter_field {
     const char *value;
 } porter_field;
 
+struct porter_response;   /* below */
+
 /* The request one load is for. Owned by the host; valid (with every string and array
  * it points to) from `start` until `destroy` returns for that load — unlike other
  * host values, a handler may keep pointers into it for the whole load. */
@@ -165,6 +168,16 @@ typedef struct porter_request {
      * (the CLI's --insecure). A handler may then accept an unknown host without a
      * challenge — but never a host whose identity CHANGED. */
     int32_t insecure;
+
+    /* --- ABI 1.1 (check struct_size before reading) --- */
+
+    /* The session's cache holds a response for this request: its head (NULL when
+     * none). A handler that can tell it is still good (its `validator` matches, or
+     * the scheme's own freshness rules say so) calls `cached_response_is_valid`
+     * instead of loading; otherwise it loads as usual and its response replaces the
+     * stored one. Responses are stored when they have a status code and the rules of
+     * RFC 9111 allow it (e.g. status 200 with a Cache-Control header). */
+    const struct porter_response *cached_response;
 } porter_request;
 
 /* The response head a handler reports. Filled in by the plugin; read by the host
@@ -297,6 +310,15 @@ typedef struct porter_host {
      * the entry point or later, from any thread. Subscriptions last for the process. */
     int32_t (*subscribe)(const char *event_name, const char *signature, void (*function)(void),
                          void *user_data, char *error, size_t error_capacity);
+
+    /* --- ABI 1.1 (check struct_size, or abi_minor >= 1, before calling) --- */
+
+    /* The request's `cached_response` is still good: the host serves the stored
+     * response and body, and the load is over (as after `did_finish`; `destroy`
+     * follows). `revalidated`: 1 when the plugin asked its server (metrics say
+     * "revalidated"), 0 when it decided alone ("localCache"). Ignored (logged) when the
+     * request had no cached response. */
+    void (*cached_response_is_valid)(porter_client *client, int32_t revalidated);
 } porter_host;
 
 /* ---------------------------------------------------------------------------------

@@ -18,6 +18,7 @@
 #include "porter_plugin.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,11 @@ __attribute__((visibility("default"))) size_t testplugin_events(char *buffer, si
     pthread_mutex_unlock(&log_lock);
     return n;
 }
+
+/* Loads of /cacheable that sent the body, and that let the host serve its cached copy. */
+static int full_loads, validations;
+__attribute__((visibility("default"))) int testplugin_full_loads(void) { return __atomic_load_n(&full_loads, __ATOMIC_SEQ_CST); }
+__attribute__((visibility("default"))) int testplugin_validations(void) { return __atomic_load_n(&validations, __ATOMIC_SEQ_CST); }
 
 /* Counts loads alive (started, not destroyed), for leak checks. */
 static int live_loads;
@@ -253,6 +259,33 @@ static void *run(void *arg) {
         if (!ask(l, &c)) return NULL;
         if (l->disposition == PORTER_DISPOSITION_USE_CREDENTIAL && l->trust) body_text(l, "trusted");
         else host->did_fail(l->client, PORTER_ERR_SERVER_CERTIFICATE_UNTRUSTED, "host key not trusted", NULL, 0);
+    } else if (strcmp(path, "/cacheable") == 0) {
+        /* ABI 1.1: a stored response whose validator still matches is served by the host. */
+        const struct porter_response *cached = NULL;
+        if (l->request->struct_size >= offsetof(porter_request, cached_response) + sizeof(void *))
+            cached = l->request->cached_response;
+        if (cached && cached->validator && strcmp(cached->validator, "\"v1\"") == 0 &&
+            host->struct_size >= offsetof(porter_host, cached_response_is_valid) + sizeof(void *) &&
+            host->cached_response_is_valid) {
+            __atomic_add_fetch(&validations, 1, __ATOMIC_SEQ_CST);
+            host->cached_response_is_valid(l->client, 1);
+            return NULL;
+        }
+        __atomic_add_fetch(&full_loads, 1, __ATOMIC_SEQ_CST);
+        porter_response r;
+        memset(&r, 0, sizeof r);
+        r.struct_size = sizeof r;
+        r.mime_type = "text/plain";
+        r.expected_length = 14;
+        r.status_code = 200;
+        r.resume_offset = -1;
+        r.validator = "\"v1\"";
+        porter_field headers[2] = {{"ETag", "\"v1\""}, {"Cache-Control", "no-cache"}};
+        r.headers = headers;
+        r.header_count = 2;
+        host->did_receive_response(l->client, &r);
+        host->did_load_data(l->client, "cacheable body", 14);
+        host->did_finish(l->client);
     } else if (strcmp(path, "/missing") == 0) {
         host->did_fail(l->client, PORTER_ERR_FILE_DOES_NOT_EXIST, "no such thing", "ptest", 2);
     } else if (strcmp(path, "/upload") == 0) {
