@@ -261,6 +261,14 @@ final class HTTPHandlerTests: XCTestCase {
         XCTAssertEqual(text(fresh), "item GET\n")
         XCTAssertEqual(cacheLog("/cache/item").map { String($0.prefix(4)) }, ["GET ", "POST", "GET "],
                        "the POST invalidated the stored GET")
+        // A POST elsewhere invalidates its same-origin Location (not a Content-Location of another origin).
+        _ = try await s.data(from: url(nginx.http + "/cache/fresh.txt?loc"))
+        _ = try await s.data(from: url(nginx.http + "/cache/fresh.txt?other"))
+        _ = try await s.upload(for: Request(url: url(nginx.http + "/cache/create"), method: "POST"), from: Data("x".utf8))
+        _ = try await s.data(from: url(nginx.http + "/cache/fresh.txt?loc"))
+        _ = try await s.data(from: url(nginx.http + "/cache/fresh.txt?other"))
+        XCTAssertEqual(cacheLog("/cache/fresh.txt?loc").count, 2, "the Location was invalidated")
+        XCTAssertEqual(cacheLog("/cache/fresh.txt?other").count, 1, "127.0.0.1's entry stays: the Content-Location named localhost")
     }
 
     /// `porter --cache`: a network load, then a cache hit (-v says which); a stale entry is

@@ -75,6 +75,7 @@ final class NginxFixture: @unchecked Sendable {
             location = /cache/nostore.txt { access_log \(dir)/logs/cache.log cachelog; add_header Cache-Control "no-store"; }
             location = /cache/stale.txt { access_log \(dir)/logs/cache.log cachelog; add_header Cache-Control "max-age=1"; }
             location = /cache/vary.txt { access_log \(dir)/logs/cache.log cachelog; add_header Cache-Control "max-age=60"; add_header Vary "X-Lang"; }
+            location = /cache/create { access_log \(dir)/logs/cache.log cachelog; add_header Location "/cache/fresh.txt?loc"; add_header Content-Location "http://localhost:\(httpPort)/cache/fresh.txt?other"; echo_read_request_body; echo "created"; }
             location = /cache/item { access_log \(dir)/logs/cache.log cachelog; add_header Cache-Control "max-age=60"; echo_read_request_body; echo "item $request_method"; }
             location = /conn { default_type text/plain; echo_sleep 0.3; echo "$connection"; }
             location = /echo { default_type text/plain; echo_read_request_body;
