@@ -322,7 +322,9 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         mode = .body
         // The decoded length is unknown when libcurl decodes a content coding.
         stager.reset(expectedLength: head.fields[.contentEncoding] == nil ? response.expectedContentLength : -1)
-        let cacheable = HTTPCacheRules.isStorable(request: request, response: response) ? CacheStoragePolicy.allowed : .notAllowed
+        // Only a session with a cache pays for the RFC 9111 decision (this runs per response).
+        let cacheable = client.context.configuration.responseCache != nil
+            && HTTPCacheRules.isStorable(request: request, response: response) ? CacheStoragePolicy.allowed : .notAllowed
         client.didReceive(response, cacheStoragePolicy: cacheable)
     }
 

@@ -232,15 +232,16 @@ public final class MemoryCookieStore: CookieStore, @unchecked Sendable {
         }
         note(.stored(c))
         if list.count > maximumPerDomain {
+            let before = list.count
             for gone in list where gone.isExpired(at: now) && !gone.sameIdentity(as: c) { note(.removed(gone)) }
             list.removeAll { $0.isExpired(at: now) && !$0.sameIdentity(as: c) }
             while list.count > maximumPerDomain, let victim = list.indices.filter({ !list[$0].sameIdentity(as: c) })
                     .min(by: { list[$0].lastAccess < list[$1].lastAccess }) {
                 note(.removed(list.remove(at: victim)))
             }
+            count -= before - list.count
         }
         byDomain[c.domain] = list
-        count = byDomain.values.reduce(0) { $0 + $1.count }
         if count > maximumTotal { evictOverall(now: now, keeping: c) }
     }
 
