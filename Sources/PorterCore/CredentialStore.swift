@@ -18,8 +18,7 @@ public final class CredentialStore: @unchecked Sendable {
     }()
 
     public static func defaultPath(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
-        if let data = environment["XDG_DATA_HOME"], data.hasPrefix("/") { return data + "/porter/credentials.json" }
-        return (environment["HOME"] ?? NSHomeDirectory()) + "/.local/share/porter/credentials.json"
+        (XDG.dataHome(environment: environment) ?? NSHomeDirectory() + "/.local/share") + "/porter/credentials.json"
     }
 
     private struct Entry {
@@ -39,19 +38,9 @@ public final class CredentialStore: @unchecked Sendable {
     /// folder). Throws when the file is readable by others or unreadable.
     public init(path: String) throws {
         self.path = path
-        let folder = (path as NSString).deletingLastPathComponent
-        do {
-            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
-        } catch {
-            throw PorterError(.cannotCreateFile, "cannot create \(folder): \(error.localizedDescription)")
-        }
-        var st = stat()
-        guard stat(path, &st) == 0 else { return }   // nothing stored yet
-        if st.st_mode & (S_IRWXG | S_IRWXO) != 0 {
-            throw PorterError(.noPermissionsToReadFile,
-                              "refusing the credential store \(path): others may read it (mode \(String(st.st_mode & 0o777, radix: 8))); chmod 600 it")
-        }
+        try PrivateFiles.makeFolder((path as NSString).deletingLastPathComponent)
+        guard FileManager.default.fileExists(atPath: path) else { return }   // nothing stored yet
+        try PrivateFiles.refuseIfOthersCanRead(path, what: "the credential store")
         guard let data = FileManager.default.contents(atPath: path) else {
             throw PorterError(.noPermissionsToReadFile, "cannot read the credential store \(path)")
         }
@@ -121,12 +110,7 @@ public final class CredentialStore: @unchecked Sendable {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
         guard let data = try? encoder.encode(records.sorted { ($0.space.host, $0.user) < ($1.space.host, $1.user) }) else { return }
-        let temp = path + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        let fd = open(temp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { return }
-        let ok = data.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) == $0.count } && fsync(fd) == 0
-        close(fd)
-        if !ok || rename(temp, path) != 0 { unlink(temp) }
+        _ = PrivateFiles.writeAtomically(data, to: path)
     }
 
     private struct SpaceRecord: Codable {
@@ -171,14 +155,10 @@ public struct Netrc: Sendable {
 
     /// Reads `path`, refusing a file that others may read (as curl's netrc rules ask).
     public init(contentsOf path: String) throws {
-        var st = stat()
-        guard stat(path, &st) == 0, let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
             throw PorterError(.fileDoesNotExist, "cannot read \(path)")
         }
-        if st.st_mode & (S_IRWXG | S_IRWXO) != 0 {
-            throw PorterError(.noPermissionsToReadFile,
-                              "refusing \(path): others may read it (mode \(String(st.st_mode & 0o777, radix: 8))); chmod 600 it")
-        }
+        try PrivateFiles.refuseIfOthersCanRead(path, what: "")
         self.init(parsing: text)
     }
 

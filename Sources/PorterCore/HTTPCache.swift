@@ -192,8 +192,7 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
     }()
 
     public static func defaultDirectory(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
-        if let c = environment["XDG_CACHE_HOME"], c.hasPrefix("/") { return c + "/porter/http" }
-        return (environment["HOME"] ?? NSHomeDirectory()) + "/.cache/porter/http"
+        (XDG.cacheHome(environment: environment) ?? NSHomeDirectory() + "/.cache") + "/porter/http"
     }
 
     /// Where the disk tier lives, if there is one.

@@ -2,11 +2,11 @@ import Foundation
 import GRDB
 import HTTPTypes
 
-/// The disk tier of `HTTPCache`: bodies as files (written to a temporary name, flushed,
-/// then renamed) and an index in SQLite (WAL) holding each entry's head, Vary values,
-/// body size and digest. A body that does not match its size and digest on read is
-/// dropped, never served; files no entry names (a crash between the rename and the
-/// index) are removed when the cache opens. Folder 0700, files 0600.
+/// The disk tier of `HTTPCache`: bodies as files (`PrivateFiles.writeAtomically`) and an
+/// index in SQLite (WAL) holding each entry's head, Vary values, body size and digest. A
+/// body that does not match its size and digest on read is dropped, never served; files
+/// no entry names (a crash between the rename and the index) are removed when the cache
+/// opens. Folder 0700, files 0600.
 final class HTTPDiskCache: @unchecked Sendable {
     let directory: String
     let capacity: Int
@@ -15,16 +15,10 @@ final class HTTPDiskCache: @unchecked Sendable {
     init(directory: String, capacity: Int) throws {
         self.directory = directory
         self.capacity = capacity
-        do {
-            try FileManager.default.createDirectory(atPath: directory + "/bodies", withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
-        } catch {
-            throw PorterError(.cannotCreateFile, "cannot create the cache folder \(directory): \(error.localizedDescription)")
-        }
+        try PrivateFiles.makeFolder(directory + "/bodies")
         chmod(directory, 0o700)
         let path = directory + "/index.sqlite"
-        let fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
-        if fd >= 0 { close(fd) }
+        PrivateFiles.createFile(path)
         var config = Configuration()
         config.busyMode = .timeout(5)
         do {
@@ -94,21 +88,7 @@ final class HTTPDiskCache: @unchecked Sendable {
     func store(key: String, vary: [String: String], cached: CachedResponse) {
         let name = UUID().uuidString
         let final = directory + "/bodies/" + name
-        let temp = final + ".partial"
-        let fd = open(temp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { return }
-        let written = cached.data.withUnsafeBytes { raw -> Bool in
-            var offset = 0
-            while offset < raw.count {
-                let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
-                if n <= 0 { return false }
-                offset += n
-            }
-            return true
-        }
-        let synced = fsync(fd) == 0
-        close(fd)
-        guard written, synced, rename(temp, final) == 0 else { unlink(temp); return }
+        guard PrivateFiles.writeAtomically(cached.data, to: final) else { return }
         let replaced: [String]
         do {
             replaced = try database.write { db -> [String] in
@@ -212,22 +192,16 @@ final class HTTPDiskCache: @unchecked Sendable {
         for b in victims { unlink(directory + "/bodies/" + b) }
     }
 
-    /// Body files no entry names (and unfinished .partial files) go.
+    /// Body files no entry names go: unfinished temporary files, and bodies whose index
+    /// write never happened (a crash between the rename and the index). Files younger than
+    /// a minute may be another process's work in progress, so they stay.
     private func removeOrphans() {
         let named = Set((try? database.read { db in try String.fetchAll(db, sql: "SELECT body FROM entry") }) ?? [])
         let files = (try? FileManager.default.contentsOfDirectory(atPath: directory + "/bodies")) ?? []
         for f in files where !named.contains(f) {
-            // A .partial may belong to another process writing right now: only old ones go.
             let path = directory + "/bodies/" + f
-            if f.hasSuffix(".partial"),
-               let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date,
+            if let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date,
                Date().timeIntervalSince(modified) < 60 { continue }
-            if !f.hasSuffix(".partial") {
-                // A finished file without an entry may be another process's, between its
-                // rename and its index write: leave the young ones too.
-                if let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date,
-                   Date().timeIntervalSince(modified) < 60 { continue }
-            }
             unlink(path)
         }
     }

@@ -1,6 +1,7 @@
 import CPorterHost
 /// Plugin authors and applications that link a plugin in use the C names (porter_plugin_entry_fn).
 @_exported import CPorterPlugin
+import PorterPluginKit
 import Foundation
 import PorterCore
 #if canImport(Glibc)
@@ -100,11 +101,7 @@ public final class PluginLoader: @unchecked Sendable {
         if !privileged, let list = environment["PORTER_PLUGIN_PATH"] {
             folders += list.split(separator: ":").map(String.init).filter { !$0.isEmpty }
         }
-        if let data = environment["XDG_DATA_HOME"], data.hasPrefix("/") {
-            folders.append(data + "/porter/plugins")
-        } else if let home = environment["HOME"], home.hasPrefix("/") {
-            folders.append(home + "/.local/share/porter/plugins")
-        }
+        if let data = XDG.dataHome(environment: environment) { folders.append(data + "/porter/plugins") }
         folders += ["/usr/local/lib/porter/plugins", "/usr/lib/porter/plugins"]
         return folders
     }
@@ -177,7 +174,7 @@ public final class PluginLoader: @unchecked Sendable {
         let capacity = error.count
         let rc = entry(PluginHost.table, &descriptorPointer, &error, capacity)
         if rc != 0 {
-            let message = String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            let message = CErrorBuffer.read(error)
             return refuse(PluginLoadStage.`init`, "the entry point returned \(rc)", message.isEmpty ? nil : message)
         }
         guard let descriptorPointer else { return refuse(.descriptor, "the entry point returned no descriptor") }

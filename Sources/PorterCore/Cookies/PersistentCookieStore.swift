@@ -20,9 +20,7 @@ public final class PersistentCookieStore: CookieStore, @unchecked Sendable {
     }()
 
     public static func defaultPath(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
-        if let data = environment["XDG_DATA_HOME"], data.hasPrefix("/") { return data + "/porter/cookies.sqlite" }
-        let home = environment["HOME"] ?? NSHomeDirectory()
-        return home + "/.local/share/porter/cookies.sqlite"
+        (XDG.dataHome(environment: environment) ?? NSHomeDirectory() + "/.local/share") + "/porter/cookies.sqlite"
     }
 
     public let path: String
@@ -34,21 +32,12 @@ public final class PersistentCookieStore: CookieStore, @unchecked Sendable {
     public init(path: String, maximumPerDomain: Int = 180, maximumTotal: Int = 10_000,
                 clock: @escaping @Sendable () -> Date = Date.init) throws {
         self.path = path
-        let folder = (path as NSString).deletingLastPathComponent
-        do {
-            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true,
-                                                    attributes: [.posixPermissions: 0o700])
-        } catch {
-            throw PorterError(.cannotCreateFile, "cannot create \(folder): \(error.localizedDescription)")
-        }
-        try Self.refuseIfOthersCanRead(path)
+        try PrivateFiles.makeFolder((path as NSString).deletingLastPathComponent)
+        try PrivateFiles.refuseIfOthersCanRead(path, what: "the cookie store")
         var config = Configuration()
         config.busyMode = .timeout(5)
         config.label = "porter.cookies"
-        // Made 0600 before SQLite opens it: SQLite gives the -wal and -shm files the
-        // database's own mode.
-        let fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
-        if fd >= 0 { close(fd) }
+        PrivateFiles.createFile(path)
         do {
             database = try DatabaseQueue(path: path, configuration: config)
             try database.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA journal_mode = WAL") }
@@ -71,15 +60,6 @@ public final class PersistentCookieStore: CookieStore, @unchecked Sendable {
             Self.write(changes, to: writer.value)
         }
         memory.restore(rows)
-    }
-
-    private static func refuseIfOthersCanRead(_ path: String) throws {
-        var st = stat()
-        guard stat(path, &st) == 0 else { return }
-        if st.st_mode & (S_IRWXG | S_IRWXO) != 0 {
-            throw PorterError(.noPermissionsToReadFile,
-                              "refusing the cookie store \(path): others may read it (mode \(String(st.st_mode & 0o777, radix: 8))); chmod 600 it")
-        }
     }
 
     private static func load(_ db: DatabaseQueue) throws -> [Cookie] {

@@ -1,0 +1,78 @@
+import Foundation
+
+/// The XDG base directories Porter keeps its files under (plugins, cookies, credentials,
+/// the cache).
+public enum XDG {
+    /// `$XDG_DATA_HOME`, else `$HOME/.local/share`; nil when neither is an absolute path.
+    public static func dataHome(environment: [String: String] = ProcessInfo.processInfo.environment) -> String? {
+        base(environment, "XDG_DATA_HOME", "/.local/share")
+    }
+
+    /// `$XDG_CACHE_HOME`, else `$HOME/.cache`; nil when neither is an absolute path.
+    public static func cacheHome(environment: [String: String] = ProcessInfo.processInfo.environment) -> String? {
+        base(environment, "XDG_CACHE_HOME", "/.cache")
+    }
+
+    private static func base(_ environment: [String: String], _ variable: String, _ underHome: String) -> String? {
+        if let v = environment[variable], v.hasPrefix("/") { return v }
+        if let home = environment["HOME"], home.hasPrefix("/") { return home + underHome }
+        return nil
+    }
+}
+
+/// The persistent stores' files: folders 0700, files 0600, never read when others may
+/// read them, replaced whole by rename.
+enum PrivateFiles {
+    /// Creates `folder` (and its parents) with mode 0700.
+    static func makeFolder(_ folder: String) throws {
+        do {
+            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw PorterError(.cannotCreateFile, "cannot create \(folder): \(error.localizedDescription)")
+        }
+    }
+
+    /// Throws `.noPermissionsToReadFile` when `path` exists and its group or others have
+    /// any access. `what` names the file in the message ("the cookie store").
+    static func refuseIfOthersCanRead(_ path: String, what: String) throws {
+        var st = stat()
+        guard stat(path, &st) == 0 else { return }
+        if st.st_mode & (S_IRWXG | S_IRWXO) != 0 {
+            throw PorterError(.noPermissionsToReadFile,
+                              "refusing \(what.isEmpty ? "" : what + " ")\(path): others may read it (mode \(String(st.st_mode & 0o777, radix: 8))); chmod 600 it")
+        }
+    }
+
+    /// Creates `path` with mode 0600 when it does not exist (before SQLite opens it: SQLite
+    /// gives its -wal and -shm files the database's own mode).
+    static func createFile(_ path: String) {
+        let fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
+        if fd >= 0 { close(fd) }
+    }
+
+    /// Writes `data` to a new temporary file (0600) beside `path`, flushes it and renames
+    /// it over `path`: readers see the old file or the new one. False on any failure (the
+    /// temporary file is then removed).
+    static func writeAtomically(_ data: Data, to path: String) -> Bool {
+        let temp = path + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        let fd = open(temp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return false }
+        let written = data.withUnsafeBytes { raw -> Bool in
+            var offset = 0
+            while offset < raw.count {
+                let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
+                if n <= 0 { return false }
+                offset += n
+            }
+            return true
+        }
+        let synced = fsync(fd) == 0
+        close(fd)
+        guard written, synced, rename(temp, path) == 0 else {
+            unlink(temp)
+            return false
+        }
+        return true
+    }
+}
