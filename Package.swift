@@ -48,7 +48,7 @@ let package = Package(
         .target(name: "CPorterHost", linkerSettings: [.linkedLibrary("ffi")]),
         .target(
             name: "PorterPlugins",
-            dependencies: ["PorterCore", "CPorterPlugin", "CPorterHost", .product(name: "HTTPTypes", package: "swift-http-types")],
+            dependencies: ["PorterCore", "CPorterPlugin", "PorterPluginKit", "CPorterHost", .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict),
         .target(name: "PorterPluginKit", dependencies: ["CPorterPlugin"], swiftSettings: strict),
         .systemLibrary(name: "CSSH2", path: "Plugins/SFTP/CSSH2"),

@@ -164,13 +164,9 @@ public final class PluginClient: @unchecked Sendable {
     }
 
     public func receive(_ response: PluginResponse) {
-        var owned: [UnsafeMutablePointer<CChar>] = []
-        defer { owned.forEach { free($0) } }
-        func dup(_ s: String?) -> UnsafePointer<CChar>? {
-            guard let s, let p = strdup(s) else { return nil }
-            owned.append(p)
-            return UnsafePointer(p)
-        }
+        let strings = CStrings()
+        defer { withExtendedLifetime(strings) {} }
+        let dup = strings.dup
         let fields = UnsafeMutablePointer<porter_field>.allocate(capacity: max(1, response.headers.count))
         defer { fields.deallocate() }
         for (i, h) in response.headers.enumerated() { fields[i] = porter_field(name: dup(h.name), value: dup(h.value)) }
@@ -232,13 +228,9 @@ public final class PluginClient: @unchecked Sendable {
     /// the challenge could not be raised.
     public func challengeAndWait(_ challenge: PluginChallenge, isCancelled: () -> Bool) -> PluginReply? {
         let box = ReplyBox()
-        var owned: [UnsafeMutablePointer<CChar>] = []
-        defer { owned.forEach { free($0) } }
-        func dup(_ s: String?) -> UnsafePointer<CChar>? {
-            guard let s, let p = strdup(s) else { return nil }
-            owned.append(p)
-            return UnsafePointer(p)
-        }
+        let strings = CStrings()
+        defer { withExtendedLifetime(strings) {} }
+        let dup = strings.dup
         var c = porter_challenge()
         c.struct_size = UInt32(MemoryLayout<porter_challenge>.size)
         switch challenge.method {
@@ -386,13 +378,6 @@ public enum PluginKit {
         init(_ handler: any PluginLoadHandler) { self.handler = handler }
     }
 
-    static func write(_ message: String, to buffer: UnsafeMutablePointer<CChar>?, capacity: Int) {
-        guard let buffer, capacity > 0 else { return }
-        let bytes = Array(message.utf8.prefix(capacity - 1))
-        for (i, b) in bytes.enumerated() { buffer[i] = CChar(bitPattern: b) }
-        buffer[bytes.count] = 0
-    }
-
     private static let exports = NSLock()
     nonisolated(unsafe) private static var byName: [String: Exported] = [:]
 
@@ -402,7 +387,7 @@ public enum PluginKit {
                               descriptor: UnsafeMutablePointer<UnsafePointer<porter_plugin_descriptor>?>?,
                               error: UnsafeMutablePointer<CChar>?, capacity: Int) -> Int32 {
         func refuse(_ message: String) -> Int32 {
-            write(message, to: error, capacity: capacity)
+            CErrorBuffer.write(message, to: error, capacity: capacity)
             return 1
         }
         guard let host, let descriptor else { return refuse("no host table or descriptor slot") }
@@ -432,10 +417,10 @@ public enum PluginKit {
                 handler.start()
                 return 0
             } catch let failure as PluginError {
-                PluginKit.write(failure.message, to: errorBuffer, capacity: capacity)
+                CErrorBuffer.write(failure.message, to: errorBuffer, capacity: capacity)
                 return failure.code != 0 ? failure.code : Int32(PORTER_ERR_UNKNOWN)
             } catch {
-                PluginKit.write("\(error)", to: errorBuffer, capacity: capacity)
+                CErrorBuffer.write("\(error)", to: errorBuffer, capacity: capacity)
                 return Int32(PORTER_ERR_UNKNOWN)
             }
         }

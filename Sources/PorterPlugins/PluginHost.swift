@@ -1,4 +1,5 @@
 import CPorterPlugin
+import PorterPluginKit
 import Foundation
 import HTTPTypes
 import Logging
@@ -89,7 +90,7 @@ enum PluginHost {
                 signature: signature.flatMap { String(validatingCString: $0) },
                 function: function, userData: userData)
             if case .failure(let reason) = result {
-                PluginHost.write(reason.message, to: error, capacity: capacity)
+                CErrorBuffer.write(reason.message, to: error, capacity: capacity)
                 return -1
             }
             return 0
@@ -102,13 +103,6 @@ enum PluginHost {
     }()
 
     static let logger = Logger(label: "porter.plugins")
-
-    static func write(_ text: String, to buffer: UnsafeMutablePointer<CChar>?, capacity: Int) {
-        guard let buffer, capacity > 0 else { return }
-        let bytes = Array(text.utf8.prefix(capacity - 1))
-        for (i, b) in bytes.enumerated() { buffer[i] = CChar(bitPattern: b) }
-        buffer[bytes.count] = 0
-    }
 
     static func string(_ p: UnsafePointer<CChar>?) -> String? {
         p.flatMap { String(validatingCString: $0) }
@@ -179,13 +173,9 @@ enum PluginHost {
                      context: UnsafeMutableRawPointer?) {
         var r = porter_challenge_reply()
         r.struct_size = UInt32(MemoryLayout<porter_challenge_reply>.size)
-        var owned: [UnsafeMutablePointer<CChar>] = []
-        defer { owned.forEach { free($0) } }
-        func dup(_ s: String?) -> UnsafePointer<CChar>? {
-            guard let s, let p = strdup(s) else { return nil }
-            owned.append(p)
-            return UnsafePointer(p)
-        }
+        let strings = CStrings()
+        defer { withExtendedLifetime(strings) {} }
+        let dup = strings.dup
         switch disposition {
         case .useCredential(let credential):
             r.disposition = Int32(PORTER_DISPOSITION_USE_CREDENTIAL)

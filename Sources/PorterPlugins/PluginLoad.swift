@@ -1,4 +1,5 @@
 import CPorterPlugin
+import PorterPluginKit
 import Foundation
 import HTTPTypes
 import Logging
@@ -76,7 +77,7 @@ final class PluginLoad: @unchecked Sendable {
         if rc != 0 {
             state.withLock { $0.silenced = true; $0.destroyed = true }
             retained.release()
-            let message = String(decoding: error.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            let message = CErrorBuffer.read(error)
             let code = PorterError.Code(rawValue: Int(rc)) ?? .unknown
             client.didFail(with: PorterError(code, message.isEmpty ? "plugin \(pluginName) refused the request" : message,
                                              url: request.url))
@@ -261,7 +262,7 @@ struct UnsafeSendable<T>: @unchecked Sendable {
 /// The C form of a `Request`, with every string it points at, alive as long as this
 /// object is (the header promises: until `destroy`).
 final class CRequest: @unchecked Sendable {
-    private var strings: [UnsafeMutablePointer<CChar>] = []
+    private let strings: CStrings
     private let headers: UnsafeMutablePointer<porter_field>
     private let properties: UnsafeMutablePointer<porter_field>
     private var cachedFields: UnsafeMutablePointer<porter_field>?
@@ -270,12 +271,8 @@ final class CRequest: @unchecked Sendable {
     let pointer: UnsafeMutablePointer<porter_request>
 
     init(_ request: Request, insecure: Bool, cached: Response? = nil) {
-        var strings: [UnsafeMutablePointer<CChar>] = []
-        func dup(_ s: String) -> UnsafePointer<CChar> {
-            let p = strdup(s)!
-            strings.append(p)
-            return UnsafePointer(p)
-        }
+        let strings = CStrings()
+        let dup = strings.dup
         let fields = Array(request.headerFields)
         headers = .allocate(capacity: max(1, fields.count))
         for (i, f) in fields.enumerated() {
@@ -296,7 +293,7 @@ final class CRequest: @unchecked Sendable {
         v.properties = UnsafePointer(properties)
         v.property_count = props.count
         v.resume_offset = request.resumeRange?.offset ?? -1
-        v.resume_validator = request.resumeRange?.validator.map { dup($0) }
+        v.resume_validator = dup(request.resumeRange?.validator)
         v.has_body = request.body == nil ? 0 : 1
         v.body_length = request.body?.knownLength ?? -1
         v.timeout_interval = request.timeoutInterval
@@ -308,14 +305,14 @@ final class CRequest: @unchecked Sendable {
             var head = porter_response()
             head.struct_size = UInt32(MemoryLayout<porter_response>.size)
             head.url = dup(cached.url.absoluteString)
-            head.mime_type = cached.mimeType.map { dup($0) }
-            head.text_encoding = cached.textEncodingName.map { dup($0) }
+            head.mime_type = dup(cached.mimeType)
+            head.text_encoding = dup(cached.textEncodingName)
             head.expected_length = cached.expectedContentLength
             head.status_code = Int32(clamping: cached.statusCode ?? -1)
             head.headers = UnsafePointer(list)
             head.header_count = fields.count
             head.resume_offset = -1
-            head.validator = cached.validator.map { dup($0) }
+            head.validator = dup(cached.validator)
             let h = UnsafeMutablePointer<porter_response>.allocate(capacity: 1)
             h.initialize(to: head)
             cachedFields = list
@@ -328,7 +325,6 @@ final class CRequest: @unchecked Sendable {
     }
 
     deinit {
-        for s in strings { free(s) }
         headers.deallocate()
         properties.deallocate()
         cachedFields?.deallocate()

@@ -44,12 +44,7 @@ public func porter_sftp_plugin_entry(_ host: UnsafePointer<porter_host>?,
                                      _ descriptor: UnsafeMutablePointer<UnsafePointer<porter_plugin_descriptor>?>?,
                                      _ error: UnsafeMutablePointer<CChar>?, _ capacity: Int) -> Int32 {
     guard SFTPPlugin.initialised else {
-        let message = "libssh2_init failed"
-        if let error, capacity > 0 {
-            let bytes = Array(message.utf8.prefix(capacity - 1))
-            for (i, b) in bytes.enumerated() { error[i] = CChar(bitPattern: b) }
-            error[bytes.count] = 0
-        }
+        CErrorBuffer.write("libssh2_init failed", to: error, capacity: capacity)
         return 1
     }
     return PluginKit.export(SFTPPlugin.definition, host: host, descriptor: descriptor, error: error, capacity: capacity)
