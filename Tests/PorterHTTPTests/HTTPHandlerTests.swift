@@ -110,21 +110,10 @@ final class HTTPHandlerTests: XCTestCase {
         try "machine 127.0.0.1 login alice password secret\n".write(toFile: netrc, atomically: true, encoding: .utf8)
         chmod(netrc, 0o600)
         func run(_ args: [String]) throws -> (Int32, String, String) {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: porterBinary)
-            p.arguments = args
-            var env = ProcessInfo.processInfo.environment
-            for k in ["http_proxy", "https_proxy", "all_proxy", "HTTPS_PROXY", "ALL_PROXY"] { env[k] = nil }
+            var env = withoutProxies
             env["HOME"] = dir
-            p.environment = env
-            let out = Pipe(), err = Pipe()
-            p.standardOutput = out
-            p.standardError = err
-            try p.run()
-            let o = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            let e = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            p.waitUntilExit()
-            return (p.terminationStatus, o, e)
+            let r = try runProcess(porterBinary, args, environment: env)
+            return (r.status, r.stdout, r.stderr)
         }
         XCTAssertEqual(try run(["--netrc-file", netrc, nginx.http + "/basic/"]).0, 0)
         XCTAssertEqual(try run([nginx.http + "/basic/"]).0, 8, "no netrc unless asked")
@@ -277,22 +266,11 @@ final class HTTPHandlerTests: XCTestCase {
     func testCLICacheAndKill9() throws {
         let home = NSTemporaryDirectory() + "porter-cachehome-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: home) }
-        var env = ProcessInfo.processInfo.environment
-        for k in ["http_proxy", "https_proxy", "all_proxy", "HTTPS_PROXY", "ALL_PROXY"] { env[k] = nil }
+        var env = withoutProxies
         env["XDG_CACHE_HOME"] = home
         func run(_ args: [String]) throws -> (Int32, String, String) {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: porterBinary)
-            p.arguments = args
-            p.environment = env
-            let out = Pipe(), err = Pipe()
-            p.standardOutput = out
-            p.standardError = err
-            try p.run()
-            let o = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            let e = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            p.waitUntilExit()
-            return (p.terminationStatus, o, e)
+            let r = try runProcess(porterBinary, args, environment: env)
+            return (r.status, r.stdout, r.stderr)
         }
         let fresh = nginx.http + "/cache/fresh.txt?cli"
         let first = try run(["-v", "--cache", fresh])
@@ -314,12 +292,7 @@ final class HTTPHandlerTests: XCTestCase {
         // SIGKILL while filling the cache.
         let list = home + "/urls.txt"
         try (0..<5000).map { nginx.http + "/cache/fresh.txt?k=\($0)" }.joined(separator: "\n").write(toFile: list, atomically: true, encoding: .utf8)
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: porterBinary)
-        p.arguments = ["-s", "--cache", "--url-list", list, "--concurrency", "8"]
-        p.environment = env
-        p.standardOutput = FileHandle.nullDevice
-        try p.run()
+        let p = try startProcess(porterBinary, ["-s", "--cache", "--url-list", list, "--concurrency", "8"], environment: env)
         Thread.sleep(forTimeInterval: 0.8)
         kill(p.processIdentifier, SIGKILL)
         p.waitUntilExit()
@@ -415,19 +388,8 @@ final class HTTPHandlerTests: XCTestCase {
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let jar = dir + "/jar.txt"
         func run(_ tool: String, _ args: [String]) throws -> (Int32, String) {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: tool)
-            p.arguments = args
-            var env = ProcessInfo.processInfo.environment
-            for k in ["http_proxy", "https_proxy", "all_proxy", "HTTPS_PROXY", "ALL_PROXY"] { env[k] = nil }
-            p.environment = env
-            let out = Pipe()
-            p.standardOutput = out
-            p.standardError = FileHandle.nullDevice
-            try p.run()
-            let d = out.fileHandleForReading.readDataToEndOfFile()
-            p.waitUntilExit()
-            return (p.terminationStatus, String(decoding: d, as: UTF8.self))
+            let r = try runProcess(tool, args, environment: withoutProxies)
+            return (r.status, r.stdout)
         }
         let (status, _) = try run(porterBinary, ["-s", "-c", jar, nginx.http + "/cookie/two"])
         XCTAssertEqual(status, 0)
@@ -455,34 +417,16 @@ final class HTTPHandlerTests: XCTestCase {
     func testCLIPersistentCookieStoreAcrossProcessesAndKill9() throws {
         let data = NSTemporaryDirectory() + "porter-xdg-\(UUID().uuidString)"
         defer { try? FileManager.default.removeItem(atPath: data) }
-        var env = ProcessInfo.processInfo.environment
-        for k in ["http_proxy", "https_proxy", "all_proxy", "HTTPS_PROXY", "ALL_PROXY"] { env[k] = nil }
+        var env = withoutProxies
         env["XDG_DATA_HOME"] = data
-        func spawn(_ args: [String]) throws -> Process {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: porterBinary)
-            p.arguments = args
-            p.environment = env
-            p.standardOutput = FileHandle.nullDevice
-            p.standardError = FileHandle.nullDevice
-            try p.run()
-            return p
-        }
+        func spawn(_ args: [String]) throws -> Process { try startProcess(porterBinary, args, environment: env) }
         let eight = try (1...8).map { try spawn(["-s", "--cookie-store", nginx.http + "/cookie/n?n=\($0)"]) }
         for p in eight { p.waitUntilExit(); XCTAssertEqual(p.terminationStatus, 0) }
-        let path = PersistentCookieStore.defaultPath(environment: env)
+        let path = PersistentCookieStore.defaultPath(environment: ["XDG_DATA_HOME": data])
         XCTAssertEqual(try PersistentCookieStore(path: path).allCookies.map(\.name).sorted(),
                        (1...8).map { "n\($0)" }.sorted())
         // The stored cookies go out with the next run.
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: porterBinary)
-        p.arguments = ["--cookie-store", nginx.http + "/headers"]
-        p.environment = env
-        let out = Pipe()
-        p.standardOutput = out
-        try p.run()
-        let echoed = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
+        let echoed = try runProcess(porterBinary, ["--cookie-store", nginx.http + "/headers"], environment: env).stdout
         XCTAssertTrue(echoed.contains("n1=1") && echoed.contains("n8=1"), echoed)
 
         // kill -9 mid-write.
@@ -877,19 +821,8 @@ final class HTTPHandlerTests: XCTestCase {
     func testCLIWithTLS() throws {
         let porter = porterBinary
         func run(_ args: [String]) throws -> (Int32, String) {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: porter)
-            p.arguments = args
-            var env = ProcessInfo.processInfo.environment
-            for k in ["http_proxy", "https_proxy", "all_proxy", "HTTPS_PROXY", "ALL_PROXY"] { env[k] = nil }
-            p.environment = env
-            let out = Pipe()
-            p.standardOutput = out
-            p.standardError = FileHandle.nullDevice
-            try p.run()
-            let d = out.fileHandleForReading.readDataToEndOfFile()
-            p.waitUntilExit()
-            return (p.terminationStatus, String(decoding: d, as: UTF8.self))
+            let r = try runProcess(porter, args, environment: withoutProxies)
+            return (r.status, r.stdout)
         }
         XCTAssertEqual(try run([nginx.https + "/index.html"]).0, 7, "an untrusted server is the TLS exit code")
         XCTAssertEqual(try run(["--cacert", nginx.caFile, nginx.https + "/index.html"]).1, "hello from nginx\n")

@@ -140,18 +140,7 @@ final class NginxFixture: @unchecked Sendable {
     }
 
     static func run(_ tool: String, _ args: [String], in cwd: String? = nil) throws -> String {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: tool)
-        p.arguments = args
-        if let cwd { p.currentDirectoryURL = URL(fileURLWithPath: cwd) }
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = FileHandle.nullDevice
-        try p.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        guard p.terminationStatus == 0 else { throw Failure.setup("\(tool) \(args.joined(separator: " ")) failed") }
-        return String(decoding: data, as: UTF8.self)
+        try runChecked(tool, args, currentDirectory: cwd)
     }
 
     /// A CA (CA:TRUE, keyCertSign) and a leaf it signed for localhost and 127.0.0.1.

@@ -101,22 +101,10 @@ final class GopherTests: XCTestCase {
     // MARK: - the CLI
 
     private func porter(_ args: [String], env: [String: String] = [:]) throws -> (status: Int32, out: String, err: String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: porterBinary)
-        p.arguments = args
-        var environment = ProcessInfo.processInfo.environment
-        environment["PORTER_PLUGIN_PATH"] = nil
-        environment["HOME"] = FileManager.default.temporaryDirectory.path
+        var environment: [String: String?] = ["PORTER_PLUGIN_PATH": nil, "HOME": FileManager.default.temporaryDirectory.path]
         for (k, v) in env { environment[k] = v }
-        p.environment = environment
-        let out = Pipe(), err = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        try p.run()
-        let o = out.fileHandleForReading.readDataToEndOfFile()
-        let e = err.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+        let r = try runProcess(porterBinary, args, environment: environment)
+        return (r.status, r.stdout, r.stderr)
     }
 
     func testCLILoadsThePluginFromAFolder() throws {

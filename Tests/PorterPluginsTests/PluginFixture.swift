@@ -1,4 +1,5 @@
 import Foundation
+import PorterTestSupport
 import XCTest
 
 /// Builds variants of Fixtures/testplugin.c into private folders with `cc -shared`.
@@ -24,26 +25,12 @@ enum PluginFixture {
     @discardableResult
     static func build(_ name: String, in folder: URL, defines: [String] = []) throws -> String {
         let out = folder.appendingPathComponent(name).path
-        try run("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-I", include] + defines.map { "-D\($0)" }
+        try runChecked("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-I", include] + defines.map { "-D\($0)" }
                 + ["-o", out, source, "-lpthread"])
         chmod(out, 0o644)
         return out
     }
 
-    static func run(_ tool: String, _ args: [String]) throws {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: tool)
-        p.arguments = args
-        let err = Pipe()
-        p.standardError = err
-        try p.run()
-        let text = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
-        if p.terminationStatus != 0 {
-            throw NSError(domain: "PluginFixture", code: Int(p.terminationStatus),
-                          userInfo: [NSLocalizedDescriptionKey: "\(tool) \(args.joined(separator: " ")) failed: \(text)"])
-        }
-    }
 
     /// A C function exported by a loaded test plugin (the plugin is RTLD_LOCAL, so ask
     /// its own handle).

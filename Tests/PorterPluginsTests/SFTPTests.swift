@@ -244,21 +244,9 @@ final class SFTPTests: XCTestCase {
         try FileManager.default.copyItem(atPath: sshd.knownHosts, toPath: home.appendingPathComponent(".ssh/known_hosts").path)
         let out = home.appendingPathComponent("big.bin").path
         func porter(_ args: [String], home: String) throws -> (Int32, String) {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: porterBinary)
-            p.arguments = args
-            var env = ProcessInfo.processInfo.environment
-            env["HOME"] = home
-            env["PORTER_PLUGIN_PATH"] = nil
-            env["SSH_AUTH_SOCK"] = nil
-            p.environment = env
-            let err = Pipe()
-            p.standardError = err
-            p.standardOutput = FileHandle.nullDevice
-            try p.run()
-            let text = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            p.waitUntilExit()
-            return (p.terminationStatus, text)
+            let r = try runProcess(porterBinary, args,
+                                   environment: ["HOME": home, "PORTER_PLUGIN_PATH": nil, "SSH_AUTH_SOCK": nil])
+            return (r.status, r.stderr)
         }
         let (status, err) = try porter(["-s", "--plugin-path", GopherTests.buildDir, "-o", out, sshd.url("/big.bin").absoluteString],
                                        home: home.path)
@@ -278,23 +266,12 @@ final class SFTPTests: XCTestCase {
     /// Keys the user has: ~/.ssh/id_ed25519, then an ssh-agent.
     func testDefaultKeyAndAgentLogins() throws {
         func porter(_ env: [String: String]) throws -> (Int32, String) {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: porterBinary)
-            p.arguments = ["--plugin-path", GopherTests.buildDir,
-                           sshd.url("/hello.txt", user: SSHDFixture.keyUser, password: nil).absoluteString]
-            var environment = ProcessInfo.processInfo.environment
-            environment["SSH_AUTH_SOCK"] = nil
-            environment["PORTER_PLUGIN_PATH"] = nil
+            var environment: [String: String?] = ["SSH_AUTH_SOCK": nil, "PORTER_PLUGIN_PATH": nil]
             for (k, v) in env { environment[k] = v }
-            p.environment = environment
-            let out = Pipe(), err = Pipe()
-            p.standardOutput = out
-            p.standardError = err
-            try p.run()
-            let o = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            let e = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            p.waitUntilExit()
-            return (p.terminationStatus, o + e)
+            let r = try runProcess(porterBinary, ["--plugin-path", GopherTests.buildDir,
+                                                  sshd.url("/hello.txt", user: SSHDFixture.keyUser, password: nil).absoluteString],
+                                   environment: environment)
+            return (r.status, r.stdout + r.stderr)
         }
         let home = try PluginFixture.folder("keyhome")
         try FileManager.default.createDirectory(atPath: home.path + "/.ssh", withIntermediateDirectories: true)
@@ -330,16 +307,8 @@ final class SFTPTests: XCTestCase {
         let mirror = GopherTests.buildDir + "/SFTPMirror"
         let local = try PluginFixture.folder("mirror")
         func run(_ extra: [String]) throws -> (Int32, String) {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: mirror)
-            p.arguments = [sshd.url("/mirror/").absoluteString, local.path, "--known-hosts", sshd.knownHosts] + extra
-            let out = Pipe()
-            p.standardOutput = out
-            p.standardError = out
-            try p.run()
-            let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            p.waitUntilExit()
-            return (p.terminationStatus, text)
+            let r = try runProcess(mirror, [sshd.url("/mirror/").absoluteString, local.path, "--known-hosts", sshd.knownHosts] + extra)
+            return (r.status, r.stdout + r.stderr)
         }
         let (first, out1) = try run(["--stop-after", "1000000"])
         XCTAssertEqual(first, 1, out1)

@@ -39,9 +39,9 @@ final class SSHDFixture: @unchecked Sendable {
         emptyKnownHosts = dir + "/known_hosts.empty"
         userKey = dir + "/user_ed25519"
 
-        try Self.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", dir + "/host_ed25519"])
-        try Self.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", dir + "/other_ed25519"])
-        try Self.run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", userKey])
+        try runChecked("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", dir + "/host_ed25519"])
+        try runChecked("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", dir + "/other_ed25519"])
+        try runChecked("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", userKey])
         let hostPub = try String(contentsOfFile: dir + "/host_ed25519.pub", encoding: .utf8).split(separator: " ")
         let otherPub = try String(contentsOfFile: dir + "/other_ed25519.pub", encoding: .utf8).split(separator: " ")
         hostKeyBlob = Data(base64Encoded: String(hostPub[1])) ?? Data()
@@ -52,10 +52,10 @@ final class SSHDFixture: @unchecked Sendable {
         // Users: both need a password set (sshd refuses locked accounts); the key user
         // may not log in with it.
         for user in [Self.passwordUser, Self.keyUser] {
-            _ = try? Self.run("/usr/sbin/userdel", [user])
-            try Self.run("/usr/sbin/useradd", ["-M", "-d", dir, "-s", "/bin/sh", user])
+            _ = try? runChecked("/usr/sbin/userdel", [user])
+            try runChecked("/usr/sbin/useradd", ["-M", "-d", dir, "-s", "/bin/sh", user])
         }
-        try Self.run("/usr/sbin/chpasswd", [], input: "\(Self.passwordUser):\(Self.password)\n\(Self.keyUser):unused-\(UUID().uuidString)\n")
+        try runChecked("/usr/sbin/chpasswd", [], input: "\(Self.passwordUser):\(Self.password)\n\(Self.keyUser):unused-\(UUID().uuidString)\n")
         try FileManager.default.createDirectory(atPath: dir + "/authorized_keys", withIntermediateDirectories: true)
         try FileManager.default.copyItem(atPath: userKey + ".pub", toPath: dir + "/authorized_keys/" + Self.keyUser)
 
@@ -76,7 +76,7 @@ final class SSHDFixture: @unchecked Sendable {
         for path in [data + "/hello.txt", data + "/sub/a.txt", data + "/big.bin", data + "/mirror/big.bin",
                      data + "/mirror/notes.txt", data + "/mirror/deeper/x.txt"] { chmod(path, 0o644) }
         chmod(data + "/secret.txt", 0o600)
-        try Self.run("/bin/chown", [Self.passwordUser, data + "/incoming"])
+        try runChecked("/bin/chown", [Self.passwordUser, data + "/incoming"])
 
         let config = """
             ListenAddress 127.0.0.1
@@ -98,7 +98,7 @@ final class SSHDFixture: @unchecked Sendable {
             """
         try config.write(toFile: dir + "/sshd_config", atomically: true, encoding: .utf8)
         mkdir("/run/sshd", 0o755)
-        try Self.run("/usr/sbin/sshd", ["-t", "-f", dir + "/sshd_config"])
+        try runChecked("/usr/sbin/sshd", ["-t", "-f", dir + "/sshd_config"])
         pid = try spawnDaemon("/usr/sbin/sshd", ["-D", "-E", dir + "/sshd.log", "-f", dir + "/sshd_config"])
         let deadline = Date().addingTimeInterval(10)
         while !loopbackAccepts(port) {
@@ -115,7 +115,7 @@ final class SSHDFixture: @unchecked Sendable {
     func stop() {
         stopDaemon(pid, signal: SIGTERM)
         pid = 0
-        for user in [Self.passwordUser, Self.keyUser] { _ = try? Self.run("/usr/sbin/userdel", [user]) }
+        for user in [Self.passwordUser, Self.keyUser] { _ = try? runChecked("/usr/sbin/userdel", [user]) }
         if ProcessInfo.processInfo.environment["PORTER_KEEP_SSHD"] == nil { try? FileManager.default.removeItem(atPath: dir) }
     }
 
@@ -123,28 +123,5 @@ final class SSHDFixture: @unchecked Sendable {
         var login = ""
         if let user { login = user + (password.map { ":" + $0 } ?? "") + "@" }
         return URL(string: "sftp://\(login)127.0.0.1:\(port)\(data)\(path)")!
-    }
-
-    @discardableResult
-    static func run(_ tool: String, _ args: [String], input: String? = nil) throws -> String {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: tool)
-        p.arguments = args
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = out
-        let inPipe = Pipe()
-        if input != nil { p.standardInput = inPipe }
-        try p.run()
-        if let input {
-            inPipe.fileHandleForWriting.write(Data(input.utf8))
-            try inPipe.fileHandleForWriting.close()
-        }
-        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
-        guard p.terminationStatus == 0 else {
-            throw Failure.setup("\(tool) \(args.joined(separator: " ")) exited \(p.terminationStatus): \(text)")
-        }
-        return text
     }
 }

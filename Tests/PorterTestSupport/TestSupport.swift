@@ -135,3 +135,77 @@ public func loopbackAccepts(_ port: Int) -> Bool {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
     } == 0
 }
+
+/// What a program printed and how it ended.
+public struct ProcessResult: Sendable {
+    public let status: Int32
+    public let stdout: String
+    public let stderr: String
+}
+
+/// The proxy variables a test of direct connections must not inherit.
+public let proxyVariables = ["http_proxy", "https_proxy", "all_proxy", "HTTPS_PROXY", "ALL_PROXY"]
+
+/// Runs `executable` to its end, its output captured (both streams read at once, so a
+/// chatty program cannot block on a full pipe). `environment` entries are set over this
+/// process's environment; a nil value removes the variable.
+public func runProcess(_ executable: String, _ arguments: [String], environment: [String: String?] = [:],
+                       input: String? = nil, currentDirectory: String? = nil) throws -> ProcessResult {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: executable)
+    p.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    for (k, v) in environment { env[k] = v }
+    p.environment = env
+    if let currentDirectory { p.currentDirectoryURL = URL(fileURLWithPath: currentDirectory) }
+    let out = Pipe(), err = Pipe(), inPipe = Pipe()
+    p.standardOutput = out
+    p.standardError = err
+    if input != nil { p.standardInput = inPipe }
+    try p.run()
+    if let input {
+        inPipe.fileHandleForWriting.write(Data(input.utf8))
+        try inPipe.fileHandleForWriting.close()
+    }
+    let errText = Locked(Data())
+    let errDone = DispatchSemaphore(value: 0)
+    DispatchQueue.global().async {
+        let d = err.fileHandleForReading.readDataToEndOfFile()
+        errText.withLock { $0 = d }
+        errDone.signal()
+    }
+    let o = out.fileHandleForReading.readDataToEndOfFile()
+    errDone.wait()
+    p.waitUntilExit()
+    return ProcessResult(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self),
+                         stderr: String(decoding: errText.current, as: UTF8.self))
+}
+
+/// `runProcess` for set-up steps: throws, with what the program printed, unless it exits 0.
+@discardableResult
+public func runChecked(_ executable: String, _ arguments: [String], input: String? = nil,
+                       currentDirectory: String? = nil) throws -> String {
+    let r = try runProcess(executable, arguments, input: input, currentDirectory: currentDirectory)
+    guard r.status == 0 else {
+        throw SpawnError(message: "\(executable) \(arguments.joined(separator: " ")) exited \(r.status): \(r.stdout)\(r.stderr)")
+    }
+    return r.stdout
+}
+
+/// Starts `executable` in the background, its output discarded (for a test that waits
+/// for it or kills it). `environment` as for `runProcess`.
+public func startProcess(_ executable: String, _ arguments: [String], environment: [String: String?] = [:]) throws -> Process {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: executable)
+    p.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    for (k, v) in environment { env[k] = v }
+    p.environment = env
+    p.standardOutput = FileHandle.nullDevice
+    p.standardError = FileHandle.nullDevice
+    try p.run()
+    return p
+}
+
+/// The environment overrides that take the proxy variables away.
+public var withoutProxies: [String: String?] { Dictionary(uniqueKeysWithValues: proxyVariables.map { ($0, nil) }) }
