@@ -17,24 +17,12 @@ final class HTTPDiskCache: @unchecked Sendable {
         self.capacity = capacity
         try PrivateFiles.makeFolder(directory + "/bodies")
         chmod(directory, 0o700)
-        let path = directory + "/index.sqlite"
-        PrivateFiles.createFile(path)
-        var config = Configuration()
-        config.busyMode = .timeout(5)
-        do {
-            database = try DatabaseQueue(path: path, configuration: config)
-            try database.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA journal_mode = WAL") }
-            try database.write { db in
-                try db.execute(sql: """
-                    CREATE TABLE IF NOT EXISTS entry (
-                        key TEXT NOT NULL, vary TEXT NOT NULL, head BLOB NOT NULL, body TEXT NOT NULL,
-                        size INTEGER NOT NULL, digest INTEGER NOT NULL, stored REAL NOT NULL, used REAL NOT NULL,
-                        PRIMARY KEY (key, vary))
-                    """)
-            }
-        } catch {
-            throw PorterError(.cannotOpenFile, "cannot open the cache index \(path): \(error)")
-        }
+        database = try PrivateFiles.openDatabase(directory + "/index.sqlite", schema: """
+            CREATE TABLE IF NOT EXISTS entry (
+                key TEXT NOT NULL, vary TEXT NOT NULL, head BLOB NOT NULL, body TEXT NOT NULL,
+                size INTEGER NOT NULL, digest INTEGER NOT NULL, stored REAL NOT NULL, used REAL NOT NULL,
+                PRIMARY KEY (key, vary))
+            """, what: "the cache index")
         removeOrphans()
     }
 

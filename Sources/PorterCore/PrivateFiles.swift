@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 
 /// The XDG base directories Porter keeps its files under (plugins, cookies, credentials,
 /// the cache).
@@ -49,6 +50,23 @@ enum PrivateFiles {
     static func createFile(_ path: String) {
         let fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
         if fd >= 0 { close(fd) }
+    }
+
+    /// Opens (or creates, mode 0600) the SQLite database at `path` in WAL mode, waiting up to
+    /// 5 s for another process's lock, and creates its table with `schema`. `what` names
+    /// it in the error ("the cookie store").
+    static func openDatabase(_ path: String, schema: String, what: String) throws -> DatabaseQueue {
+        createFile(path)
+        var config = Configuration()
+        config.busyMode = .timeout(5)
+        do {
+            let database = try DatabaseQueue(path: path, configuration: config)
+            try database.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA journal_mode = WAL") }
+            try database.write { db in try db.execute(sql: schema) }
+            return database
+        } catch {
+            throw PorterError(.cannotOpenFile, "cannot open \(what) \(path): \(error)")
+        }
     }
 
     /// Writes `data` to a new temporary file (0600) beside `path`, flushes it and renames

@@ -34,26 +34,13 @@ public final class PersistentCookieStore: CookieStore, @unchecked Sendable {
         self.path = path
         try PrivateFiles.makeFolder((path as NSString).deletingLastPathComponent)
         try PrivateFiles.refuseIfOthersCanRead(path, what: "the cookie store")
-        var config = Configuration()
-        config.busyMode = .timeout(5)
-        config.label = "porter.cookies"
-        PrivateFiles.createFile(path)
-        do {
-            database = try DatabaseQueue(path: path, configuration: config)
-            try database.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA journal_mode = WAL") }
-            try database.write { db in
-                try db.execute(sql: """
-                    CREATE TABLE IF NOT EXISTS cookie (
-                        name TEXT NOT NULL, value TEXT NOT NULL, domain TEXT NOT NULL, hostOnly INTEGER NOT NULL,
-                        path TEXT NOT NULL, expires REAL NOT NULL, secure INTEGER NOT NULL, httpOnly INTEGER NOT NULL,
-                        sameSite TEXT, creation REAL NOT NULL, lastAccess REAL NOT NULL,
-                        PRIMARY KEY (name, domain, path, hostOnly))
-                    """)
-            }
-        } catch {
-            throw PorterError(.cannotOpenFile, "cannot open the cookie store \(path): \(error)")
-        }
-        chmod(path, 0o600)
+        database = try PrivateFiles.openDatabase(path, schema: """
+            CREATE TABLE IF NOT EXISTS cookie (
+                name TEXT NOT NULL, value TEXT NOT NULL, domain TEXT NOT NULL, hostOnly INTEGER NOT NULL,
+                path TEXT NOT NULL, expires REAL NOT NULL, secure INTEGER NOT NULL, httpOnly INTEGER NOT NULL,
+                sameSite TEXT, creation REAL NOT NULL, lastAccess REAL NOT NULL,
+                PRIMARY KEY (name, domain, path, hostOnly))
+            """, what: "the cookie store")
         let rows = try Self.load(database)
         let writer = UnsafeSendable(database)
         memory = MemoryCookieStore(maximumPerDomain: maximumPerDomain, maximumTotal: maximumTotal, clock: clock) { changes in
