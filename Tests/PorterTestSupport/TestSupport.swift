@@ -136,6 +136,18 @@ public func loopbackAccepts(_ port: Int) -> Bool {
     } == 0
 }
 
+/// A Process for `executable`, with this process's environment and `overrides` over it
+/// (a nil value removes the variable).
+func makeProcess(_ executable: String, _ arguments: [String], _ overrides: [String: String?]) -> Process {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: executable)
+    p.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    for (k, v) in overrides { env[k] = v }
+    p.environment = env
+    return p
+}
+
 /// What a program printed and how it ended.
 public struct ProcessResult: Sendable {
     public let status: Int32
@@ -151,12 +163,7 @@ public let proxyVariables = ["http_proxy", "https_proxy", "all_proxy", "HTTPS_PR
 /// process's environment; a nil value removes the variable.
 public func runProcess(_ executable: String, _ arguments: [String], environment: [String: String?] = [:],
                        input: String? = nil, currentDirectory: String? = nil) throws -> ProcessResult {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: executable)
-    p.arguments = arguments
-    var env = ProcessInfo.processInfo.environment
-    for (k, v) in environment { env[k] = v }
-    p.environment = env
+    let p = makeProcess(executable, arguments, environment)
     if let currentDirectory { p.currentDirectoryURL = URL(fileURLWithPath: currentDirectory) }
     let out = Pipe(), err = Pipe(), inPipe = Pipe()
     p.standardOutput = out
@@ -195,12 +202,7 @@ public func runChecked(_ executable: String, _ arguments: [String], input: Strin
 /// Starts `executable` in the background, its output discarded (for a test that waits
 /// for it or kills it). `environment` as for `runProcess`.
 public func startProcess(_ executable: String, _ arguments: [String], environment: [String: String?] = [:]) throws -> Process {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: executable)
-    p.arguments = arguments
-    var env = ProcessInfo.processInfo.environment
-    for (k, v) in environment { env[k] = v }
-    p.environment = env
+    let p = makeProcess(executable, arguments, environment)
     p.standardOutput = FileHandle.nullDevice
     p.standardError = FileHandle.nullDevice
     try p.run()
