@@ -72,7 +72,7 @@ let package = Package(
         .target(name: "PorterTestSupport", dependencies: ["PorterCore"], path: "Tests/PorterTestSupport", swiftSettings: strict),
         .testTarget(name: "PorterDataTests", dependencies: ["PorterData"], swiftSettings: strict),
         .testTarget(name: "PorterFileTests", dependencies: ["Porter", "PorterFile", "PorterTestSupport"], swiftSettings: strict),
-        .testTarget(name: "PorterCLITests", dependencies: ["Porter"], swiftSettings: strict),
+        .testTarget(name: "PorterCLITests", dependencies: ["Porter", "PorterTestSupport"], swiftSettings: strict),
         .testTarget(
             name: "PorterPluginsTests", dependencies: ["Porter", "PorterPlugins", "PorterTestSupport"],
             exclude: ["Fixtures"], swiftSettings: strict),

@@ -7,6 +7,7 @@ need=()
 [ -f /etc/mime.types ] || need+=(media-types)
 { command -v setpriv && command -v script; } >/dev/null 2>&1 || need+=(util-linux bsdutils)
 [ -x /usr/bin/time ] || need+=(time)   # GNU time: a child's true peak RSS in tests and benchmarks
+command -v strace >/dev/null 2>&1 || need+=(strace)   # tests watch the system calls that create private files
 # libcurl (http/https) and the real servers the protocol tests start on loopback.
 [ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -f /usr/include/curl/curl.h ] || need+=(libcurl4-openssl-dev)
 [ -f /usr/include/openssl/x509.h ] || need+=(libssl-dev)   # the shim's public-key pinning helper

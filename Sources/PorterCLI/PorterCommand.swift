@@ -225,7 +225,21 @@ struct Fetch: ParsableCommand {
     func validate() throws {
         if urls.isEmpty && urlList == nil { throw ValidationError("give at least one URL (or --url-list FILE)") }
         if let w = writeOut, w != "json" { throw ValidationError("--write-out supports 'json' only") }
-        if concurrency < 1 { throw ValidationError("--concurrency must be at least 1") }
+        if concurrency < 1 || concurrency > Fetch.maximumConcurrency {
+            throw ValidationError("--concurrency must be between 1 and \(Fetch.maximumConcurrency)")
+        }
+        if let t = maxTime, !(t.isFinite && t > 0 && t <= Fetch.maximumSeconds) {
+            throw ValidationError("--max-time wants a number of seconds above 0 and at most \(Int(Fetch.maximumSeconds)), not \(t)")
+        }
+        if let r = maxRedirs, r < -1 || r > 100_000 {
+            throw ValidationError("--max-redirs wants -1 (no limit) or 0 to 100000, not \(r)")
+        }
+        if let m = request, !Fetch.isToken(m) {
+            throw ValidationError("-X wants a method name (letters, digits and !#$%&'*+-.^_`|~), not \(m.debugDescription)")
+        }
+        for h in header where h.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) {
+            throw ValidationError("a header cannot contain CR, LF or NUL: \(h.debugDescription)")
+        }
         for h in header where !h.contains(":") { throw ValidationError("a header needs 'Name: value': \(h)") }
         if let u = user, !u.contains(":") { throw ValidationError("--user needs USER:PASSWORD") }
         if let c = continueAt, c != "-" { throw ValidationError("-C takes '-' (continue from the size of the -o file)") }
@@ -240,24 +254,40 @@ struct Fetch: ParsableCommand {
         }
     }
 
+    /// curl caps --parallel-max at 300; more than this many at once is a typing error.
+    static let maximumConcurrency = 1024
+    /// About 31 years: any longer is a typing error (and overflows the timers' arithmetic).
+    static let maximumSeconds: Double = 1e9
+
+    /// RFC 9110 §5.6.2 token: what a method name may be.
+    static func isToken(_ s: String) -> Bool {
+        !s.isEmpty && s.utf8.allSatisfy { c in
+            (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A)
+                || "!#$%&'*+-.^_`|~".utf8.contains(c)
+        }
+    }
+
     @OptionGroup var plugins: PluginOptions
 
     func run() throws {
         plugins.bootstrap()
         let refused = Porter.pluginVerdicts.compactMap(\.diagnostic)
         if verbose { for d in refused { note("* plugin \(d)") } }
-        var all = urls
-        if let list = urlList {
-            guard let text = try? String(contentsOfFile: list, encoding: .utf8) else {
-                note("porter: cannot read \(list)")
-                throw ExitCode(PorterExit.notFound.rawValue)
-            }
-            all += text.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
-                .filter { !$0.isEmpty && !$0.hasPrefix("#") }
+        let source: URLSource
+        do {
+            source = try URLSource(arguments: urls, listPath: urlList)
+        } catch let e as PorterError {
+            note("porter: \(e.message)")
+            throw ExitCode(PorterExit.notFound.rawValue)
         }
         let runner = try Runner(options: self)
-        var code = runner.run(all)
+        var code = runner.run(source)
         if !runner.writeCookieJar(), code == .success { code = .writeError }
+        if let sig = runner.fatalSignal.current {
+            // Everything is cleaned up: end the way the signal would have ended us.
+            signal(sig, SIG_DFL)
+            raise(sig)
+        }
         if code != .success { throw ExitCode(code.rawValue) }
     }
 }

@@ -14,13 +14,44 @@ final class Transfer: @unchecked Sendable {
     var error: PorterError?
     var httpFailed = false
     var writeFailed = false
-    var body = Data()
+    /// Where a data task's body goes: stdout, or a device / FIFO named by -o (which is
+    /// written through, never replaced by a file).
+    var fd: Int32 = 1
+    var ownsFD = false
+    /// With --concurrency > 1, a body to stdout waits here (an unlinked temporary file,
+    /// so memory stays flat however large the body) until its transfer ends.
+    var spool: Int32 = -1
     var bar: ProgressBar?
     /// Called once when the transfer has ended (frees its slot).
     var onDone: @Sendable () -> Void = {}
     init(urlText: String, output: String?) {
         self.urlText = urlText
         self.output = output
+    }
+}
+
+/// An unlinked temporary file for a body that must wait its turn (-1 on failure).
+func makeSpool() -> Int32 {
+    let dir = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+    var template = Array((dir + "/.porter-spool-XXXXXX").utf8CString)
+    let made = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+    if made >= 0 {
+        _ = fcntl(made, F_SETFD, FD_CLOEXEC)
+        template.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) }
+    }
+    return made
+}
+
+/// Copies a spool file from its start to `fd`.
+func copySpool(_ spool: Int32, to fd: Int32) -> Bool {
+    guard lseek(spool, 0, SEEK_SET) == 0 else { return false }
+    var buffer = [UInt8](repeating: 0, count: 128 * 1024)
+    while true {
+        let n = buffer.withUnsafeMutableBytes { read(spool, $0.baseAddress, $0.count) }
+        if n < 0, errno == EINTR { continue }
+        if n < 0 { return false }
+        if n == 0 { return true }
+        if !writeAll(fd, Data(buffer[0..<n])) { return false }
     }
 }
 
@@ -37,6 +68,11 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
     private let stderrIsTTY = isatty(2) == 1
     private let buffered: Bool
     private var logger: Logger
+    private let umaskValue: mode_t = {
+        let m = umask(0o022)
+        umask(m)
+        return m
+    }()
 
     init(options: Fetch) throws {
         self.options = options
@@ -97,11 +133,8 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
     func writeCookieJar() -> Bool {
         guard let path = options.cookieJar else { return true }
         let text = NetscapeCookieFile.serialize(cookieStore.allCookies)
-        let dir = (path as NSString).deletingLastPathComponent
-        let temp = (dir.isEmpty ? "." : dir) + "/.porter-cookies-\(UUID().uuidString)"
-        guard FileManager.default.createFile(atPath: temp, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600]),
-              rename(temp, path) == 0 else {
-            unlink(temp)
+        // The temporary file is 0600 from its first byte (open(..., 0600)), then renamed.
+        guard PrivateFiles.writeAtomically(Data(text.utf8), to: path) else {
             note("porter: cannot write the cookie jar \(path)")
             return false
         }
@@ -116,7 +149,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             config.logger = logger
             config.downloadDirectory = downloadDirectory
             if let t = options.maxTime { config.timeoutIntervalForResource = t; config.timeoutIntervalForRequest = t }
-            if let r = options.maxRedirs { config.maximumRedirects = r }
+            if let r = options.maxRedirs { config.maximumRedirects = r < 0 ? 100_000 : r }
             // The CLI hands each chunk straight to stdout or a file: 1 MiB in flight keeps
             // the pipe full and memory low.
             config.receiveBufferLimit = 1 << 20
@@ -143,82 +176,110 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         lock.withLock { transfers[ObjectIdentifier(task)] }
     }
 
-    /// Runs every URL; returns the exit code of the last failure (or success).
-    func run(_ urls: [String]) -> PorterExit {
-        var result = PorterExit.success
-        let interrupt = installInterruptHandler()
-        defer { interrupt.cancel() }
+    /// Runs every URL of `source`; returns the exit code of the last failure (or success).
+    /// URLs are read from the source only as slots free up, and a finished transfer is
+    /// forgotten once its exit code is counted: a list of 100,000 URLs costs no more
+    /// memory than a list of ten.
+    func run(_ source: URLSource) -> PorterExit {
+        let interrupt = installInterruptHandlers()
+        defer { for s in interrupt { s.cancel() } }
         // The first `concurrency` transfers start here; after that each completion starts
         // the next one from the delivery queue it completes on, so no thread wakes up
         // just to hand over a URL (a context switch per request otherwise).
-        let started = Locked([Transfer]())
-        let progress = Locked((next: 0, active: 0))
+        let progress = Locked((next: 0, active: 0, exhausted: false, result: PorterExit.success))
         let allDone = DispatchSemaphore(value: 0)
-        let count = urls.count
+        let stopping = self.stopping
+        @Sendable func record(_ t: Transfer) {
+            let code: PorterExit
+            if t.writeFailed { code = .writeError } else if let e = t.error {
+                code = t.httpFailed ? .httpError : PorterExit(e.code)
+            } else if t.httpFailed {
+                code = .httpError
+            } else {
+                code = .success
+            }
+            if code != .success { progress.withLock { $0.result = code } }
+        }
         /// One transfer fewer in flight; true when that was the last of all.
         @Sendable func retire() -> Bool {
             progress.withLock { p in
                 p.active -= 1
-                return p.active == 0 && p.next >= count
+                return p.active == 0 && p.exhausted
             }
         }
         @Sendable func launchNext() {
             while true {
-                let index: Int? = progress.withLock { p in
-                    guard p.next < count else { return nil }
+                let item: (Int, String)? = progress.withLock { p in
+                    if !p.exhausted, stopping.current { p.exhausted = true }
+                    guard !p.exhausted, let url = source.next() else {
+                        p.exhausted = true
+                        return nil
+                    }
                     p.next += 1
                     p.active += 1
-                    return p.next - 1
+                    return (p.next - 1, url)
                 }
-                guard let i = index else { return }
+                guard let (i, url) = item else {
+                    if progress.withLock({ $0.active == 0 }) { allDone.signal() }
+                    return
+                }
                 let output = i < options.output.count ? options.output[i] : nil
-                let transfer = Transfer(urlText: urls[i], output: output)
-                transfer.onDone = { if retire() { allDone.signal() } else { launchNext() } }
-                started.withLock { $0.append(transfer) }
+                let transfer = Transfer(urlText: url, output: output)
+                transfer.onDone = {
+                    record(transfer)
+                    if retire() { allDone.signal() } else { launchNext() }
+                }
                 guard let failure = start(transfer) else { return }
                 // It failed before it started: record it and try the next URL here
                 // (a loop, not a call back into launchNext, however many fail in a row).
                 transfer.error = failure
                 transfer.onDone = {}
                 finishTransfer(transfer)
+                record(transfer)
                 if retire() { allDone.signal(); return }
             }
         }
-        if count == 0 { return result }
-        for _ in 0..<max(1, options.concurrency) { launchNext() }
-        allDone.wait()
-        for t in started.current {
-            if t.writeFailed { result = .writeError } else if let e = t.error {
-                result = t.httpFailed ? .httpError : PorterExit(e.code)
-            } else if t.httpFailed {
-                result = .httpError
-            }
+        for _ in 0..<max(1, options.concurrency) {
+            launchNext()
+            if progress.withLock({ $0.exhausted }) { break }
         }
-        return result
+        allDone.wait()
+        return progress.withLock { $0.result }
     }
 
-    private func installInterruptHandler() -> DispatchSourceSignal {
-        signal(SIGINT, SIG_IGN)
-        let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
-        source.setEventHandler { [weak self] in
-            guard let self else { return }
-            let all = self.lock.withLock { Array(self.sessions.values) }
-            for s in all { for t in s.allTasks { t.cancel() } }
+    /// Set by SIGINT, SIGTERM or SIGHUP: no new transfer starts.
+    let stopping = Locked(false)
+    /// The terminating signal received (SIGTERM / SIGHUP), re-raised after clean-up.
+    let fatalSignal = Locked<Int32?>(nil)
+
+    /// Ctrl-C, SIGTERM and SIGHUP cancel every transfer, so each download removes its
+    /// temporary file before the process ends.
+    private func installInterruptHandlers() -> [DispatchSourceSignal] {
+        [SIGINT, SIGTERM, SIGHUP].map { sig in
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            source.setEventHandler { [weak self] in
+                guard let self else { return }
+                self.stopping.withLock { $0 = true }
+                if sig != SIGINT { self.fatalSignal.withLock { $0 = sig } }
+                let all = self.lock.withLock { Array(self.sessions.values) }
+                for s in all { for t in s.allTasks { t.cancel() } }
+            }
+            source.resume()
+            return source
         }
-        source.resume()
-        return source
     }
 
     /// Makes and starts the task; returns an error when it cannot even be made.
     private func start(_ t: Transfer) -> PorterError? {
-        guard let url = URL(string: t.urlText) else {
+        guard let url = URL(string: t.urlText), url.scheme != nil else {
             return PorterError(.badURL, "not a valid URL: \(t.urlText)")
         }
         var request = Request(url: url)
         if options.head { request.method = "HEAD" }
         if let literalCookie { _ = request.setValue(literalCookie, forHeader: "Cookie") }
         for h in options.header {
-            let colon = h.firstIndex(of: ":")!
+            guard let colon = h.firstIndex(of: ":") else { return PorterError(.badURL, "a header needs 'Name: value': \(h)") }
             let name = String(h[..<colon]).trimmingCharacters(in: .whitespaces)
             let value = String(h[h.index(after: colon)...]).trimmingCharacters(in: .whitespaces)
             if !request.setValue(value.isEmpty ? nil : value, forHeader: name) {
@@ -240,15 +301,32 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         }
         if let m = options.request { request.method = m }
 
-        let dir = t.output.map { (($0 as NSString).deletingLastPathComponent as NSString).isEqual(to: "") ? "." : ($0 as NSString).deletingLastPathComponent }
+        // -o FILE: a download into FILE's folder, renamed over FILE at the end. "-o -" is
+        // stdout; an existing device, FIFO or socket is written through (renaming over
+        // /dev/null would replace the device with a file); a folder is refused.
+        var fileOutput: String?
+        if let output = t.output, output != "-" {
+            switch OutputTarget(path: output) {
+            case .file: fileOutput = output
+            case .folder: return PorterError(.cannotCreateFile, "cannot write to \(output): it is a folder")
+            case .special:
+                let fd = open(output, O_WRONLY | O_CLOEXEC | O_NOCTTY)
+                guard fd >= 0 else {
+                    return PorterError(.cannotWriteToFile, "cannot open \(output) for writing", cause: .errno(errno))
+                }
+                t.fd = fd
+                t.ownsFD = true
+            }
+        }
+        let dir = fileOutput.map(OutputTarget.parentFolder(of:))
         let session = session(downloadDirectory: dir)
         let task: SessionTask
         if let file = options.uploadFile {
             if url.absoluteString.hasSuffix("/") {
-                request.url = url.appendingPathComponent((file as NSString).lastPathComponent)
+                request.url = url.appendingPathComponent(OutputTarget.lastComponent(of: file))
             }
             task = session.uploadTask(with: request, fromFile: URL(fileURLWithPath: file))
-        } else if let output = t.output {
+        } else if let output = fileOutput {
             task = continuedDownload(session, request, into: output, directory: dir ?? ".") ?? session.downloadTask(with: request)
             if stderrIsTTY && !options.silent { t.bar = ProgressBar() }
         } else {
@@ -309,7 +387,15 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             }
         }
         if t.httpFailed, !options.silent, let s = t.response?.statusCode { note("porter: the server answered \(s)") }
-        if buffered, !t.body.isEmpty, t.error == nil { if !writeAll(1, t.body) { t.writeFailed = true } }
+        if t.spool >= 0 {
+            if t.error == nil, !copySpool(t.spool, to: t.fd) { t.writeFailed = true }
+            close(t.spool)
+            t.spool = -1
+        }
+        if t.ownsFD {
+            if close(t.fd) != 0, t.error == nil { t.writeFailed = true }
+            t.ownsFD = false
+        }
         if options.writeOut == "json" {
             let elapsed = Double(DispatchTime.now().uptimeNanoseconds - t.start.uptimeNanoseconds) / 1e9
             _ = writeAll(1, writeOutJSON(url: t.urlText, response: t.response, bytes: t.bytes, elapsed: elapsed, error: t.error))
@@ -341,8 +427,14 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         guard let t = transfer(for: task) else { return }
         t.bytes += Int64(data.count)
         if options.head { return }
-        if buffered { t.body.append(data); return }
-        if !writeAll(1, data) {
+        if buffered, t.fd == 1 {
+            if t.spool < 0 { t.spool = makeSpool() }
+            if t.spool >= 0, writeAll(t.spool, data) { return }
+            t.writeFailed = true
+            task.cancel()
+            return
+        }
+        if !writeAll(t.fd, data) {
             t.writeFailed = true
             task.cancel()
         }
@@ -362,6 +454,9 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         if t.response == nil, let r = task.response, !noteResponse(t, r) { return }
         if t.httpFailed { return }
         t.bytes = task.countOfBytesReceived
+        // The download was private (0600) while it grew; the output gets the mode a new
+        // file would have (0666 less the umask, as curl's), or keeps an existing file's.
+        chmod(location.path, OutputTarget.mode(forReplacing: dest, umask: umaskValue))
         if rename(location.path, dest) != 0 {
             let e = errno
             t.error = PorterError(.cannotMoveFile, "cannot move the download to \(dest)", url: task.originalRequest.url,
@@ -382,21 +477,30 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
     func task(_ task: SessionTask, didReceive challenge: AuthenticationChallenge,
               completion: @escaping @Sendable (ChallengeDisposition) -> Void) {
         if options.verbose { note("* \(challenge)") }
-        switch challenge.protectionSpace.authenticationMethod {
+        completion(Runner.answer(challenge, originalURL: task.originalRequest.url, user: credential, netrc: netrc))
+    }
+
+    /// How the CLI answers a challenge, as curl does:
+    /// - `-u` is for the first URL's origin (scheme, host, port) only: never for another
+    ///   host a redirect leads to, never over plain http when it was given for https, and
+    ///   never for a proxy (a proxy's credentials come from the -x URL).
+    /// - a netrc login is for its host, and not over plain http when the first URL was https.
+    /// - a refused credential is not tried again, and with nothing (else) to answer, the
+    ///   401 / 407 itself is the response (default handling), as URLSession delivers it.
+    static func answer(_ challenge: AuthenticationChallenge, originalURL: URL, user: Credential?, netrc: Netrc?) -> ChallengeDisposition {
+        let space = challenge.protectionSpace
+        switch space.authenticationMethod {
         case .serverTrust, .clientCertificate:
-            completion(.performDefaultHandling)
+            return .performDefaultHandling
         default:
-            if let credential, challenge.previousFailureCount == 0 {
-                completion(.useCredential(credential))
-            } else if challenge.proposedCredential != nil, challenge.previousFailureCount == 0 {
-                completion(.performDefaultHandling)
-            } else if let netrc, challenge.previousFailureCount == 0,
-                      let found = netrc.credential(for: challenge.protectionSpace.host) {
-                completion(.useCredential(found))
-            } else {
-                completion(.cancelAuthenticationChallenge)
-            }
+            break
         }
+        guard challenge.previousFailureCount == 0, !space.isProxy else { return .performDefaultHandling }
+        if let user, space.isOrigin(of: originalURL) { return .useCredential(user) }
+        if challenge.proposedCredential != nil { return .performDefaultHandling }
+        let downgrade = originalURL.scheme?.lowercased() == "https" && space.protocol.lowercased() != "https"
+        if let netrc, !downgrade, let found = netrc.credential(for: space.host) { return .useCredential(found) }
+        return .performDefaultHandling
     }
 
     func task(_ task: SessionTask, didFinishCollecting metrics: TaskMetrics) {
@@ -426,6 +530,9 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         }
         finishTransfer(t)
         lock.withLock { _ = transfers.removeValue(forKey: ObjectIdentifier(task)) }
-        t.onDone()
+        // onDone captures its transfer: clear it, or every transfer would keep itself alive.
+        let done = t.onDone
+        t.onDone = {}
+        done()
     }
 }

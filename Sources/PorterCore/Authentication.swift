@@ -70,6 +70,28 @@ public struct ProtectionSpace: Sendable, Hashable, CustomStringConvertible {
         self.serverTrust = serverTrust
     }
 
+    /// True when this space belongs to `url`'s origin: the same scheme, host and port
+    /// (the scheme's default port when the URL names none). A credential given for a URL
+    /// answers only challenges for which this holds, so it never reaches another host,
+    /// another port, or plain http when it was given for https.
+    public func isOrigin(of url: URL) -> Bool {
+        guard let scheme = url.scheme?.lowercased(), let host = url.host?.lowercased() else { return false }
+        return `protocol`.lowercased() == scheme && self.host.lowercased() == host
+            && port == (url.port ?? ProtectionSpace.defaultPort(for: scheme))
+    }
+
+    /// The port a URL of `scheme` means when it names none (0 when unknown).
+    public static func defaultPort(for scheme: String) -> Int {
+        switch scheme.lowercased() {
+        case "http", "ws": return 80
+        case "https", "wss": return 443
+        case "ftp", "ftps": return 21
+        case "sftp", "scp", "ssh": return 22
+        case "gopher": return 70
+        default: return 0
+        }
+    }
+
     public static func == (a: ProtectionSpace, b: ProtectionSpace) -> Bool {
         a.host.lowercased() == b.host.lowercased() && a.port == b.port && a.protocol == b.protocol
             && a.realm == b.realm && a.authenticationMethod == b.authenticationMethod && a.isProxy == b.isProxy

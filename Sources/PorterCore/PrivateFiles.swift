@@ -23,7 +23,7 @@ public enum XDG {
 
 /// The persistent stores' files: folders 0700, files 0600, never read when others may
 /// read them, replaced whole by rename.
-enum PrivateFiles {
+public enum PrivateFiles {
     /// Creates `folder` (and its parents) with mode 0700.
     static func makeFolder(_ folder: String) throws {
         do {
@@ -72,7 +72,7 @@ enum PrivateFiles {
     /// Writes `data` to a new temporary file (0600) beside `path`, flushes it and renames
     /// it over `path`: readers see the old file or the new one. False on any failure (the
     /// temporary file is then removed).
-    static func writeAtomically(_ data: Data, to path: String) -> Bool {
+    public static func writeAtomically(_ data: Data, to path: String) -> Bool {
         let temp = path + ".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         let fd = open(temp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
         guard fd >= 0 else { return false }

@@ -23,6 +23,8 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
     private let pool: BufferPool
     private var fd: Int32 = -1
     private var remaining: Int64 = 0
+    /// Read until read() says the end, not a stat size (procfs, sysfs, empty-looking files).
+    private var readsToEnd = false
 
     public init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {
         self.request = request
@@ -76,6 +78,16 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
         return path
     }
 
+    /// procfs and sysfs: file systems whose stat sizes say nothing about what read gives.
+    /// Told by where the open file really is (statfs is not in Swift's Glibc module).
+    static func isPseudoFileSystem(_ fd: Int32) -> Bool {
+        var buffer = [CChar](repeating: 0, count: 64)
+        let n = readlink("/proc/self/fd/\(fd)", &buffer, buffer.count - 1)
+        guard n > 0 else { return false }
+        let prefix = String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return prefix.hasPrefix("/proc/") || prefix.hasPrefix("/sys/")
+    }
+
     static func validator(_ st: stat) -> String {
         "\(st.st_size)-\(st.st_mtim.tv_sec).\(st.st_mtim.tv_nsec)-\(st.st_ino)"
     }
@@ -109,6 +121,9 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
         default:
             throw PorterError(.resourceUnavailable, "\(path) is not a regular file or a folder", url: request.url)
         }
+        // procfs and sysfs report sizes that are not the content's (0, or 4096): such a
+        // file, or any that says it is empty, is read to its end with no length promised.
+        readsToEnd = st.st_size == 0 || FileHandler.isPseudoFileSystem(fd)
         let size = Int64(st.st_size)
         let validator = FileHandler.validator(st)
         var offset: Int64 = 0
@@ -118,11 +133,11 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
                 throw PorterError.fromErrno(errno, url: request.url, doing: "cannot seek in \(path)")
             }
         }
-        remaining = size - offset
+        remaining = readsToEnd ? Int64.max : size - offset
         let mime = MediaTypes.mimeType(forPath: path)
-        var response = Response(url: request.url, mimeType: mime, expectedContentLength: remaining)
+        var response = Response(url: request.url, mimeType: mime, expectedContentLength: readsToEnd ? -1 : remaining)
         response.headerFields[.contentType] = mime
-        response.headerFields[.contentLength] = String(remaining)
+        if !readsToEnd { response.headerFields[.contentLength] = String(remaining) }
         response.validator = validator
         if offset > 0 { response.resumeOffset = offset }
         var metrics = TransactionMetrics(request: request)
@@ -148,6 +163,7 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
                 let err = errno
                 pool.give(buffer)
                 if n < 0 && err == EINTR { continue }
+                if n == 0 && readsToEnd { break }
                 finish(n < 0 ? PorterError.fromErrno(err, url: request.url, doing: "read failed")
                              : PorterError(.networkConnectionLost, "the file shrank while it was read", url: request.url))
                 return
@@ -195,25 +211,40 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
     // MARK: writing
 
     private func upload(to path: String) throws {
-        let folder = (path as NSString).deletingLastPathComponent
-        let base = (path as NSString).lastPathComponent
+        // Byte arithmetic on the path (Foundation's path methods trap on some names).
+        guard let slash = path.lastIndex(of: "/") else {
+            throw PorterError(.badURL, "a file: URL needs an absolute path", url: request.url)
+        }
+        let folder = slash == path.startIndex ? "/" : String(path[..<slash])
+        let base = String(path[path.index(after: slash)...])
         var existing = stat()
         let isFolder = stat(path, &existing) == 0 && (existing.st_mode & S_IFMT) == S_IFDIR
         guard !base.isEmpty, !path.hasSuffix("/"), !request.url.hasDirectoryPath, !isFolder else {
             throw PorterError(.cannotCreateFile, "an upload needs a file name, not a folder", url: request.url)
         }
-        var template = Array((folder + "/." + base + ".porter-XXXXXX").utf8CString)
-        let out = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
-        if out < 0 {
-            let e = errno
-            throw PorterError(e == ENOENT ? .fileDoesNotExist : .cannotCreateFile, "cannot create a file in \(folder)",
-                              url: request.url, cause: .errno(e))
+        // A device, FIFO or socket is written through: renaming a file over it would
+        // destroy it (root once turned /dev/null into a regular file that way).
+        let writesThrough = stat(path, &existing) == 0 && existing.st_mode & S_IFMT != S_IFREG
+        let out: Int32
+        let temp: String
+        if writesThrough {
+            out = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY)
+            if out < 0 { throw PorterError.fromErrno(errno, url: request.url, doing: "cannot open \(path) for writing") }
+            temp = path
+        } else {
+            var template = Array((folder + "/." + base + ".porter-XXXXXX").utf8CString)
+            out = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+            if out < 0 {
+                let e = errno
+                throw PorterError(e == ENOENT ? .fileDoesNotExist : .cannotCreateFile, "cannot create a file in \(folder)",
+                                  url: request.url, cause: .errno(e))
+            }
+            temp = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         }
-        let temp = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         var done = false
         defer {
             close(out)
-            if !done { unlink(temp) }
+            if !done, !writesThrough { unlink(temp) }
         }
         let expected = request.body?.knownLength ?? -1
         var total: Int64 = 0
@@ -261,6 +292,14 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
             }
         case nil:
             break
+        }
+        if writesThrough {
+            done = true
+            var response = Response(url: request.url, mimeType: nil, expectedContentLength: 0)
+            response.headerFields[.contentLength] = "0"
+            client.didReceive(response, cacheStoragePolicy: .notAllowed)
+            finish(nil)
+            return
         }
         guard fsync(out) == 0 else {
             throw PorterError(.cannotWriteToFile, "cannot flush \(temp)", url: request.url, cause: .errno(errno))

@@ -135,27 +135,37 @@ public final class PluginLoader: @unchecked Sendable {
         return verdicts
     }
 
-    /// Checks, opens and registers one plugin file.
+    /// Checks, opens and registers one plugin file. The file is opened once; the checks
+    /// look at that descriptor (and at every folder above the file and above a link to
+    /// it); dlopen maps the same descriptor through /proc/self/fd, so nothing can be
+    /// swapped in between. The descriptor stays open for the life of the process (the
+    /// image is never unloaded either), so no later plugin reuses its /proc name.
     public func load(path: String) -> PluginVerdict {
         func refuse(_ stage: PluginLoadStage, _ reason: String, _ detail: String? = nil) -> PluginVerdict {
             .refused(PluginDiagnostic(path: path, stage: stage, reason: reason, detail: detail))
         }
-        if let problem = Self.fileProblem(path) { return refuse(.file, problem) }
-        let real = URL(fileURLWithPath: path).resolvingSymlinksInPath().path
-        if let already = Self.loadedPaths.withLock({ $0[loadedKey(real)] }),
+        let opened: PluginFile
+        switch PluginFile.open(path) {
+        case .failure(let problem): return refuse(.file, problem.reason)
+        case .success(let f): opened = f
+        }
+        if let already = Self.loadedPaths.withLock({ $0[loadedKey(opened.identity)] }),
            registry.registrations.contains(where: { $0.id == already.registrationID }) {
+            close(opened.fd)
             return refuse(.register, "already loaded as \(already.path)")
         }
         _ = dlerror()
-        guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) else {
-            return refuse(.open, "dlopen failed", Self.dlerrorText())
+        guard let handle = dlopen("/proc/self/fd/\(opened.fd)", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) else {
+            let text = Self.dlerrorText()
+            close(opened.fd)
+            return refuse(.open, "dlopen failed", text)
         }
         guard let symbol = dlsym(handle, PORTER_PLUGIN_ENTRY_SYMBOL) else {
             return refuse(.symbol, "no '\(PORTER_PLUGIN_ENTRY_SYMBOL)' function", Self.dlerrorText())
         }
         let entry = unsafeBitCast(symbol, to: porter_plugin_entry_fn.self)
         let verdict = register(entry: entry, path: path, origin: .plugin(path: path))
-        if case .loaded(let p) = verdict { Self.loadedPaths.withLock { $0[loadedKey(real)] = p } }
+        if case .loaded(let p) = verdict { Self.loadedPaths.withLock { $0[loadedKey(opened.identity)] = p } }
         return verdict
     }
 
@@ -231,33 +241,15 @@ public final class PluginLoader: @unchecked Sendable {
 
     // MARK: - checks
 
-    /// nil when the file may be loaded; otherwise why not.
+    /// nil when the file at `path` may be loaded; otherwise why not (the checks of
+    /// `load`, without loading).
     static func fileProblem(_ path: String) -> String? {
-        var st = stat()
-        guard lstat(path, &st) == 0 else { return "no such file (\(String(cString: strerror(errno))))" }
-        guard stat(path, &st) == 0 else { return "dangling symbolic link" }
-        let type = st.st_mode & S_IFMT
-        if type == S_IFDIR { return "a folder, not a plugin file" }
-        guard type == S_IFREG else { return "not a regular file" }
-        if let p = ownershipProblem(st, what: "file") { return p }
-        let real = URL(fileURLWithPath: path).resolvingSymlinksInPath()
-        let folder = real.deletingLastPathComponent().path
-        var fst = stat()
-        guard stat(folder, &fst) == 0 else { return "cannot inspect its folder \(folder)" }
-        if let p = ownershipProblem(fst, what: "folder \(folder)") { return p }
-        return nil
-    }
-
-    private static func ownershipProblem(_ st: stat, what: String) -> String? {
-        let me = geteuid()
-        if st.st_uid != me && st.st_uid != 0 {
-            return "the \(what) is owned by uid \(st.st_uid), neither this user (\(me)) nor root"
+        switch PluginFile.open(path) {
+        case .failure(let p): return p.reason
+        case .success(let f):
+            close(f.fd)
+            return nil
         }
-        if st.st_mode & (S_IWGRP | S_IWOTH) != 0 {
-            let who = st.st_mode & S_IWOTH != 0 ? "others" : "group"
-            return "the \(what) is writable by \(who) (mode \(String(st.st_mode & 0o7777, radix: 8)))"
-        }
-        return nil
     }
 
     static func check(_ d: porter_plugin_descriptor) -> Result<[PluginScheme], PluginEvents.Refusal> {

@@ -17,7 +17,7 @@ final class CLITests: XCTestCase {
     static let porter = binary("PORTER_BIN", "porter")
     static let customScheme = binary("CUSTOM_SCHEME_BIN", "CustomScheme")
 
-    private var dir: String!
+    var dir: String!
     override func setUp() {
         dir = NSTemporaryDirectory() + "porter-cli-\(UUID().uuidString)"
         try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
@@ -47,12 +47,12 @@ final class CLITests: XCTestCase {
         return Run(status: p.terminationStatus, stdout: o, stderr: String(decoding: e, as: UTF8.self))
     }
 
-    private func file(_ name: String, _ data: Data) -> String {
+    func file(_ name: String, _ data: Data) -> String {
         let path = dir + "/" + name
         XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: data))
         return path
     }
-    private var entries: Set<String> { Set((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []) }
+    var entries: Set<String> { Set((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []) }
 
     func testDataURLHelloWorld() throws {
         let r = try run(["data:,Hello%20World"])

@@ -204,6 +204,54 @@ final class FileHandlerTests: XCTestCase {
         XCTAssertEqual(Set(try FileManager.default.contentsOfDirectory(atPath: dir)), ["target.txt", "fresh.bin", "source.bin"])
     }
 
+    /// procfs and sysfs files say size 0 (or 4096) and hold something else: they are read
+    /// to their end (the body was empty, or "file shrank").
+    func testProcAndSysFilesAreReadToTheirEnd() async throws {
+        let (status, response) = try await session.data(from: URL(fileURLWithPath: "/proc/self/status"))
+        let text = String(decoding: status, as: UTF8.self)
+        XCTAssertTrue(text.contains("Name:") && text.contains("Pid:"), text)
+        XCTAssertEqual(response.expectedContentLength, -1, "no length is promised for a procfs file")
+        let (kernel, _) = try await session.data(from: URL(fileURLWithPath: "/sys/kernel/uevent_seqnum"))
+        XCTAssertFalse(kernel.isEmpty)
+        XCTAssertNotNil(Int(String(decoding: kernel, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)))
+        // An empty regular file is still an empty body.
+        let (empty, _) = try await session.data(from: write("empty", Data()))
+        XCTAssertEqual(empty, Data())
+    }
+
+    /// An upload onto a device or a FIFO writes through it: the rename would have replaced
+    /// the device with a regular file. The device is made here (never the real /dev/null).
+    func testUploadOntoADeviceOrFIFOWritesThrough() async throws {
+        let fifo = dir + "/fifo"
+        XCTAssertEqual(mkfifo(fifo, 0o600), 0)
+        let received = Locked(Data())
+        let reader = Thread {
+            let fd = open(fifo, O_RDONLY)
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while fd >= 0 {
+                let n = read(fd, &buffer, buffer.count)
+                if n <= 0 { break }
+                received.withLock { $0.append(contentsOf: buffer[0..<n]) }
+            }
+            close(fd)
+        }
+        reader.start()
+        _ = try await session.upload(for: Request(url: URL(fileURLWithPath: fifo)), from: Data("into the fifo".utf8))
+        for _ in 0..<500 where received.current.count < 13 { usleep(10_000) }
+        XCTAssertEqual(received.current, Data("into the fifo".utf8))
+        var st = stat()
+        XCTAssertEqual(lstat(fifo, &st), 0)
+        XCTAssertEqual(st.st_mode & S_IFMT, S_IFIFO)
+        if geteuid() == 0 {
+            let device = dir + "/null-device"
+            XCTAssertEqual(mknod(device, S_IFCHR | 0o666, (1 << 8) | 3), 0)
+            _ = try await session.upload(for: Request(url: URL(fileURLWithPath: device)), from: Data("gone".utf8))
+            XCTAssertEqual(lstat(device, &st), 0)
+            XCTAssertEqual(st.st_mode & S_IFMT, S_IFCHR, "still a character device")
+        }
+        XCTAssertFalse(try FileManager.default.contentsOfDirectory(atPath: dir).contains { $0.contains(".porter-") })
+    }
+
     func testBootstrapIsIdempotentAndThreadSafe() {
         let registry = HandlerRegistry()
         DispatchQueue.concurrentPerform(iterations: 50) { _ in Porter.bootstrap(registry: registry) }

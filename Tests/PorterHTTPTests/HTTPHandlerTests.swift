@@ -116,7 +116,10 @@ final class HTTPHandlerTests: XCTestCase {
             return (r.status, r.stdout, r.stderr)
         }
         XCTAssertEqual(try run(["--netrc-file", netrc, nginx.http + "/basic/"]).0, 0)
-        XCTAssertEqual(try run([nginx.http + "/basic/"]).0, 8, "no netrc unless asked")
+        let asked = try run([nginx.http + "/basic/"])
+        XCTAssertEqual(asked.0, 0, "no netrc unless asked: the 401 itself is the answer, as with curl")
+        XCTAssertTrue(asked.1.contains("401 Authorization Required"), asked.1)
+        XCTAssertEqual(try run(["-f", nginx.http + "/basic/"]).0, 22)
         try FileManager.default.copyItem(atPath: netrc, toPath: dir + "/.netrc")
         let verbose = try run(["-n", "-v", nginx.http + "/basic/"])
         XCTAssertEqual(verbose.0, 0, verbose.2)
@@ -127,6 +130,41 @@ final class HTTPHandlerTests: XCTestCase {
         let refused = try run(["-n", nginx.http + "/basic/"])
         XCTAssertEqual(refused.0, 4, "a netrc others can read is refused")
         XCTAssertTrue(refused.2.contains("chmod 600"), refused.2)
+    }
+
+    /// -u is for the first URL's origin only (curl's rule): a redirect to another host
+    /// that asks for a password gets none, and neither does plain http after https; a
+    /// netrc login never goes over plain http when the first URL was https. The other
+    /// origin's 401 is delivered as the response.
+    func testCredentialsNeverReachAnotherOrigin() throws {
+        let dir = NSTemporaryDirectory() + "porter-origin-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        func run(_ args: [String]) throws -> (Int32, String, String) {
+            var env = withoutProxies
+            env["HOME"] = dir
+            let r = try runProcess(porterBinary, args, environment: env)
+            return (r.status, r.stdout, r.stderr)
+        }
+        // The same origin still gets it.
+        let same = try run(["-u", "alice:secret", nginx.http + "/auth-echo"])
+        XCTAssertEqual(same.0, 0, same.2)
+        XCTAssertTrue(same.1.hasPrefix("auth=Basic "), same.1)
+        // Another host (localhost, same port) asks after a redirect: no password for it.
+        let cross = try run(["-u", "alice:secret", nginx.http + "/cross-auth"])
+        XCTAssertEqual(cross.0, 0, cross.2)
+        XCTAssertEqual(cross.1, "who are you\n", "the password went to another host: \(cross.1)")
+        XCTAssertEqual(try run(["-f", "-u", "alice:secret", nginx.http + "/cross-auth"]).0, 22)
+        // https to plain http (another port as well): never in clear.
+        let plain = try run(["--cacert", nginx.caFile, "-u", "alice:secret", nginx.https + "/plain-auth"])
+        XCTAssertEqual(plain.0, 0, plain.2)
+        XCTAssertEqual(plain.1, "who are you\n", "the password went out over plain http: \(plain.1)")
+        let netrc = dir + "/netrc"
+        try "machine 127.0.0.1 login alice password secret\n".write(toFile: netrc, atomically: true, encoding: .utf8)
+        chmod(netrc, 0o600)
+        let viaNetrc = try run(["--cacert", nginx.caFile, "--netrc-file", netrc, nginx.https + "/plain-auth"])
+        XCTAssertEqual(viaNetrc.1, "who are you\n", "a netrc password went out over plain http: \(viaNetrc.1)")
+        XCTAssertTrue(try run(["--netrc-file", netrc, nginx.http + "/auth-echo"]).1.hasPrefix("auth=Basic "))
     }
 
     // MARK: - the HTTP cache against nginx (its access log counts what reached it)

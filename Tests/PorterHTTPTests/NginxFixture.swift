@@ -93,6 +93,11 @@ final class NginxFixture: @unchecked Sendable {
             location = /cross { return 302 http://localhost:\(httpPort)/headers; }
             location = /relative { return 302 chain/1; }
             location /basic/ { auth_basic "porter-test"; auth_basic_user_file \(dir)/htpasswd; }
+            location = /auth-echo { default_type text/plain;
+                if ($http_authorization = "") { add_header WWW-Authenticate 'Basic realm="elsewhere"' always; return 401 "who are you\n"; }
+                echo "auth=$http_authorization"; }
+            location = /cross-auth { return 302 http://localhost:\(httpPort)/auth-echo; }
+            location = /plain-auth { return 302 http://127.0.0.1:\(httpPort)/auth-echo; }
             location = /slow { default_type text/plain; echo "first"; echo_flush; echo_sleep 30; echo "late"; }
             location = /throttled.bin { alias \(dir)/www/big.bin; limit_rate 2m; }
             """

@@ -1,6 +1,7 @@
 import Foundation
 import Porter
 import PorterPlugins
+import PorterTestSupport
 import XCTest
 
 /// One test per way a plugin can be bad: each asserts the stage and the reason of the
@@ -156,6 +157,84 @@ final class LoaderTests: XCTestCase {
         let both = PluginLoader(registry: HandlerRegistry()).loadAll(from: [folder.path, safe.path])
         XCTAssertEqual(both.count, 2)
         XCTAssertNotNil(both[1].plugin)
+    }
+
+    /// The attack the descriptor rule stops: a link in a folder others can write points at
+    /// a good plugin while the checks run and at the attacker's object when it is mapped.
+    /// Another process swaps the link as fast as it can while `porter plugins` runs 200
+    /// times: the attacker's constructor never runs (every run refuses the link, because
+    /// whoever can change the link chooses the code).
+    func testSymlinkSwappedDuringLoadingNeverLoadsTheAttacker() throws {
+        let safe = try PluginFixture.folder("safe")
+        let good = try PluginFixture.build("good.so", in: safe)
+        let marker = safe.deletingLastPathComponent().appendingPathComponent("attacker-ran").path
+        let evil = try PluginFixture.build("evil.so", in: safe, defines: ["MARKER_FILE=\"\(marker)\"", "SCHEME=\"ptest\""])
+        let open = try PluginFixture.folder("open")
+        chmod(open.path, 0o777)   // anyone may change the names in it
+        let link = open.appendingPathComponent("x.so").path
+        XCTAssertEqual(symlink(good, link), 0)
+        let swapper = try startProcess("/bin/sh", ["-c", """
+            while :; do
+              ln -sfn '\(evil)' '\(open.path)/.n1' && mv -T '\(open.path)/.n1' '\(link)'
+              ln -sfn '\(good)' '\(open.path)/.n2' && mv -T '\(open.path)/.n2' '\(link)'
+            done
+            """])
+        defer { swapper.terminate(); swapper.waitUntilExit() }
+        var refusals = 0
+        for _ in 0..<200 {
+            let r = try runProcess(porterBinary, ["plugins", "--plugin-path", open.path],
+                                   environment: ["PORTER_PLUGIN_PATH": nil, "HOME": safe.path])
+            XCTAssertEqual(r.status, 0, r.stderr)
+            if r.stdout.contains("refused \(link)\n        stage: file; reason: the folder \(open.path) is writable by others") {
+                refusals += 1
+            }
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: marker), "the attacker's object was mapped")
+        XCTAssertEqual(refusals, 200, "every run refuses a link in a folder others can write")
+    }
+
+    /// OpenSSH's safe_path rule for the folders above a plugin: a group-writable folder
+    /// anywhere above refuses it; a root-owned sticky folder (like /tmp) is fine above the
+    /// plugin folder but is never a plugin folder itself.
+    func testEveryFolderAboveThePluginCounts() throws {
+        let base = try PluginFixture.folder("base")
+        let inner = base.appendingPathComponent("a/b")
+        try FileManager.default.createDirectory(at: inner, withIntermediateDirectories: true)
+        chmod(base.appendingPathComponent("a").path, 0o775)
+        chmod(inner.path, 0o755)
+        let path = try PluginFixture.build("deep.so", in: inner)
+        let d = PluginLoader(registry: HandlerRegistry()).load(path: path).diagnostic
+        XCTAssertEqual(d?.stage, .file)
+        XCTAssertTrue(d?.reason.contains("folder \(base.path)/a (above the plugin's folder) is writable by group") == true,
+                      "\(String(describing: d))")
+        chmod(base.appendingPathComponent("a").path, 0o755)
+        XCTAssertNotNil(PluginLoader(registry: HandlerRegistry()).load(path: path).plugin)
+
+        // A sticky folder anyone can write (as /tmp): fine above, refused as the plugin folder.
+        let sticky = base.appendingPathComponent("sticky")
+        try FileManager.default.createDirectory(at: sticky.appendingPathComponent("mine"), withIntermediateDirectories: true)
+        chmod(sticky.path, 0o1777)
+        chmod(sticky.appendingPathComponent("mine").path, 0o755)
+        let above = try PluginFixture.build("above.so", in: sticky.appendingPathComponent("mine"))
+        let direct = try PluginFixture.build("direct.so", in: sticky, defines: ["SCHEME=\"other\""])
+        XCTAssertNotNil(PluginLoader(registry: HandlerRegistry()).load(path: above).plugin)
+        let refused = PluginLoader(registry: HandlerRegistry()).load(path: direct).diagnostic
+        XCTAssertTrue(refused?.reason.contains("the folder \(sticky.path) is writable by others") == true,
+                      "\(String(describing: refused))")
+    }
+
+    /// A link is judged by its own folder and owner too: a link in a safe folder to a
+    /// plugin in a safe folder loads; the same link to a plugin in a folder others can
+    /// write does not.
+    func testALinkCountsTheFoldersOfBothEnds() throws {
+        let safe = try PluginFixture.folder("links")
+        let target = try PluginFixture.folder("target")
+        let real = try PluginFixture.build("real.so", in: target)
+        XCTAssertEqual(symlink(real, safe.appendingPathComponent("via-link.so").path), 0)
+        XCTAssertNotNil(PluginLoader(registry: HandlerRegistry()).load(path: safe.appendingPathComponent("via-link.so").path).plugin)
+        chmod(target.path, 0o777)
+        let d = PluginLoader(registry: HandlerRegistry()).load(path: safe.appendingPathComponent("via-link.so").path).diagnostic
+        XCTAssertTrue(d?.reason.contains("the folder \(target.path) is writable by others") == true, "\(String(describing: d))")
     }
 
     func testForeignOwner() throws {

@@ -376,6 +376,16 @@ static void t_resume(void *p) {
     pthread_mutex_unlock(&l->lock);
 }
 
+#ifdef MARKER_FILE
+/* An attacker's object: its constructor leaves a mark the moment it is mapped. */
+#include <fcntl.h>
+#include <unistd.h>
+__attribute__((constructor)) static void leave_mark(void) {
+    int fd = open(MARKER_FILE, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) { (void)write(fd, "loaded\n", 7); close(fd); }
+}
+#endif
+
 static const porter_handler_vtable vtable = {
     sizeof(porter_handler_vtable), t_can_handle, t_start, t_stop, t_destroy, t_pause, t_resume,
 };

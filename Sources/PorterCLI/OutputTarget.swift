@@ -1,0 +1,95 @@
+import Foundation
+import Porter
+
+/// What `-o PATH` names, and the path arithmetic the CLI does on user text. Plain byte
+/// work on the string: Foundation's path methods trap on some inputs ("a", "-").
+enum OutputTarget: Equatable {
+    /// Absent, or a regular file (or a link to one): write beside it, then rename over it.
+    case file
+    /// A folder: refused.
+    case folder
+    /// A character or block device, a FIFO or a socket: written through, never replaced.
+    case special
+
+    init(path: String) {
+        var st = stat()
+        guard stat(path, &st) == 0 else { self = .file; return }
+        switch st.st_mode & S_IFMT {
+        case S_IFREG: self = .file
+        case S_IFDIR: self = .folder
+        default: self = .special
+        }
+    }
+
+    /// The folder holding `path`: "." for a bare name, "/" for a name in the root.
+    static func parentFolder(of path: String) -> String {
+        var p = Substring(path)
+        while p.count > 1, p.hasSuffix("/") { p = p.dropLast() }
+        guard let slash = p.lastIndex(of: "/") else { return "." }
+        let parent = p[..<slash]
+        return parent.isEmpty ? "/" : String(parent)
+    }
+
+    /// The last component of `path` ("" for "/").
+    static func lastComponent(of path: String) -> String {
+        var p = Substring(path)
+        while p.count > 1, p.hasSuffix("/") { p = p.dropLast() }
+        if p == "/" { return "" }
+        guard let slash = p.lastIndex(of: "/") else { return String(p) }
+        return String(p[p.index(after: slash)...])
+    }
+
+    /// The mode a finished download gets when it is renamed over `path`: an existing
+    /// regular file keeps its own; a new file gets 0666 less the umask, as curl's do.
+    static func mode(forReplacing path: String, umask: mode_t) -> mode_t {
+        var st = stat()
+        if stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG { return st.st_mode & 0o7777 }
+        return 0o666 & ~umask
+    }
+}
+
+/// The URLs of one run: the arguments, then the lines of `--url-list FILE`, read one at
+/// a time as transfers need them (blank lines and `#` comments skipped). Not thread-safe:
+/// the runner calls `next()` under its lock.
+final class URLSource: @unchecked Sendable {
+    private var arguments: [String]
+    private var index = 0
+    private var file: UnsafeMutablePointer<FILE>?
+    private var line: UnsafeMutablePointer<CChar>?
+    private var capacity = 0
+
+    init(arguments: [String], listPath: String?) throws {
+        self.arguments = arguments
+        if let listPath {
+            guard let f = fopen(listPath, "re") else {
+                throw PorterError(.fileDoesNotExist, "cannot read \(listPath)", cause: .errno(errno))
+            }
+            file = f
+        }
+    }
+
+    deinit {
+        if let file { fclose(file) }
+        free(line)
+    }
+
+    func next() -> String? {
+        if index < arguments.count {
+            index += 1
+            return arguments[index - 1]
+        }
+        guard let file else { return nil }
+        while true {
+            let n = getline(&line, &capacity, file)
+            guard n >= 0, let line else {
+                fclose(file)
+                self.file = nil
+                return nil
+            }
+            let text = String(decoding: UnsafeRawBufferPointer(start: line, count: n), as: UTF8.self)
+                .trimmingCharacters(in: .whitespacesAndNewlines)
+            if text.isEmpty || text.hasPrefix("#") { continue }
+            return text
+        }
+    }
+}
