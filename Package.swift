@@ -68,7 +68,7 @@ let package = Package(
             name: "SFTPMirror", dependencies: ["Porter", "PorterSFTP"], path: "Examples/SFTPMirror", swiftSettings: strict),
         .executableTarget(
             name: "porter-bench", dependencies: ["Porter"], path: "Benchmarks/porter-bench", swiftSettings: strict),
-        .testTarget(name: "PorterCoreTests", dependencies: ["PorterCore", .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),
+        .testTarget(name: "PorterCoreTests", dependencies: ["PorterCore", .product(name: "HTTPTypes", package: "swift-http-types"), .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
         .target(name: "PorterTestSupport", dependencies: ["PorterCore"], path: "Tests/PorterTestSupport", swiftSettings: strict),
         .testTarget(name: "PorterDataTests", dependencies: ["PorterData"], swiftSettings: strict),
         .testTarget(name: "PorterFileTests", dependencies: ["Porter", "PorterFile", "PorterTestSupport"], swiftSettings: strict),

@@ -39,6 +39,7 @@ public final class CredentialStore: @unchecked Sendable {
     public init(path: String) throws {
         self.path = path
         try PrivateFiles.makeFolder((path as NSString).deletingLastPathComponent)
+        try PrivateFiles.refuseIfNotOwnRegularFile(path, what: "the credential store")
         guard FileManager.default.fileExists(atPath: path) else { return }   // nothing stored yet
         try PrivateFiles.refuseIfOthersCanRead(path, what: "the credential store")
         guard let data = FileManager.default.contents(atPath: path) else {

@@ -12,11 +12,41 @@ final class HTTPDiskCache: @unchecked Sendable {
     let capacity: Int
     private let database: DatabaseQueue
 
+    /// The bodies folder, held open: every body is opened, created, renamed and removed
+    /// relative to it with O_NOFOLLOW, so a link planted in the folder is never followed
+    /// and a folder swapped for another after the checks is not used.
+    private let bodies: Int32
+
+    /// Only names the cache makes itself are ever opened or removed: a damaged or hostile
+    /// index cannot name "../x" or "/etc/passwd".
+    static func isBodyName(_ name: String) -> Bool {
+        let u = Array(name.utf8)
+        guard u.count == 36 else { return false }
+        for (i, c) in u.enumerated() {
+            if i == 8 || i == 13 || i == 18 || i == 23 {
+                guard c == UInt8(ascii: "-") else { return false }
+            } else {
+                guard (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x46) else { return false }
+            }
+        }
+        return true
+    }
+
     init(directory: String, capacity: Int) throws {
         self.directory = directory
         self.capacity = capacity
         try PrivateFiles.makeFolder(directory + "/bodies")
-        chmod(directory, 0o700)
+        try PrivateFiles.checkOwnFolder(directory)
+        let fd = open(directory + "/bodies", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else {
+            throw PorterError(.cannotOpenFile, "cannot open the cache folder \(directory)/bodies", cause: .errno(errno))
+        }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_uid == geteuid(), st.st_mode & 0o077 == 0 else {
+            close(fd)
+            throw PorterError(.noPermissionsToReadFile, "refusing the cache folder \(directory)/bodies: not this user's private folder")
+        }
+        bodies = fd
         database = try PrivateFiles.openDatabase(directory + "/index.sqlite", schema: """
             CREATE TABLE IF NOT EXISTS entry (
                 key TEXT NOT NULL, vary TEXT NOT NULL, head BLOB NOT NULL, body TEXT NOT NULL,
@@ -73,10 +103,62 @@ final class HTTPDiskCache: @unchecked Sendable {
 
     // MARK: - entries
 
+    deinit { close(bodies) }
+
+    // MARK: - body files (relative to the held folder, never through a link)
+
+    private func writeBody(_ data: Data, name: String) -> Bool {
+        let temp = name + ".tmp"
+        let fd = openat(bodies, temp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else { return false }
+        let written = data.withUnsafeBytes { raw -> Bool in
+            var offset = 0
+            while offset < raw.count {
+                let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
+                if n < 0, errno == EINTR { continue }
+                if n <= 0 { return false }
+                offset += n
+            }
+            return true
+        }
+        let synced = fsync(fd) == 0
+        close(fd)
+        guard written, synced, renameat(bodies, temp, bodies, name) == 0 else {
+            unlinkat(bodies, temp, 0)
+            return false
+        }
+        return true
+    }
+
+    private func readBody(_ name: String, size: Int) -> Data? {
+        guard Self.isBodyName(name) else { return nil }
+        let fd = openat(bodies, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, Int(st.st_size) == size else { return nil }
+        var data = Data(count: size)
+        let ok = data.withUnsafeMutableBytes { raw -> Bool in
+            var offset = 0
+            while offset < size {
+                let n = read(fd, raw.baseAddress! + offset, size - offset)
+                if n < 0, errno == EINTR { continue }
+                if n <= 0 { return false }
+                offset += n
+            }
+            return true
+        }
+        return ok ? data : nil
+    }
+
+    private func removeBody(_ name: String) {
+        guard Self.isBodyName(name) else { return }
+        unlinkat(bodies, name, 0)
+    }
+
     func store(key: String, vary: [String: String], cached: CachedResponse) {
         let name = UUID().uuidString
-        let final = directory + "/bodies/" + name
-        guard PrivateFiles.writeAtomically(cached.data, to: final) else { return }
+        guard writeBody(cached.data, name: name) else { return }
         let replaced: [String]
         do {
             replaced = try database.write { db -> [String] in
@@ -91,10 +173,10 @@ final class HTTPDiskCache: @unchecked Sendable {
                 return old
             }
         } catch {
-            unlink(final)
+            removeBody(name)
             return
         }
-        for old in replaced where old != name { unlink(directory + "/bodies/" + old) }
+        for old in replaced where old != name { removeBody(old) }
         evict()
     }
 
@@ -107,8 +189,7 @@ final class HTTPDiskCache: @unchecked Sendable {
         for row in rows {
             let body: String = row["body"]
             let varyText: String = row["vary"]
-            guard let data = FileManager.default.contents(atPath: directory + "/bodies/" + body),
-                  data.count == (row["size"] as Int), Self.digest(data) == (row["digest"] as Int64),
+            guard let data = readBody(body, size: row["size"]), Self.digest(data) == (row["digest"] as Int64),
                   let response = Self.decode(row["head"]) else {
                 drop(key: key, vary: varyText, body: body)
                 continue
@@ -133,7 +214,7 @@ final class HTTPDiskCache: @unchecked Sendable {
         _ = try? database.write { db in
             try db.execute(sql: "DELETE FROM entry WHERE key = ? AND vary = ?", arguments: [key, vary])
         }
-        unlink(directory + "/bodies/" + body)
+        removeBody(body)
     }
 
     func remove(key: String) {
@@ -142,7 +223,7 @@ final class HTTPDiskCache: @unchecked Sendable {
             try db.execute(sql: "DELETE FROM entry WHERE key = ?", arguments: [key])
             return b
         }) ?? []
-        for b in bodies { unlink(directory + "/bodies/" + b) }
+        for b in bodies { removeBody(b) }
     }
 
     func removeAll() {
@@ -151,7 +232,7 @@ final class HTTPDiskCache: @unchecked Sendable {
             try db.execute(sql: "DELETE FROM entry")
             return b
         }) ?? []
-        for b in bodies { unlink(directory + "/bodies/" + b) }
+        for b in bodies { removeBody(b) }
     }
 
     /// Bytes and entries on disk.
@@ -177,20 +258,31 @@ final class HTTPDiskCache: @unchecked Sendable {
             }
             return gone
         }) ?? []
-        for b in victims { unlink(directory + "/bodies/" + b) }
+        for b in victims { removeBody(b) }
     }
 
     /// Body files no entry names go: unfinished temporary files, and bodies whose index
     /// write never happened (a crash between the rename and the index). Files younger than
-    /// a minute may be another process's work in progress, so they stay.
+    /// a minute may be another process's work in progress, so they stay. Only regular
+    /// files with names the cache makes are touched; anything else in the folder (a
+    /// planted link, a folder) is left alone and never followed.
     private func removeOrphans() {
         let named = Set((try? database.read { db in try String.fetchAll(db, sql: "SELECT body FROM entry") }) ?? [])
-        let files = (try? FileManager.default.contentsOfDirectory(atPath: directory + "/bodies")) ?? []
-        for f in files where !named.contains(f) {
-            let path = directory + "/bodies/" + f
-            if let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date,
-               Date().timeIntervalSince(modified) < 60 { continue }
-            unlink(path)
+        let listing = dup(bodies)
+        guard listing >= 0, let dir = fdopendir(listing) else { return }
+        defer { closedir(dir) }
+        rewinddir(dir)
+        let now = time(nil)
+        while let ent = readdir(dir) {
+            let name = withUnsafeBytes(of: ent.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
+            let body = name.hasSuffix(".tmp") ? String(name.dropLast(4)) : name
+            guard Self.isBodyName(body), !named.contains(name) else { continue }
+            var st = stat()
+            guard fstatat(bodies, name, &st, AT_SYMLINK_NOFOLLOW) == 0, st.st_mode & S_IFMT == S_IFREG,
+                  now - st.st_mtim.tv_sec >= 60 else { continue }
+            unlinkat(bodies, name, 0)
         }
     }
 }

@@ -85,13 +85,16 @@ final class HTTPDiskCacheTests: XCTestCase {
 
     func testOldOrphansAreRemovedOnOpen() throws {
         _ = try HTTPCache(diskCapacity: 1 << 20, directory: dir)
-        let orphan = dir + "/bodies/orphan", partial = dir + "/bodies/x.partial", young = dir + "/bodies/young.partial"
-        for p in [orphan, partial, young] { XCTAssertTrue(FileManager.default.createFile(atPath: p, contents: Data("o".utf8))) }
+        // Orphans have the names the cache gives bodies (a UUID) and their temporary files (UUID.tmp).
+        let orphan = dir + "/bodies/" + UUID().uuidString, partial = dir + "/bodies/\(UUID().uuidString).tmp"
+        let young = dir + "/bodies/\(UUID().uuidString).tmp", foreign = dir + "/bodies/notes.txt"
+        for p in [orphan, partial, young, foreign] { XCTAssertTrue(FileManager.default.createFile(atPath: p, contents: Data("o".utf8))) }
         let old = Date().addingTimeInterval(-3600)
-        for p in [orphan, partial] { try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: p) }
+        for p in [orphan, partial, foreign] { try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: p) }
         _ = try HTTPCache(diskCapacity: 1 << 20, directory: dir)
         XCTAssertFalse(FileManager.default.fileExists(atPath: orphan))
         XCTAssertFalse(FileManager.default.fileExists(atPath: partial))
         XCTAssertTrue(FileManager.default.fileExists(atPath: young), "another process may be writing it")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: foreign), "only names the cache makes are ever removed")
     }
 }
