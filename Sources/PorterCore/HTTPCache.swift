@@ -219,7 +219,12 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
             .map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
     }
 
+    /// The pseudo-field every stored variant carries: the partition it was fetched under.
+    /// Its name holds a space, so no real header field can be called that.
+    static let partitionField = " porter-trust"
+
     private static func value(_ request: Request, _ name: String) -> String {
+        if name == partitionField { return request.cachePartition }
         guard let n = HTTPField.Name(name) else { return "" }
         return request.headerFields[values: n].joined(separator: ", ")
     }
@@ -229,8 +234,7 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
         let key = Self.key(request.url)
         if let hit = memoryLookup(key, request) { return hit }
         guard let disk else { return nil }
-        for (vary, cached) in disk.lookup(key: key) where !vary.keys.contains("*")
-            && vary.allSatisfy({ Self.value(request, $0.key) == $0.value }) {
+        for (vary, cached) in disk.lookup(key: key) where Self.matches(vary, request) {
             insertInMemory(key: key, vary: vary, cached: cached)
             return cached
         }
@@ -242,8 +246,7 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
             guard var list = entries[key] else { return nil }
             for i in list.indices {
                 let v = list[i]
-                if v.varyValues.contains(where: { $0.key == "*" }) { continue }   // Vary: * never matches
-                if v.varyValues.allSatisfy({ Self.value(request, $0.key) == $0.value }) {
+                if Self.matches(v.varyValues, request) {
                     tick += 1
                     list[i].lastUsed = tick
                     entries[key] = list
@@ -252,6 +255,13 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
             }
             return nil
         }
+    }
+
+    /// A stored variant answers `request` when its Vary values and its partition match;
+    /// `Vary: *` never matches, nor does an entry stored without a partition.
+    private static func matches(_ vary: [String: String], _ request: Request) -> Bool {
+        guard vary[partitionField] != nil, vary["*"] == nil else { return false }
+        return vary.allSatisfy { value(request, $0.key) == $0.value }
     }
 
     public func storeCachedResponse(_ cached: CachedResponse, for request: Request) {
@@ -263,6 +273,7 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
         let names = Self.varyNames(c.response)
         var vary: [String: String] = [:]
         for n in names { vary[n] = Self.value(request, n) }
+        vary[Self.partitionField] = request.cachePartition
         let key = Self.key(request.url)
         insertInMemory(key: key, vary: vary, cached: c)
         if c.storagePolicy == .allowed { disk?.store(key: key, vary: vary, cached: c) }

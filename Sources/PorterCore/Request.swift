@@ -82,6 +82,11 @@ public struct Request: Sendable, CustomStringConvertible {
     /// A handler's own keyed values on a request: how an intercepting handler marks
     /// a request it has already seen.
     public private(set) var properties: [String: any Sendable]
+    /// The trust settings and address overrides the session loads this request under
+    /// (set by the session): a cached response is served only to a request of the same
+    /// partition, so a response fetched with `-k`, `--resolve` or another CA or pin never
+    /// answers a load that verifies differently.
+    public internal(set) var cachePartition: String = ""
 
     public init(url: URL, method: String = "GET", headerFields: HTTPFields = [:], body: RequestBody? = nil,
                 cachePolicy: CachePolicy = .useProtocolCachePolicy, timeoutInterval: TimeInterval = 0) {

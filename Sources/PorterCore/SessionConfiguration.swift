@@ -104,6 +104,19 @@ public struct SessionConfiguration: Sendable {
     /// (curl's `--resolve`): for tests with many names on one machine, or to reach one
     /// server of a pool.
     public var hostOverrides: [HostOverride] = []
+
+    /// The trust settings and address overrides responses are fetched under, as the cache
+    /// partition (`Request.cachePartition`): "" for system CAs, verification on, no pin,
+    /// no overrides. The cache serves an entry only within its own partition.
+    public var cachePartition: String {
+        var parts: [String] = []
+        if tlsVerificationDisabled { parts.append("insecure") }
+        if let ca = caCertificateFile { parts.append("ca=\(ca)") }
+        if let pin = pinnedPublicKey { parts.append("pin=\(pin)") }
+        if let cert = clientCertificate { parts.append("cert=\(cert.certificatePath)") }
+        if !hostOverrides.isEmpty { parts.append("resolve=" + hostOverrides.map(\.description).sorted().joined(separator: ",")) }
+        return parts.joined(separator: ";")
+    }
     /// Send and store cookies (http and https) through `cookieStore`.
     public var httpShouldSetCookies: Bool = true
     /// `.default` sessions share `PersistentCookieStore.shared` (SQLite under the XDG

@@ -501,6 +501,7 @@ final class TaskDriver: @unchecked Sendable {
             request.headerFields.append(field)
         }
         if request.timeoutInterval <= 0 { request.timeoutInterval = config.timeoutIntervalForRequest }
+        request.cachePartition = config.cachePartition
         applyCookies(to: &request)
         currentRequest = request
 

@@ -1,6 +1,6 @@
 import Foundation
 import HTTPTypes
-import PorterCore
+@testable import PorterCore
 import XCTest
 
 /// RFC 9111 decisions, no I/O.
@@ -18,6 +18,32 @@ final class HTTPCacheTests: XCTestCase {
         return r
     }
     func date(_ offset: TimeInterval) -> String { CookieRules.formatDate(now.addingTimeInterval(offset)) }
+
+    /// Entries are served only within the partition (trust settings, address overrides)
+    /// they were fetched under; entries stored without one are never served.
+    func testEntriesStayInTheirTrustPartition() throws {
+        var insecure = SessionConfiguration.ephemeral
+        insecure.tlsVerificationDisabled = true
+        var pinned = SessionConfiguration.ephemeral
+        pinned.hostOverrides = [try XCTUnwrap(HostOverride(parsing: "example.test:80:127.0.0.1"))]
+        var otherAddress = SessionConfiguration.ephemeral
+        otherAddress.hostOverrides = [try XCTUnwrap(HostOverride(parsing: "example.test:80:127.0.0.2"))]
+        let partitions = [SessionConfiguration.ephemeral.cachePartition, insecure.cachePartition, pinned.cachePartition,
+                          otherAddress.cachePartition]
+        XCTAssertEqual(Set(partitions).count, 4, "\(partitions)")
+        XCTAssertEqual(partitions[0], "")
+
+        let cache = HTTPCache()
+        var weak = get()
+        weak.cachePartition = insecure.cachePartition
+        let r = response(200, [("Cache-Control", "max-age=600")])
+        cache.storeCachedResponse(CachedResponse(response: r, data: Data("x".utf8), storagePolicy: .allowed), for: weak)
+        XCTAssertNotNil(cache.cachedResponse(for: weak))
+        XCTAssertNil(cache.cachedResponse(for: get()), "an entry fetched with -k answered a verifying load")
+        var other = get()
+        other.cachePartition = pinned.cachePartition
+        XCTAssertNil(cache.cachedResponse(for: other))
+    }
 
     func testCacheControlParsing() {
         let cc = CacheControl(["max-age=60, no-cache", "Must-Revalidate, private=\"Set-Cookie\", s-maxage=\"10\", immutable, max-age=bad"])

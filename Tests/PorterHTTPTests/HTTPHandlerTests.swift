@@ -298,6 +298,30 @@ final class HTTPHandlerTests: XCTestCase {
         XCTAssertEqual(cacheLog("/cache/fresh.txt?other").count, 1, "127.0.0.1's entry stays: the Content-Location named localhost")
     }
 
+    /// A response fetched with -k, --resolve or another CA is never served from the cache
+    /// to a run that verifies differently: each trust setting is its own cache partition.
+    func testCachedResponsesDoNotCrossTrustSettings() throws {
+        let home = NSTemporaryDirectory() + "porter-trustcache-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: home) }
+        var env = withoutProxies
+        env["XDG_CACHE_HOME"] = home
+        func run(_ args: [String]) throws -> String {
+            let r = try runProcess(porterBinary, ["-v", "--cache"] + args, environment: env)
+            XCTAssertEqual(r.status, 0, r.stderr)
+            return r.stderr
+        }
+        let url = nginx.https + "/cache/fresh.txt?trust"
+        XCTAssertTrue(try run(["-k", url]).contains("* loaded from the network"))
+        XCTAssertTrue(try run(["-k", url]).contains("* served from the cache"), "the same settings share their entries")
+        XCTAssertTrue(try run(["--cacert", nginx.caFile, url]).contains("* loaded from the network"),
+                      "a response fetched with -k answered a verifying run")
+        XCTAssertTrue(try run(["--cacert", nginx.caFile, url]).contains("* served from the cache"))
+        let pinned = nginx.https.replacingOccurrences(of: "127.0.0.1", with: "pinned.test") + "/cache/fresh.txt?trust"
+        let resolve = "pinned.test:\(nginx.httpsPort):127.0.0.1"
+        XCTAssertTrue(try run(["-k", "--resolve", resolve, pinned]).contains("* loaded from the network"))
+        XCTAssertTrue(try run(["-k", "--resolve", resolve, pinned]).contains("* served from the cache"))
+    }
+
     /// `porter --cache`: a network load, then a cache hit (-v says which); a stale entry is
     /// revalidated; `porter cache stats` / `clear`; and a process killed with SIGKILL while
     /// filling the cache leaves one that opens, checks its bodies and serves them.
