@@ -232,47 +232,16 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
 
     private func header(_ raw: UnsafeRawBufferPointer) -> Bool {
         guard !isStopped else { return false }
-        // Work on bytes: this runs for every header line of every response, and
-        // Foundation's trimming (through NSString) was a quarter of a small request's cost.
-        var end = raw.count
-        while end > 0, raw[end - 1] == 0x0A || raw[end - 1] == 0x0D { end -= 1 }
-        if end == 0 {
-            if head.status >= 200 || head.status == 0 { endOfHead() }
-            return true
-        }
-        if end >= 5, raw[0] == UInt8(ascii: "H"), raw[1] == UInt8(ascii: "T"), raw[2] == UInt8(ascii: "T"),
-           raw[3] == UInt8(ascii: "P"), raw[4] == UInt8(ascii: "/") {
-            // A status line starts a new header block (after a 1xx, or a proxy's CONNECT reply).
-            head = Head()
-            var i = 5
-            while i < end, raw[i] != 0x20 { i += 1 }
-            head.version = String(decoding: UnsafeRawBufferPointer(rebasing: raw[0..<i]), as: UTF8.self)
-            while i < end, raw[i] == 0x20 { i += 1 }
-            var status = 0, digits = 0
-            while i < end, digits < 3, raw[i] >= 0x30, raw[i] <= 0x39 {
-                status = status * 10 + Int(raw[i] - 0x30)
-                digits += 1
-                i += 1
-            }
-            head.status = digits == 3 ? status : 0
-            var lineEnd = end
-            while lineEnd > 0, raw[lineEnd - 1] == 0x0D || raw[lineEnd - 1] == 0x0A || raw[lineEnd - 1] == 0x20 { lineEnd -= 1 }
-            head.line = String(decoding: UnsafeRawBufferPointer(rebasing: raw[0..<lineEnd]), as: UTF8.self)
-            return true
-        }
-        guard let colon = UnsafeRawBufferPointer(rebasing: raw[0..<end]).firstIndex(of: UInt8(ascii: ":")) else {
-            return true  // tolerate junk lines
-        }
-        func isSpace(_ b: UInt8) -> Bool { b == 0x20 || b == 0x09 }
-        var nameEnd = colon
-        while nameEnd > 0, isSpace(raw[nameEnd - 1]) { nameEnd -= 1 }
-        var valueStart = colon + 1
-        while valueStart < end, isSpace(raw[valueStart]) { valueStart += 1 }
-        var valueEnd = end
-        while valueEnd > valueStart, isSpace(raw[valueEnd - 1]) { valueEnd -= 1 }
-        let name = String(decoding: UnsafeRawBufferPointer(rebasing: raw[0..<nameEnd]), as: UTF8.self)
-        let value = String(decoding: UnsafeRawBufferPointer(rebasing: raw[valueStart..<valueEnd]), as: UTF8.self)
-        if let n = HTTPField.Name(name) { head.fields.append(HTTPField(name: n, value: value)) }
+        // The bytes are parsed by ResponseHeadParser; the fields move into it and back
+        // (swap: no copy, so appending stays in place).
+        var parser = ResponseHeadParser(status: head.status, version: head.version, statusLine: head.line)
+        swap(&parser.fields, &head.fields)
+        let kind = parser.feed(line: raw)
+        swap(&parser.fields, &head.fields)
+        head.status = parser.status
+        swap(&parser.version, &head.version)
+        swap(&parser.statusLine, &head.line)
+        if kind == .end, parser.isFinal { endOfHead() }
         return true
     }
 

@@ -1,0 +1,89 @@
+import HTTPTypes
+
+/// The byte-level parser of an HTTP response head, fed one line at a time as libcurl
+/// hands them over: a status line, header fields, and the empty line that ends a block.
+/// A new status line (after a 1xx, or a proxy's reply to CONNECT) starts a new block.
+///
+/// It runs for every header line of every response, so it works on the bytes and makes
+/// a `String` only of what it keeps (Foundation's trimming, through NSString, was a
+/// quarter of a small request's cost). It never traps, whatever the bytes.
+struct ResponseHeadParser {
+    enum LineKind: Equatable, Sendable {
+        /// A line starting "HTTP/": the parser was reset to a new block with this status.
+        case statusLine
+        /// A header field, appended to `fields`.
+        case field
+        /// The empty line (CR and LF only) that ends a block.
+        case end
+        /// Skipped: a line without a colon, a field whose name is not a token, or a
+        /// field past `maximumFieldCount`.
+        case ignored
+    }
+
+    /// Fields past this many in one block are dropped: `HTTPFields` traps at 65,535,
+    /// and a server could send that many in well under libcurl's header size limit.
+    static let maximumFieldCount = 10_000
+
+    /// The three-digit status code, 0 when the status line had none (or no status line came).
+    var status = 0
+    /// "HTTP/1.1", "HTTP/2", ...
+    var version = ""
+    /// The status line as sent, without the line break and trailing spaces.
+    var statusLine = ""
+    var fields = HTTPFields()
+
+    init() {}
+
+    /// Continues from a block parsed so far (`fields` can be moved in with `swap`).
+    init(status: Int, version: String, statusLine: String) {
+        self.status = status
+        self.version = version
+        self.statusLine = statusLine
+    }
+
+    /// True when an `.end` line ends the head of the final response rather than the
+    /// interim block of a 1xx (also when no status line came at all).
+    var isFinal: Bool { status >= 200 || status == 0 }
+
+    /// Parses one line (with or without its CR LF).
+    mutating func feed(line raw: UnsafeRawBufferPointer) -> LineKind {
+        var end = raw.count
+        while end > 0, raw[end - 1] == 0x0A || raw[end - 1] == 0x0D { end -= 1 }
+        if end == 0 { return .end }
+        if end >= 5, raw[0] == UInt8(ascii: "H"), raw[1] == UInt8(ascii: "T"), raw[2] == UInt8(ascii: "T"),
+           raw[3] == UInt8(ascii: "P"), raw[4] == UInt8(ascii: "/") {
+            self = ResponseHeadParser()
+            var i = 5
+            while i < end, raw[i] != 0x20 { i += 1 }
+            version = String(decoding: UnsafeRawBufferPointer(rebasing: raw[0..<i]), as: UTF8.self)
+            while i < end, raw[i] == 0x20 { i += 1 }
+            var code = 0, digits = 0
+            while i < end, digits < 3, raw[i] >= 0x30, raw[i] <= 0x39 {
+                code = code * 10 + Int(raw[i] - 0x30)
+                digits += 1
+                i += 1
+            }
+            status = digits == 3 ? code : 0
+            var lineEnd = end
+            while lineEnd > 0, raw[lineEnd - 1] == 0x0D || raw[lineEnd - 1] == 0x0A || raw[lineEnd - 1] == 0x20 { lineEnd -= 1 }
+            statusLine = String(decoding: UnsafeRawBufferPointer(rebasing: raw[0..<lineEnd]), as: UTF8.self)
+            return .statusLine
+        }
+        guard let colon = UnsafeRawBufferPointer(rebasing: raw[0..<end]).firstIndex(of: UInt8(ascii: ":")) else {
+            return .ignored  // tolerate junk lines
+        }
+        guard fields.count < Self.maximumFieldCount else { return .ignored }
+        @inline(__always) func isSpace(_ b: UInt8) -> Bool { b == 0x20 || b == 0x09 }
+        var nameEnd = colon
+        while nameEnd > 0, isSpace(raw[nameEnd - 1]) { nameEnd -= 1 }
+        var valueStart = colon + 1
+        while valueStart < end, isSpace(raw[valueStart]) { valueStart += 1 }
+        var valueEnd = end
+        while valueEnd > valueStart, isSpace(raw[valueEnd - 1]) { valueEnd -= 1 }
+        let name = String(decoding: UnsafeRawBufferPointer(rebasing: raw[0..<nameEnd]), as: UTF8.self)
+        guard let n = HTTPField.Name(name) else { return .ignored }
+        let value = String(decoding: UnsafeRawBufferPointer(rebasing: raw[valueStart..<valueEnd]), as: UTF8.self)
+        fields.append(HTTPField(name: n, value: value))
+        return .field
+    }
+}
