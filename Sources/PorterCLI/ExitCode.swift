@@ -15,6 +15,7 @@ enum PorterExit: Int32 {
     case cancelled = 10
     case badResponse = 11
     case writeError = 12
+    case store = 13
     case httpError = 22
 
     init(_ code: PorterError.Code) {
@@ -34,6 +35,7 @@ enum PorterExit: Int32 {
             self = .badResponse
         case .cannotWriteToFile, .cannotCreateFile, .cannotMoveFile, .cannotOpenFile: self = .writeError
         case .httpError: self = .httpError
+        case .storeUnusable: self = .store
         case .unknown, .requestBodyStreamExhausted, .sessionInvalidated, .resumeFailed: self = .other
         }
     }

@@ -14,7 +14,8 @@ public struct PorterCommand: ParsableCommand {
             Exit codes: 0 success, 1 other error, 2 unsupported or malformed URL, 3 not found, \
             4 permission denied, 5 cannot connect, 6 timed out, 7 TLS, 8 authentication, \
             9 too many redirects or a refused redirect, 10 cancelled, 11 bad response, \
-            12 cannot write output, 22 HTTP error with --fail, 64 bad command line.
+            12 cannot write output, 13 a persistent store (cookies, cache, credentials) is damaged or \
+            cannot be opened, 22 HTTP error with --fail, 64 bad command line.
             """,
         version: Porter.version,
         subcommands: [Fetch.self, Handlers.self, Plugins.self, Cache.self],

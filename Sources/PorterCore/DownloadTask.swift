@@ -17,6 +17,8 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
     private var written: Int64 = 0
     private var writeFailed = false
     private let resumeFrom: ResumeData?
+    /// The resumed load failed before touching the partial file: hand its resume data back.
+    private var keepsResumeFrom = false
     private let resumeCallback = Locked<(@Sendable (Data?) -> Void)?>(nil)
 
     init(session: Session, identifier: Int, request: Request, resume: ResumeData?, sink: Sink) {
@@ -58,6 +60,16 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
 
     override func sinkResponse(_ response: Response, driver: TaskDriver) {
         super.sinkResponse(response, driver: driver)
+        if let resume = resumeFrom, let offset = response.resumeOffset, offset != resume.bytesReceived {
+            // A 206 for another range than the one asked: appending it would make a wrong
+            // file. Fail, and leave the partial file (and the resume data) as they were.
+            keepsResumeFrom = true
+            writeFailed = true
+            driver.abort(PorterError(.resumeFailed,
+                "the server resumed at byte \(offset), not at byte \(resume.bytesReceived) as asked; the partial file is kept",
+                url: response.url))
+            return
+        }
         if let resume = resumeFrom, response.resumeOffset == resume.bytesReceived {
             fd = open(resume.partialFilePath, O_WRONLY | O_APPEND | O_CLOEXEC)
             path = resume.partialFilePath
@@ -135,7 +147,7 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
             } else if let path, path != resumeFrom?.partialFilePath || response != nil {
                 unlink(path)
             }
-            if resumeData == nil, response == nil, let resumeFrom {
+            if resumeData == nil, response == nil || keepsResumeFrom, let resumeFrom {
                 // Failed before anything new arrived: the caller's partial file is untouched.
                 resumeData = resumeFrom.encoded()
                 failure.resumeData = resumeData
@@ -172,8 +184,8 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
             return nil
         }
         let request = driver.currentRequest
-        return ResumeData(url: request.url, method: request.method,
-                          headers: request.headerFields.map { [$0.name.rawName, $0.value] },
+        return ResumeData(url: ResumeData.withoutPassword(request.url), method: request.method,
+                          headers: ResumeData.shareableHeaders(request.headerFields),
                           validator: validator, bytesReceived: written,
                           expectedTotalBytes: countOfBytesExpectedToReceive, partialFilePath: path,
                           properties: request.properties.compactMapValues { $0 as? String })

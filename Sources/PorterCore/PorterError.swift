@@ -45,6 +45,8 @@ public struct PorterError: Error, Sendable, CustomStringConvertible {
         case authenticationFailed = 35
         /// The server's identity changed since it was last trusted (an SSH host key).
         case serverIdentityChanged = 36
+        /// A persistent store (cookies, cache, credentials) is damaged or cannot be opened.
+        case storeUnusable = 37
 
         public var description: String {
             switch self {
@@ -84,6 +86,7 @@ public struct PorterError: Error, Sendable, CustomStringConvertible {
             case .protocolViolation: return "protocolViolation"
             case .authenticationFailed: return "authenticationFailed"
             case .serverIdentityChanged: return "serverIdentityChanged"
+            case .storeUnusable: return "storeUnusable"
             }
         }
     }

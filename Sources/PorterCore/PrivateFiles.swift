@@ -107,7 +107,7 @@ public enum PrivateFiles {
             try database.write { db in try db.execute(sql: schema) }
             return database
         } catch {
-            throw PorterError(.cannotOpenFile, "cannot open \(what) \(path): \(error)")
+            throw PorterError(.storeUnusable, "cannot open \(what) \(path) (damaged, or not a database): \(error)")
         }
     }
 

@@ -1,8 +1,14 @@
 import Foundation
+import HTTPTypes
 
 /// What a download needs to continue where it stopped. Encoded as JSON `Data`, as an
 /// application stores it; the partial file stays where `partialFilePath` says until
 /// the resumed task adopts it (or the application deletes it).
+///
+/// It holds no secret: the URL without its password, and the request's header fields
+/// without `Authorization`, `Proxy-Authorization` and `Cookie`. The resumed task asks
+/// the cookie store and the credential store (or the delegate's challenge answers) again,
+/// so it never replays credentials or cookies frozen at the time it stopped.
 public struct ResumeData: Codable, Sendable, Equatable {
     public var url: URL
     public var method: String
@@ -36,6 +42,21 @@ public struct ResumeData: Codable, Sendable, Equatable {
         } catch {
             throw PorterError(.resumeFailed, "resume data is not valid: \(error)")
         }
+    }
+
+    /// Header fields that never go into resume data.
+    static let secretFields: Set<String> = ["authorization", "proxy-authorization", "cookie"]
+
+    /// The request's header fields less the secret ones, as name/value pairs.
+    static func shareableHeaders(_ fields: HTTPFields) -> [[String]] {
+        fields.filter { !secretFields.contains($0.name.canonicalName) }.map { [$0.name.rawName, $0.value] }
+    }
+
+    /// `url` with any password removed (the user name stays).
+    static func withoutPassword(_ url: URL) -> URL {
+        guard url.password != nil, var parts = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return url }
+        parts.password = nil
+        return parts.url ?? url
     }
 
     public func encoded() -> Data {

@@ -34,12 +34,16 @@ extension PorterError {
         case CURLE_WRITE_ERROR: mapped = .cannotWriteToFile
         case CURLE_RANGE_ERROR, CURLE_BAD_DOWNLOAD_RESUME: mapped = .resumeFailed
         case CURLE_UPLOAD_FAILED: mapped = .networkConnectionLost
-        case CURLE_OUT_OF_MEMORY: mapped = .resourceUnavailable
+        case CURLE_OUT_OF_MEMORY: mapped = .unknown   // "Out of memory": not "not found"
         default: mapped = .unknown
         }
         // libcurl says "unsupported protocol" for a reply that is not HTTP at all (HTTP/0.9):
         // that is the server's fault, not the URL's.
-        if code == CURLE_UNSUPPORTED_PROTOCOL, detail?.contains("HTTP/0.9") == true { mapped = .badServerResponse }
+        // So is "Unsupported HTTP version in response" (a bad status line).
+        if code == CURLE_UNSUPPORTED_PROTOCOL, let detail, detail.contains("HTTP/0.9") || detail.contains("HTTP version") {
+            mapped = .badServerResponse
+        }
+
         var message = text
         if let detail, !detail.isEmpty, detail != text { message += ": " + detail }
         return PorterError(mapped, message, url: url,

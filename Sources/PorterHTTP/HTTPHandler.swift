@@ -292,7 +292,9 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         // The decoded length is unknown when libcurl decodes a content coding.
         stager.reset(expectedLength: head.fields[.contentEncoding] == nil ? response.expectedContentLength : -1)
         // Only a session with a cache pays for the RFC 9111 decision (this runs per response).
-        let cacheable = client.context.configuration.responseCache != nil
+        // A response over a connection the delegate trusted by hand (a server-trust
+        // challenge) is never stored: no later load could say it trusts that server too.
+        let cacheable = client.context.configuration.responseCache != nil && trustedKeyPin == nil
             && HTTPCacheRules.isStorable(request: request, response: response) ? CacheStoragePolicy.allowed : .notAllowed
         client.didReceive(response, cacheStoragePolicy: cacheable)
     }
@@ -332,6 +334,11 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             if case .waiting = mode, code == CURLE_WRITE_ERROR {
                 client.didFail(with: PorterError(.badServerResponse, "the server sent a body without a response head",
                                                  url: request.url))
+            } else if case .waiting = mode, code == CURLE_OUT_OF_MEMORY {
+                // libcurl's word for a response head over its limits (100 KiB a field,
+                // 300 KiB in all): the server's fault, not this machine's memory.
+                client.didFail(with: PorterError(.badServerResponse, "the server's response head is too large",
+                                                 url: request.url, cause: PorterError.curl(code, url: request.url, detail: t.errorText).cause))
             } else {
                 client.didFail(with: .curl(code, url: request.url, detail: t.errorText))
             }

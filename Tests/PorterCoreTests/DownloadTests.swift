@@ -105,6 +105,38 @@ final class DownloadTests: XCTestCase {
         XCTAssertEqual(leftovers, [])
     }
 
+    /// Resume data holds no secret: no Authorization, Proxy-Authorization or Cookie
+    /// field and no password in the URL; the resumed request carries none of them (it
+    /// asks the stores and the delegate again), and other fields travel on.
+    func testResumeDataHoldsNoCredentialsOrCookies() throws {
+        let d = RecordingDelegate()
+        let session = Session(configuration: config(), delegate: d)
+        var request = Request(url: URL(string: "chunks://h/2000/1000")!)
+        request.setValue("Bearer s3cret-token", forHeader: "Authorization")
+        request.setValue("Basic cHJveHk6cHc=", forHeader: "Proxy-Authorization")
+        request.setValue("session=c00kie-value", forHeader: "Cookie")
+        request.setValue("kept", forHeader: "X-Keep")
+        let t = session.downloadTask(with: request)
+        let resumeBox = Completion<Data?>()
+        d.onWrite = { task, total in
+            if total >= 20_000 { task.cancel(byProducingResumeData: { resumeBox.fulfil($0) }) }
+        }
+        XCTAssertTrue(d.run(t))
+        let data = try XCTUnwrap(try XCTUnwrap(resumeBox.wait()))
+        let text = String(decoding: data, as: UTF8.self)
+        for secret in ["s3cret-token", "cHJveHk6cHc=", "c00kie-value", "Authorization", "Cookie"] {
+            XCTAssertFalse(text.contains(secret), "resume data holds \(secret): \(text)")
+        }
+        XCTAssertTrue(text.contains("X-Keep"), text)
+        let r = Session(configuration: config()).downloadTask(withResumeData: data)
+        XCTAssertNil(r.currentRequest?.value(forHeader: "Authorization"))
+        XCTAssertNil(r.currentRequest?.value(forHeader: "Cookie"))
+        XCTAssertEqual(r.currentRequest?.value(forHeader: "X-Keep"), "kept")
+        r.cancel()
+        XCTAssertEqual(ResumeData.withoutPassword(URL(string: "sftp://alice:pw@h/f")!).absoluteString, "sftp://alice@h/f")
+        if let partial = try? ResumeData(data: data).partialFilePath { unlink(partial) }
+    }
+
     func testBadResumeDataFailsClearly() {
         let d = RecordingDelegate()
         let session = Session(configuration: config(), delegate: d)

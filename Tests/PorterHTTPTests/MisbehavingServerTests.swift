@@ -97,6 +97,65 @@ final class MisbehavingServerTests: XCTestCase {
         if case .failure(let e) = junk { XCTAssertTrue(e.message.contains("Header without colon"), e.message) }
     }
 
+    /// A 206 whose Content-Range starts elsewhere than asked fails clearly; the partial
+    /// file and the resume data are left as they were (it once made a wrong file, exit 0).
+    func testAResumeAnsweredWithAnotherRangeFailsAndKeepsThePartialFile() async throws {
+        let dir = NSTemporaryDirectory() + "porter-range-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let partial = dir + "/partial"
+        let before = Data("ABCDEFGHIJKLMNO".utf8)
+        XCTAssertTrue(FileManager.default.createFile(atPath: partial, contents: before))
+        let url = URL(string: "http://127.0.0.1:\(MisbehavingServerTests.port)/wrong-range")!
+        let resume = ResumeData(url: url, method: "GET", headers: [], validator: "\"r1\"", bytesReceived: 15,
+                                expectedTotalBytes: 20, partialFilePath: partial)
+        var c = SessionConfiguration.ephemeral
+        c.proxies = .none
+        c.downloadDirectory = dir
+        do {
+            _ = try await Session(configuration: c).download(resumeFrom: resume.encoded())
+            XCTFail("a wrong range was accepted")
+        } catch let e as PorterError {
+            XCTAssertEqual(e.code, .resumeFailed, "\(e)")
+            XCTAssertTrue(e.message.contains("resumed at byte 0, not at byte 15"), e.message)
+            XCTAssertEqual(e.resumeData.flatMap { try? ResumeData(data: $0) }?.bytesReceived, 15)
+        }
+        XCTAssertEqual(FileManager.default.contents(atPath: partial), before, "the partial file is untouched")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), ["partial"])
+
+        // The CLI's -C - the same way: a clear error, the output untouched.
+        let output = dir + "/out"
+        XCTAssertTrue(FileManager.default.createFile(atPath: output, contents: before))
+        let r = try runProcess(porterBinary, ["-C", "-", "-o", output, url.absoluteString], environment: ["http_proxy": nil])
+        XCTAssertNotEqual(r.status, 0)
+        XCTAssertTrue(r.stderr.contains("resumed at byte 0"), r.stderr)
+        XCTAssertEqual(FileManager.default.contents(atPath: output), before)
+    }
+
+    /// Exit codes and errors say what happened: oversized headers are a bad response, not
+    /// "cannot connect"; a bad status line is a bad response, not a bad URL; a damaged
+    /// cookie database is a store problem, not "cannot write output".
+    func testErrorsSayWhatHappened() async throws {
+        let huge = await load("/huge-header")
+        XCTAssertEqual(code(huge), .badServerResponse, "\(huge)")
+        let version = await load("/bad-version")
+        XCTAssertEqual(code(version), .badServerResponse, "\(version)")
+        let base = "http://127.0.0.1:\(MisbehavingServerTests.port)"
+        XCTAssertEqual(try runProcess(porterBinary, [base + "/huge-header"]).status, 11)
+        XCTAssertEqual(try runProcess(porterBinary, [base + "/bad-version"]).status, 11)
+
+        let home = NSTemporaryDirectory() + "porter-store-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: home) }
+        try FileManager.default.createDirectory(atPath: home + "/porter", withIntermediateDirectories: true)
+        chmod(home + "/porter", 0o700)
+        let db = home + "/porter/cookies.sqlite"
+        XCTAssertTrue(FileManager.default.createFile(atPath: db, contents: Data(repeating: 0x5A, count: 8192)))
+        chmod(db, 0o600)
+        let r = try runProcess(porterBinary, ["--cookie-store", base + "/ok"], environment: ["XDG_DATA_HOME": home])
+        XCTAssertEqual(r.status, 13, r.stderr)
+        XCTAssertTrue(r.stderr.contains("damaged"), r.stderr)
+    }
+
     func testFailedDownloadLeavesNoFile() async throws {
         let dir = NSTemporaryDirectory() + "porter-mis-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)

@@ -5,7 +5,8 @@ Paths: /reset (RST after 1000 of 100000 bytes), /stall (10 bytes then silence),
 /truncated (chunked body cut before the last chunk), /malformed (no status line),
 /empty (closes without a byte), /forever (redirects to itself with a counter),
 /weird-status (status 999), /junk-headers (a line without a colon), /odd-headers
-(odd bytes, a bad field name, an empty value), /ok.
+(odd bytes, a bad field name, an empty value), /wrong-range (a 206 for bytes 0-9 whatever
+was asked), /huge-header (a 400 KiB header field), /bad-version (HTTP/4.2), /ok.
 """
 import socket, socketserver, struct, sys, time
 
@@ -44,6 +45,14 @@ class Handler(socketserver.BaseRequestHandler):
             s.sendall(b"HTTP/1.1 200 OK\r\nno colon here\r\nContent-Length: 2\r\n\r\nok")
         elif path.startswith("/odd-headers"):
             s.sendall(b"HTTP/1.1 200 OK\r\nX-Bin: \xff\xfe\r\nBad Name: x\r\nX-Empty:\r\nContent-Length: 2\r\n\r\nok")
+        elif path.startswith("/wrong-range"):
+            # Whatever Range was asked for, the first ten bytes come back as a 206.
+            s.sendall(b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-9/20\r\nContent-Length: 10\r\n"
+                      b"ETag: \"r1\"\r\n\r\n0123456789")
+        elif path.startswith("/huge-header"):
+            s.sendall(b"HTTP/1.1 200 OK\r\nX-Huge: " + b"h" * (400 * 1024) + b"\r\nContent-Length: 2\r\n\r\nok")
+        elif path.startswith("/bad-version"):
+            s.sendall(b"HTTP/4.2 200 OK\r\nContent-Length: 2\r\n\r\nok")
         else:
             s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 
