@@ -45,6 +45,16 @@ struct ResponseHeadParser {
     /// interim block of a 1xx (also when no status line came at all).
     var isFinal: Bool { status >= 200 || status == 0 }
 
+    /// No control character but HTAB, and valid UTF-8.
+    static func isCleanCookieValue(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var ascii = true
+        for b in bytes {
+            if (b < 0x20 && b != 0x09) || b == 0x7F { return false }
+            if b >= 0x80 { ascii = false }
+        }
+        return ascii || String(validating: bytes, as: UTF8.self) != nil
+    }
+
     /// Parses one line (with or without its CR LF).
     mutating func feed(line raw: UnsafeRawBufferPointer) -> LineKind {
         var end = raw.count
@@ -82,7 +92,12 @@ struct ResponseHeadParser {
         while valueEnd > valueStart, isSpace(raw[valueEnd - 1]) { valueEnd -= 1 }
         let name = String(decoding: UnsafeRawBufferPointer(rebasing: raw[0..<nameEnd]), as: UTF8.self)
         guard let n = HTTPField.Name(name) else { return .ignored }
-        let value = String(decoding: UnsafeRawBufferPointer(rebasing: raw[valueStart..<valueEnd]), as: UTF8.self)
+        let valueBytes = UnsafeRawBufferPointer(rebasing: raw[valueStart..<valueEnd])
+        // A cookie with a control character or bytes that are not UTF-8 is ignored whole
+        // (RFC 6265bis §5.6): HTTPField would turn a NUL into a space and String would
+        // turn bad bytes into U+FFFD, and the cookie would be stored and sent back mangled.
+        if n == .setCookie, !Self.isCleanCookieValue(valueBytes) { return .ignored }
+        let value = String(decoding: valueBytes, as: UTF8.self)
         fields.append(HTTPField(name: n, value: value))
         return .field
     }

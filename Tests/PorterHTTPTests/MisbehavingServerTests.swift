@@ -156,6 +156,17 @@ final class MisbehavingServerTests: XCTestCase {
         XCTAssertTrue(r.stderr.contains("damaged"), r.stderr)
     }
 
+    /// Cookies holding an ESC, a BEL or bytes that are not UTF-8 are ignored whole, not
+    /// stored mangled (the bytes became U+FFFD); the good one is kept. (libcurl itself
+    /// refuses a response with a NUL in its head.)
+    func testCookiesWithControlCharactersOrBadBytesAreIgnored() async throws {
+        let store = MemoryCookieStore()
+        let r = await load("/bad-cookies") { $0.cookieStore = store }
+        if case .failure(let e) = r { XCTFail("\(e)") }
+        XCTAssertEqual(store.allCookies.map(\.name), ["fine"])
+        XCTAssertEqual(store.allCookies.first?.value, "ok")
+    }
+
     func testFailedDownloadLeavesNoFile() async throws {
         let dir = NSTemporaryDirectory() + "porter-mis-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)

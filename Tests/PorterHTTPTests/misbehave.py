@@ -6,7 +6,8 @@ Paths: /reset (RST after 1000 of 100000 bytes), /stall (10 bytes then silence),
 /empty (closes without a byte), /forever (redirects to itself with a counter),
 /weird-status (status 999), /junk-headers (a line without a colon), /odd-headers
 (odd bytes, a bad field name, an empty value), /wrong-range (a 206 for bytes 0-9 whatever
-was asked), /huge-header (a 400 KiB header field), /bad-version (HTTP/4.2), /ok.
+was asked), /huge-header (a 400 KiB header field), /bad-version (HTTP/4.2), /bad-cookies (cookies with an ESC,
+non-UTF-8 bytes and a BEL beside a good one), /ok.
 """
 import socket, socketserver, struct, sys, time
 
@@ -51,6 +52,9 @@ class Handler(socketserver.BaseRequestHandler):
                       b"ETag: \"r1\"\r\n\r\n0123456789")
         elif path.startswith("/huge-header"):
             s.sendall(b"HTTP/1.1 200 OK\r\nX-Huge: " + b"h" * (400 * 1024) + b"\r\nContent-Length: 2\r\n\r\nok")
+        elif path.startswith("/bad-cookies"):
+            s.sendall(b"HTTP/1.1 200 OK\r\nSet-Cookie: esc=a\x1bb\r\nSet-Cookie: bin=\xff\xfe\r\n"
+                      b"Set-Cookie: bell=\x07\r\nSet-Cookie: fine=ok; Path=/\r\nContent-Length: 2\r\n\r\nok")
         elif path.startswith("/bad-version"):
             s.sendall(b"HTTP/4.2 200 OK\r\nContent-Length: 2\r\n\r\nok")
         else:
