@@ -54,13 +54,25 @@ final class PluginLoad: @unchecked Sendable {
 
     var logger: Logger { client.context.configuration.logger }
 
-    /// The pointer handed to the plugin; `start` holds a reference until `destroy` ran.
-    var clientPointer: OpaquePointer { OpaquePointer(Unmanaged.passUnretained(self).toOpaque()) }
+    /// The `porter_client *` handed to the plugin is not this object's address but a
+    /// token: a number never used twice in the process, looked up in `live` on every call.
+    /// A client dies when `start` fails or once `destroy` has run; a plugin that keeps
+    /// calling with it afterwards finds no entry and is ignored (the call returns as for a
+    /// stopped load) instead of touching freed memory.
+    private static let live = Locked<[UInt: PluginLoad]>([:])
+    private static let tokens = Locked<UInt>(0)
+    private let token = PluginLoad.tokens.withLock { t -> UInt in t += 1; return t }
+
+    var clientPointer: OpaquePointer { OpaquePointer(bitPattern: token)! }
 
     static func from(_ pointer: OpaquePointer?) -> PluginLoad? {
         guard let pointer else { return nil }
-        return Unmanaged<PluginLoad>.fromOpaque(UnsafeRawPointer(pointer)).takeUnretainedValue()
+        let token = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(pointer)))
+        return live.withLock { $0[token] }
     }
+
+    private func goLive() { Self.live.withLock { $0[token] = self } }
+    private func die() { _ = Self.live.withLock { $0.removeValue(forKey: token) } }
 
     // MARK: - host side (the session's delivery queue)
 
@@ -69,14 +81,14 @@ final class PluginLoad: @unchecked Sendable {
             client.didFail(with: PorterError(.unsupportedURL, "plugin \(pluginName) has no start function", url: request.url))
             return
         }
-        let retained = Unmanaged.passRetained(self)
+        goLive()
         var context: UnsafeMutableRawPointer?
         var error = [CChar](repeating: 0, count: 512)
         let capacity = error.count
         let rc = startFunction(pluginContext.value, cRequest.pointer, clientPointer, &context, &error, capacity)
         if rc != 0 {
             state.withLock { $0.silenced = true; $0.destroyed = true }
-            retained.release()
+            die()
             let message = CErrorBuffer.read(error)
             let code = PorterError.Code(rawValue: Int(rc)) ?? .unknown
             client.didFail(with: PorterError(code, message.isEmpty ? "plugin \(pluginName) refused the request" : message,
@@ -139,7 +151,7 @@ final class PluginLoad: @unchecked Sendable {
         // Never on the plugin's own thread: it may join that thread in destroy.
         DispatchQueue.global().async {
             destroy?(box.value)
-            Unmanaged.passUnretained(self).release()
+            self.die()
         }
     }
 

@@ -73,6 +73,34 @@ final class AdapterTests: XCTestCase {
         }
     }
 
+    /// A plugin that keeps calling its client after a refused start, or after destroy,
+    /// is ignored: the client is a token the host looks up, not a pointer into freed
+    /// memory. The task ends with the plugin's own answer and nothing late reaches it.
+    func testLateCallsFromADeadClientAreIgnored() async throws {
+        typealias Count = @convention(c) () -> Int32
+        let lateCalls = { PluginFixture.symbol("testplugin_late_calls", in: Self.pluginPath, as: Count.self)?() ?? -1 }
+        let before = lateCalls()
+        XCTAssertGreaterThanOrEqual(before, 0)
+        do {
+            _ = try await session().data(from: URL(string: "ptest://h/late-after-refuse")!)
+            XCTFail("expected the refusal")
+        } catch let e as PorterError {
+            XCTAssertEqual(e.code, .noPermissionsToReadFile)
+            XCTAssertEqual(e.message, "refused, but calls anyway")
+        }
+        XCTAssertTrue(eventually { lateCalls() == before + 1 }, "the late calls were made (and survived)")
+        do {
+            _ = try await session().data(from: URL(string: "ptest://h/late-after-destroy")!)
+            XCTFail("the test plugin fails unknown paths")
+        } catch let e as PorterError {
+            XCTAssertNotEqual(e.message, "late")
+        }
+        XCTAssertTrue(eventually { lateCalls() == before + 2 }, "the calls after destroy were made (and survived)")
+        // The host still serves the plugin normally.
+        let (data, _) = try await session().data(from: URL(string: "ptest://h/hello")!)
+        XCTAssertEqual(String(decoding: data, as: UTF8.self), "hello from ptest")
+    }
+
     func testRedirectInsideTheScheme() async throws {
         let (data, response) = try await session().data(from: URL(string: "ptest://h/redirect")!)
         XCTAssertEqual(String(decoding: data, as: UTF8.self), "hello from ptest")

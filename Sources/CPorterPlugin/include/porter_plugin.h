@@ -196,7 +196,12 @@ typedef struct porter_response {
 } porter_response;
 
 /* Opaque: one load's link back to the host. Valid from `start` until `destroy`
- * returns; the plugin must make sure none of its threads uses it after that. */
+ * returns; the plugin must make sure none of its threads uses it after that.
+ * The client dies when `start` returns nonzero, or when `destroy` returns. It is a
+ * token, not a pointer to host memory: a call made with a dead client is recognised
+ * and ignored (a challenge returns 0, read_body returns -1, the rest do nothing), so
+ * a late call cannot crash the host. The request handed to `start` is freed at the
+ * same moment and must not be read afterwards. */
 typedef struct porter_client porter_client;
 
 /* ---------------------------------------------------------------------------------

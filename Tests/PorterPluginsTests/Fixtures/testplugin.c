@@ -313,8 +313,37 @@ static int32_t t_can_handle(void *ctx, const porter_request *r) {
     return strstr(r->url, "/not-mine") == NULL;
 }
 
+/* A careless plugin: it keeps using a client the header says is dead (after a refused
+ * start, or after destroy) from a thread of its own. The host must ignore the calls. */
+static int late_calls;
+__attribute__((visibility("default"))) int testplugin_late_calls(void) {
+    return __atomic_load_n(&late_calls, __ATOMIC_SEQ_CST);
+}
+static void *call_late(void *arg) {
+    porter_client *client = arg;
+    usleep(50000);
+    char buffer[16];
+    host->did_load_data(client, "late", 4);
+    host->log(client, PORTER_LOG_INFO, "a late call");
+    (void)host->read_body(client, buffer, sizeof buffer);
+    host->did_send_body_data(client, 1, 1, 1);
+    host->did_fail(client, PORTER_ERR_UNKNOWN, "late", NULL, 0);
+    host->did_finish(client);
+    __atomic_add_fetch(&late_calls, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+static void call_late_from_a_thread(porter_client *client) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, call_late, client) == 0) pthread_detach(t);
+}
+
 static int32_t t_start(void *ctx, const porter_request *r, porter_client *client, void **out, char *error, size_t cap) {
     (void)ctx;
+    if (strcmp(path_of(r->url), "/late-after-refuse") == 0) {
+        call_late_from_a_thread(client);
+        snprintf(error, cap, "refused, but calls anyway");
+        return PORTER_ERR_NO_PERMISSIONS_TO_READ_FILE;
+    }
     if (strcmp(path_of(r->url), "/refuse") == 0) {
         snprintf(error, cap, "refused by the plugin");
         return PORTER_ERR_NO_PERMISSIONS_TO_READ_FILE;
@@ -349,6 +378,7 @@ static void t_destroy(void *p) {
     load_t *l = p;
     t_stop(l);
     if (l->has_thread) pthread_join(l->thread, NULL);
+    if (strcmp(path_of(l->request->url), "/late-after-destroy") == 0) call_late_from_a_thread(l->client);
     pthread_mutex_destroy(&l->lock);
     pthread_cond_destroy(&l->cond);
     free(l);
