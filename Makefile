@@ -1,9 +1,11 @@
 # Porter: `make demo` shows it working, `make test` runs every test, `make bench`
-# writes BENCHMARKS.md. Each installs what is missing first.
+# writes BENCHMARKS.md, `make fuzz` runs every libFuzzer harness for FUZZ_SECONDS (60)
+# (FUZZING.md). Each installs what is missing first.
 SWIFT ?= swift
 PORTER := .build/debug/porter
 
-.PHONY: deps build demo test bench clean
+.PHONY: deps build demo test bench fuzz clean
+FUZZ_SECONDS ?= 60
 
 deps:
 	@bash scripts/install-deps.sh
@@ -21,6 +23,9 @@ test: deps
 
 bench: deps
 	@bash Benchmarks/run.sh
+
+fuzz: deps
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh
 
 clean:
 	rm -rf .build

@@ -43,7 +43,8 @@ public struct DirectoryListing: Sendable, Equatable {
 
     private static func parseDate(_ s: Substring) -> Date? {
         let parts = s.split(whereSeparator: { "-T:Z".contains($0) }).compactMap { Int($0) }
-        guard parts.count == 6, s.hasSuffix("Z") else { return nil }
+        // Each part must fit the Int32 fields of `tm` (a longer run of digits would trap).
+        guard parts.count == 6, s.hasSuffix("Z"), parts.allSatisfy({ (0...Int(Int32.max)).contains($0) }) else { return nil }
         var tmv = tm()
         tmv.tm_year = Int32(parts[0] - 1900)
         tmv.tm_mon = Int32(parts[1] - 1)

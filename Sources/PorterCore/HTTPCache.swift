@@ -141,7 +141,9 @@ public enum HTTPCacheRules {
     /// The stored response as served now: with its current Age.
     public static func serving(_ cached: CachedResponse, now: Date) -> Response {
         var r = cached.response
-        r.headerFields[.age] = String(Int(currentAge(r, stored: cached.storedDate ?? now, now: now)))
+        // RFC 9111 §1.2.2: an age past 2^31 seconds (from a server's "Age: 1e30", say) is sent as 2^31.
+        let age = currentAge(r, stored: cached.storedDate ?? now, now: now)
+        r.headerFields[.age] = String(age < 2_147_483_648 ? Int(age) : 2_147_483_648)
         return r
     }
 }

@@ -154,11 +154,7 @@ public final class Session: @unchecked Sendable {
     private func makeResumedTask(_ data: Data, sink: DownloadTask.Sink) -> DownloadTask {
         do {
             let resume = try ResumeData(data: data)
-            var request = Request(url: resume.url, method: resume.method)
-            for pair in resume.headers where pair.count == 2 {
-                if let name = HTTPField.Name(pair[0]) { request.headerFields.append(HTTPField(name: name, value: pair[1])) }
-            }
-            for (key, value) in resume.properties ?? [:] { request.setProperty(value, forKey: key) }
+            let request = Self.request(resuming: resume)
             return register { DownloadTask(session: self, identifier: $0, request: request, resume: resume, sink: sink) }
         } catch {
             let bad = Request(url: URL(string: "about:resume-data")!)
@@ -166,6 +162,18 @@ public final class Session: @unchecked Sendable {
             task.driver.abortBeforeStart((error as? PorterError) ?? PorterError(.resumeFailed, "\(error)"))
             return task
         }
+    }
+
+    /// The request a download resumes with. Resume data is input like any other: names
+    /// that are not tokens are skipped, and so are fields past the first 10,000 (more
+    /// than HTTPFields holds would trap).
+    static func request(resuming resume: ResumeData) -> Request {
+        var request = Request(url: resume.url, method: resume.method)
+        for pair in resume.headers where pair.count == 2 && request.headerFields.count < 10_000 {
+            if let name = HTTPField.Name(pair[0]) { request.headerFields.append(HTTPField(name: name, value: pair[1])) }
+        }
+        for (key, value) in resume.properties ?? [:] { request.setProperty(value, forKey: key) }
+        return request
     }
 
     // MARK: - invalidation

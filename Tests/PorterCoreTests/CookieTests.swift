@@ -35,6 +35,18 @@ final class CookieTests: XCTestCase {
         XCTAssertEqual(CookieRules.parseDate(CookieRules.formatDate(expected)), expected)
     }
 
+    /// Found by Fuzz/FuzzSetCookie: a run of 20 or more digits where a day (or hour, or
+    /// year) may stand overflowed Int and trapped. It is a token that matches nothing.
+    func testDateWithAVeryLongNumberIsRejectedNotATrap() {
+        let long = String(repeating: "9", count: 40)
+        XCTAssertNil(CookieRules.parseDate("\(long) Jun 2021 10:18:14 GMT"))
+        XCTAssertNil(CookieRules.parseDate("Wed, 09 Jun 2021 \(long):18:14 GMT"))
+        XCTAssertNil(CookieRules.parseDate("Wed, 09 Jun \(long) 10:18:14 GMT"))
+        XCTAssertEqual(CookieRules.parseDate("Sun, 06 Nov 1994 08:49:37 GMT \(long)")?.timeIntervalSince1970, 784_111_777)
+        XCTAssertNil(CookieRules.parse("id=1; Expires=\(long) Jun 2021 10:18:14 GMT")?.expires)
+        XCTAssertNil(CookieRules.parseDate("Wed, 09 Jun 2021 10:18:14 GMT".replacingOccurrences(of: "09", with: "0" + long)))
+    }
+
     // MARK: parsing
 
     func testNameValueEdgeCases() {
@@ -266,5 +278,20 @@ final class CookieTests: XCTestCase {
         XCTAssertEqual(back.first { $0.name == "b" }?.httpOnly, true)
         XCTAssertEqual(back.first { $0.name == "b" }?.hostOnly, false)
         XCTAssertEqual(back.first { $0.name == "c" }?.isSessionCookie, true)
+    }
+
+    /// Found by Fuzz/FuzzSetCookie under AddressSanitizer: libpsl answers with a pointer
+    /// into the host it was given, and for a host of 15 bytes or fewer Swift had passed a
+    /// temporary copy that was freed before the answer was read (a use after free).
+    func testRegistrableDomainOfShortAndLongHosts() {
+        let psl = PublicSuffixList.shared
+        XCTAssertEqual(psl.registrableDomain("a.example.com"), "example.com")
+        XCTAssertEqual(psl.registrableDomain("x.y.co.uk"), "y.co.uk")
+        XCTAssertEqual(psl.registrableDomain("www.a.long-name.example.co.uk"), "example.co.uk")
+        XCTAssertNil(psl.registrableDomain("co.uk"))
+        let s = MemoryCookieStore(clock: { [now] in now })
+        s.acceptPolicy = .onlyFromMainDocumentDomain
+        s.storeCookies(fromHeaders: ["a=1"], for: url("https://a.example.com/"), mainDocumentURL: url("https://b.example.com/"))
+        XCTAssertEqual(header(s, "https://a.example.com/"), "a=1")
     }
 }

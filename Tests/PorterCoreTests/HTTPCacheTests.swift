@@ -97,6 +97,19 @@ final class HTTPCacheTests: XCTestCase {
         XCTAssertEqual(HTTPCacheRules.serving(cached, now: now.addingTimeInterval(20)).value(forHeader: "Age"), "30")
     }
 
+    /// Found by Fuzz/FuzzHTTPCache: an Age past Int's range (or a date that far back)
+    /// trapped converting the current age for the served response; RFC 9111 §1.2.2 caps
+    /// it at 2^31. Also a cookie-date token of 20+ digits in Last-Modified (it overflowed).
+    func testHugeAgeIsServedAsTwoToTheThirtyFirst() {
+        for age in ["99922222222222222222229999999", "1e400", "inf"] {
+            let cached = CachedResponse(response: response(200, [("Age", age)]), data: Data(), storedDate: now)
+            XCTAssertEqual(HTTPCacheRules.serving(cached, now: now).value(forHeader: "Age"), "2147483648", age)
+            XCTAssertFalse(HTTPCacheRules.isFresh(cached, request: get(), now: now), age)
+        }
+        let digits = response(301, [("Last-Modified", "Sun, \(String(repeating: "5", count: 40)) Nov 1994 08:49:37 GMT")])
+        XCTAssertEqual(HTTPCacheRules.freshnessLifetime(digits), 0)
+    }
+
     func testRevalidationHelpers() {
         let stored = response(200, [("ETag", "\"v1\""), ("Last-Modified", date(-100)), ("Cache-Control", "max-age=1"), ("X-Old", "1")])
         let headers = HTTPCacheRules.conditionalHeaders(for: CachedResponse(response: stored, data: Data()))

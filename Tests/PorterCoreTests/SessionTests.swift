@@ -580,4 +580,19 @@ final class SessionTests: XCTestCase {
         let (data, _) = try await Session(configuration: config).data(from: url("chunks://h/1/1"))
         XCTAssertEqual(String(decoding: data, as: UTF8.self), "shadow")
     }
+
+    /// Found by reading HTTPTypes while fuzzing resume data: HTTPFields traps at 65,535
+    /// fields, and resume data is input an application hands back. The resumed request
+    /// keeps the first 10,000 valid fields.
+    func testResumeDataWithTooManyHeadersDoesNotTrap() {
+        let pairs = (0..<70_000).map { ["X-H\($0 % 7)", "v\($0)"] } + [["Bad Name", "x"], ["only-one"]]
+        let resume = ResumeData(url: URL(string: "https://example.com/f")!, method: "GET", headers: pairs, validator: nil,
+                                bytesReceived: 1, expectedTotalBytes: 2, partialFilePath: "/nonexistent")
+        let request = Session.request(resuming: resume)
+        XCTAssertEqual(request.headerFields.count, 10_000)
+        XCTAssertEqual(request.headerFields.first?.value, "v0")
+        XCTAssertEqual(Session.request(resuming: ResumeData(url: resume.url, method: "GET", headers: [["Accept", "*/*"], ["Bad Name", "x"]],
+                                                            validator: nil, bytesReceived: 1, expectedTotalBytes: 2,
+                                                            partialFilePath: "/x")).headerFields.count, 1)
+    }
 }

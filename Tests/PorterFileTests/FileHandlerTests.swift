@@ -109,6 +109,16 @@ final class FileHandlerTests: XCTestCase {
         XCTAssertThrowsError(try DirectoryListing.parse(Data("garbage\n".utf8)))
     }
 
+    /// Found by Fuzz/FuzzDirectoryListing: a date part too long for `tm`'s Int32 fields
+    /// trapped; such a date is unknown, the entry still parses.
+    func testDirectoryListingDateTooLargeForTmIsUnknown() throws {
+        let listing = try DirectoryListing.parse(Data("f 148 9999-12-88888888888888831T23:59:59Z big\nf 1 2024-05-06T07:08:09Z ok\n".utf8))
+        XCTAssertEqual(listing.entries.map(\.name), ["big", "ok"])
+        XCTAssertNil(listing.entries[0].modified)
+        XCTAssertEqual(listing.entries[0].size, 148)
+        XCTAssertEqual(listing.entries[1].modified, Date(timeIntervalSince1970: 1_714_979_289))
+    }
+
     func testHeadGivesTheResponseOnly() async throws {
         let url = write("h.bin", Data(count: 1000))
         var r = Request(url: url)

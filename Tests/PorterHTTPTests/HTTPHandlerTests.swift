@@ -918,4 +918,35 @@ final class HTTPHandlerTests: XCTestCase {
         XCTAssertFalse(try FileManager.default.contentsOfDirectory(atPath: nginx.dir).contains { $0.hasPrefix(".porter-") },
                        "no temporary file left")
     }
+
+    /// ResponseHeadParser (the lines HTTPHandler.header(_:) gets from libcurl): a status
+    /// line resets the block, junk lines and bad names are skipped, and fields past
+    /// 10,000 are dropped: HTTPFields traps at 65,535, and 70,000 "a:" lines fit in
+    /// libcurl's 300 KiB head limit.
+    func testResponseHeadParserLinesAndFieldLimit() {
+        var parser = ResponseHeadParser()
+        func feed(_ line: String) -> ResponseHeadParser.LineKind {
+            var bytes = Array(line.utf8)
+            return bytes.withUnsafeMutableBytes { parser.feed(line: UnsafeRawBufferPointer($0)) }
+        }
+        XCTAssertEqual(feed("HTTP/1.1 100 Continue\r\n"), .statusLine)
+        XCTAssertFalse(parser.isFinal)
+        XCTAssertEqual(feed("\r\n"), .end)
+        XCTAssertEqual(feed("HTTP/2 404 \r\n"), .statusLine)
+        XCTAssertEqual(parser.status, 404)
+        XCTAssertEqual(parser.version, "HTTP/2")
+        XCTAssertEqual(parser.statusLine, "HTTP/2 404")
+        XCTAssertEqual(feed("Content-Type :  text/plain \t\r\n"), .field)
+        XCTAssertEqual(parser.fields[.contentType], "text/plain")
+        XCTAssertEqual(feed("no colon here\r\n"), .ignored)
+        XCTAssertEqual(feed("Bad Name: x\r\n"), .ignored)
+        for i in 0..<70_000 { _ = feed("a\(i % 3): \(i)\r\n") }
+        XCTAssertEqual(parser.fields.count, ResponseHeadParser.maximumFieldCount)
+        XCTAssertEqual(feed("b: 1\r\n"), .ignored)
+        XCTAssertEqual(feed("\r\n"), .end)
+        XCTAssertTrue(parser.isFinal)
+        XCTAssertEqual(feed("HTTP/1.1 2\r\n"), .statusLine)
+        XCTAssertEqual(parser.status, 0, "not three digits")
+        XCTAssertTrue(parser.fields.isEmpty)
+    }
 }

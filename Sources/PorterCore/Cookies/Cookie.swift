@@ -85,7 +85,11 @@ public enum CookieRules {
         /// Leading digits (between min and max of them) followed by nothing or a non-digit.
         func number(_ t: [UInt8], min: Int, max: Int) -> Int? {
             var n = 0, count = 0
-            while count < t.count, isDigit(t[count]) { n = n * 10 + Int(t[count] - 0x30); count += 1 }
+            // Digits past `max` are counted, not added: a long run must fail, not overflow.
+            while count < t.count, isDigit(t[count]) {
+                if count < max { n = n * 10 + Int(t[count] - 0x30) }
+                count += 1
+            }
             guard count >= min, count <= max else { return nil }
             return n
         }

@@ -19,8 +19,13 @@ public final class PublicSuffixList: @unchecked Sendable {
 
     /// The registrable domain ("example.co.uk" for "a.b.example.co.uk"), or nil.
     public func registrableDomain(_ host: String) -> String? {
-        guard let context, let p = psl_registrable_domain(context, host) else { return nil }
-        return String(cString: p)
+        guard let context else { return nil }
+        // libpsl answers with a pointer into the string it was given: read it while that
+        // string is alive (a String passed as `const char *` lives only for the call).
+        return host.withCString { name in
+            guard let p = psl_registrable_domain(context, name) else { return nil }
+            return String(cString: p)
+        }
     }
 }
 

@@ -1,0 +1,30 @@
+// Porter's directory listing format (Sources/PorterCore/DirectoryListing.swift): parse,
+// and for what parses, serialize and parse again: the names must come back unchanged.
+import Foundation
+import FuzzDriver
+@testable import PorterCore
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    let input = Data(UnsafeBufferPointer(start: data, count: size))
+    guard let listing = try? DirectoryListing.parse(input) else { return 0 }
+    let again: DirectoryListing
+    do {
+        again = try DirectoryListing.parse(listing.serialized())
+    } catch {
+        fatalError("a serialized listing does not parse: \(error)")
+    }
+    guard again.entries.map(\.name) == listing.entries.map(\.name),
+          again.entries.map(\.kind) == listing.entries.map(\.kind),
+          again.entries.map(\.size) == listing.entries.map(\.size) else {
+        fatalError("a listing changed through serialize and parse")
+    }
+    return 0
+}
+
+/// libFuzzer's driver, under the entry point name SwiftPM links an executable with.
+@_cdecl("FuzzDirectoryListing_main")
+public func fuzzerMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
+    var argc = argc, argv = argv
+    return LLVMFuzzerRunDriver(&argc, &argv) { data, size in fuzzOneInput(data, size) }
+}
