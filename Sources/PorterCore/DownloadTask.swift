@@ -184,7 +184,7 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
             return nil
         }
         let request = driver.currentRequest
-        return ResumeData(url: ResumeData.withoutPassword(request.url), method: request.method,
+        return ResumeData(url: request.url, method: request.method,
                           headers: ResumeData.shareableHeaders(request.headerFields),
                           validator: validator, bytesReceived: written,
                           expectedTotalBytes: countOfBytesExpectedToReceive, partialFilePath: path,

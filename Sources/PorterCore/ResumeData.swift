@@ -5,10 +5,13 @@ import HTTPTypes
 /// application stores it; the partial file stays where `partialFilePath` says until
 /// the resumed task adopts it (or the application deletes it).
 ///
-/// It holds no secret: the URL without its password, and the request's header fields
-/// without `Authorization`, `Proxy-Authorization` and `Cookie`. The resumed task asks
-/// the cookie store and the credential store (or the delegate's challenge answers) again,
-/// so it never replays credentials or cookies frozen at the time it stopped.
+/// It holds the URL as the application gave it, the method, the request's header fields
+/// without `Authorization`, `Proxy-Authorization` and `Cookie`, the validator, byte
+/// counts, the partial file's path and the request's string properties. The resumed
+/// task asks the cookie store and the credential store (or the delegate's challenge
+/// answers) again, so it never replays credentials or cookies frozen when it stopped. A
+/// password written into the URL itself (`ftp://user:pw@host/`) stays in it, as the
+/// application wrote it: keep such resume data private, or use the credential store.
 public struct ResumeData: Codable, Sendable, Equatable {
     public var url: URL
     public var method: String
@@ -50,13 +53,6 @@ public struct ResumeData: Codable, Sendable, Equatable {
     /// The request's header fields less the secret ones, as name/value pairs.
     static func shareableHeaders(_ fields: HTTPFields) -> [[String]] {
         fields.filter { !secretFields.contains($0.name.canonicalName) }.map { [$0.name.rawName, $0.value] }
-    }
-
-    /// `url` with any password removed (the user name stays).
-    static func withoutPassword(_ url: URL) -> URL {
-        guard url.password != nil, var parts = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return url }
-        parts.password = nil
-        return parts.url ?? url
     }
 
     public func encoded() -> Data {

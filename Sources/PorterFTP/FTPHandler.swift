@@ -56,34 +56,30 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
         return c?.url?.absoluteString ?? request.url.absoluteString
     }
 
+    /// What every handle of this load gets, the listing fallback's too: the shared
+    /// options (TLS required for ftps, proxy, overrides, timeouts), the URL and the login.
+    private func configure(_ t: CurlTransfer) {
+        let config = client.context.configuration
+        t.set(CURLOPT_URL, curlURL)
+        CurlOptions.apply(to: t, request: request, configuration: config, protocols: "ftp",
+                          tls: request.scheme == "ftps" ? .required : .byScheme)
+        t.set(CURLOPT_FTP_USE_EPSV, 1)
+        if let credential, let user = credential.user, let password = credential.password {
+            t.set(CURLOPT_USERNAME, user)
+            t.set(CURLOPT_PASSWORD, password)
+        }
+    }
+
     private func begin() {
         guard !isStopped else { return }
-        let config = client.context.configuration
         guard let t = CurlTransfer.make(on: loop, reportingTo: client, url: request.url) else { return }
         transfer = t
         responded = false
         listingText = Data()
         listing = request.url.absoluteString.hasSuffix("/") && request.body == nil
 
-        t.set(CURLOPT_URL, curlURL)
-        t.set(CURLOPT_PROTOCOLS_STR, "ftp")
+        configure(t)
         t.set(CURLOPT_BUFFERSIZE, 256 * 1024)
-        t.set(CURLOPT_FTP_USE_EPSV, 1)
-        t.set(CURLOPT_PROXY, config.proxies.proxy(for: request.url)?.absoluteString ?? "")
-        if !config.hostOverrides.isEmpty { t.set(CURLOPT_RESOLVE, list: config.hostOverrides.map(\.description)) }
-        let idle = request.timeoutInterval > 0 ? request.timeoutInterval : config.timeoutIntervalForRequest
-        t.set(CURLOPT_CONNECTTIMEOUT_MS, Int(min(idle, 3600) * 1000))
-        if request.scheme == "ftps" {
-            t.set(CURLOPT_USE_SSL, Int(CURLUSESSL_ALL.rawValue))
-            t.set(CURLOPT_SSL_VERIFYPEER, config.tlsVerificationDisabled ? 0 : 1)
-            t.set(CURLOPT_SSL_VERIFYHOST, config.tlsVerificationDisabled ? 0 : 2)
-            if let ca = config.caCertificateFile { t.set(CURLOPT_CAINFO, ca) }
-            if let pin = config.pinnedPublicKey { t.set(CURLOPT_PINNEDPUBLICKEY, pin) }
-        }
-        if let credential, let user = credential.user, let password = credential.password {
-            t.set(CURLOPT_USERNAME, user)
-            t.set(CURLOPT_PASSWORD, password)
-        }
         if listing { t.set(CURLOPT_CUSTOMREQUEST, "MLSD") }
         if let range = request.resumeRange, range.offset > 0, request.body == nil, !listing {
             t.set(CURLOPT_RESUME_FROM_LARGE, offset: range.offset)
@@ -174,12 +170,7 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
         guard let t = CurlTransfer.make(on: loop, reportingTo: client, url: request.url) else { return }
         transfer = t
         listingText = Data()
-        t.set(CURLOPT_URL, curlURL)
-        t.set(CURLOPT_PROTOCOLS_STR, "ftp")
-        if let credential, let user = credential.user, let password = credential.password {
-            t.set(CURLOPT_USERNAME, user)
-            t.set(CURLOPT_PASSWORD, password)
-        }
+        configure(t)
         t.onData = { [unowned self] bytes in listingText.append(contentsOf: bytes); return .consumed }
         t.onComplete = { [self] code in
             guard !isStopped else { return }

@@ -123,39 +123,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         // Requests that start together wait for the first connection to say whether it
         // multiplexes (HTTP/2) instead of each opening a connection of its own.
         if config.http2Enabled { t.set(CURLOPT_PIPEWAIT, 1) }
-        t.set(CURLOPT_PROXY, config.proxies.proxy(for: request.url)?.absoluteString ?? "")  // "" also stops libcurl reading the environment itself
-        if !config.hostOverrides.isEmpty { t.set(CURLOPT_RESOLVE, list: config.hostOverrides.map(\.description)) }
-        let idle = request.timeoutInterval > 0 ? request.timeoutInterval : config.timeoutIntervalForRequest
-        t.set(CURLOPT_CONNECTTIMEOUT_MS, Int(min(idle, 3600) * 1000))
-        t.set(CURLOPT_PROTOCOLS_STR, "http,https")
-
-        // TLS: verified unless explicitly disabled. A server the delegate trusted after a
-        // server-trust challenge is accepted by its exact public key only.
-        let verify = !config.tlsVerificationDisabled && trustedKeyPin == nil
-        t.set(CURLOPT_SSL_VERIFYPEER, verify ? 1 : 0)
-        t.set(CURLOPT_SSL_VERIFYHOST, verify ? 2 : 0)
-        if let ca = config.caCertificateFile { t.set(CURLOPT_CAINFO, ca) }
-        if let pin = trustedKeyPin ?? config.pinnedPublicKey { t.set(CURLOPT_PINNEDPUBLICKEY, pin) }
-        if let cert = config.clientCertificate {
-            t.set(CURLOPT_SSLCERT, cert.certificatePath)
-            t.set(CURLOPT_SSLKEY, cert.keyPath)
-        }
-        var sslVersion = Int(CURL_SSLVERSION_DEFAULT)
-        switch config.tlsMinimumVersion {
-        case .tls1_0?: sslVersion = Int(CURL_SSLVERSION_TLSv1_0)
-        case .tls1_1?: sslVersion = Int(CURL_SSLVERSION_TLSv1_1)
-        case .tls1_2?: sslVersion = Int(CURL_SSLVERSION_TLSv1_2)
-        case .tls1_3?: sslVersion = Int(CURL_SSLVERSION_TLSv1_3)
-        case nil: break
-        }
-        switch config.tlsMaximumVersion {
-        case .tls1_0?: sslVersion |= Int(CURL_SSLVERSION_MAX_TLSv1_0)
-        case .tls1_1?: sslVersion |= Int(CURL_SSLVERSION_MAX_TLSv1_1)
-        case .tls1_2?: sslVersion |= Int(CURL_SSLVERSION_MAX_TLSv1_2)
-        case .tls1_3?: sslVersion |= Int(CURL_SSLVERSION_MAX_TLSv1_3)
-        case nil: break
-        }
-        t.set(CURLOPT_SSLVERSION, sslVersion)
+        CurlOptions.apply(to: t, request: request, configuration: config, protocols: "http,https", pinnedKey: trustedKeyPin)
 
         if let credential, let user = credential.user, let password = credential.password {
             t.set(CURLOPT_USERNAME, user)
@@ -489,12 +457,11 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         let url = request.url
         let config = client.context.configuration
         probe.set(CURLOPT_URL, url.absoluteString)
+        // The same proxy, address overrides and client certificate as the load; only
+        // verification is off, to fetch the chain the delegate is shown.
+        CurlOptions.apply(to: probe, request: request, configuration: config, protocols: "https", verify: false)
         probe.set(CURLOPT_CONNECT_ONLY, 1)
         probe.set(CURLOPT_CERTINFO, 1)
-        probe.set(CURLOPT_SSL_VERIFYPEER, 0)
-        probe.set(CURLOPT_SSL_VERIFYHOST, 0)
-        probe.set(CURLOPT_PROXY, config.proxies.proxy(for: url)?.absoluteString ?? "")
-        probe.set(CURLOPT_CONNECTTIMEOUT_MS, 30_000)
         probe.onComplete = { [self] code in
             guard !isStopped else { return }
             let chain = code == CURLE_OK ? probe.certificateChain() : []

@@ -173,6 +173,22 @@ final class FTPTests: XCTestCase {
         XCTAssertEqual(file, Data((0..<FTPTests.bigSize).map(FTPTests.bigByte)))
     }
 
+    /// A server without MLSD: the listing falls back to LIST on a handle built by the same
+    /// option builder, so ftps stays ftps (the fallback once logged in without TLS; this
+    /// user's logins are refused without it) and the CA is still checked.
+    func testFTPSListingFallbackKeepsTLS() async throws {
+        let (data, response) = try await session().data(from: url("/docs/", user: "legacy:secret@", scheme: "ftps"))
+        XCTAssertEqual(response.mimeType, "text/plain")
+        let text = String(decoding: data, as: UTF8.self)
+        XCTAssertTrue(text.contains("a.txt") && text.contains("b.txt"), text)
+        let log = (try? String(contentsOfFile: dir + "/ftp.log", encoding: .utf8)) ?? ""
+        XCTAssertTrue(log.contains("legacy") && log.contains("LIST"), "no LIST fallback in the transcript:\n\(log.suffix(1500))")
+        do {
+            _ = try await session(nil) { $0.caCertificateFile = nil }.data(from: url("/docs/", user: "legacy:secret@", scheme: "ftps"))
+            XCTFail("an unknown CA must fail the listing too")
+        } catch let e as PorterError { XCTAssertEqual(e.code, .serverCertificateUntrusted) }
+    }
+
     func testExplicitTLS() async throws {
         let (data, _) = try await session().data(from: url("/docs/b.txt", scheme: "ftps"))
         XCTAssertEqual(String(decoding: data, as: UTF8.self), "beta beta\n")

@@ -2,7 +2,8 @@
 python3-pyftpdlib breaks FTPS downloads with this libcurl). Prints "READY <port>".
 
 usage: ftpserver.py ROOT CERT KEY [LOG]   (user alice / secret with full rights on
-ROOT, anonymous read-only on ROOT/pub; LOG gets every command and reply)
+ROOT, anonymous read-only on ROOT/pub, user legacy / secret read-only with no MLSD and
+TLS required; LOG gets every command and reply)
 """
 import logging, os, sys
 from pyftpdlib.authorizers import DummyAuthorizer
@@ -18,8 +19,27 @@ if len(sys.argv) > 4:
     logger.setLevel(logging.DEBUG)
 authorizer = DummyAuthorizer()
 authorizer.add_user("alice", "secret", root, perm="elradfmwMT")
+authorizer.add_user("legacy", "secret", root, perm="elr")
 authorizer.add_anonymous(os.path.join(root, "pub"))
-handler = TLS_FTPHandler
+
+class Handler(TLS_FTPHandler):
+    """User "legacy" meets an old server: no MLSD (listings fall back to LIST), and no
+    login without TLS on the control connection (so a fallback that forgot TLS fails)."""
+
+    def ftp_PASS(self, line):
+        if self.username == "legacy" and not self._ssl_established:
+            self.respond("530 TLS is required for this user.")
+            return
+        return super().ftp_PASS(line)
+
+    def ftp_MLSD(self, path):
+        if self.username == "legacy":
+            self.respond('500 Command "MLSD" not understood.')
+            return
+        return super().ftp_MLSD(path)
+
+
+handler = Handler
 handler.certfile = cert
 handler.keyfile = key
 handler.tls_control_required = False

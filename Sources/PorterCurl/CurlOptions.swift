@@ -1,0 +1,63 @@
+import CCurl
+import Foundation
+import PorterCore
+
+/// The one place a libcurl handle gets the options every Porter transfer shares: the
+/// protocols it may speak, proxy, address overrides, connect timeout, and the whole TLS
+/// configuration (verification, CA, pin, client certificate, versions). Every handle —
+/// http, https, ftp, ftps, the server-trust probe, the listing fallback — is built here
+/// first, so no protocol path can miss an option again (an ftps listing once logged in
+/// without TLS because its fallback set none of them). After curl's `lib/setopt.c`:
+/// options are decided once and every protocol reads the same ones.
+public enum CurlOptions {
+    /// How a handle uses TLS.
+    public enum TLS: Sendable {
+        /// As the URL's scheme says (https: TLS; http, ftp: none).
+        case byScheme
+        /// Explicit TLS on a plain-text protocol, required (ftps:// → AUTH TLS, CURLUSESSL_ALL).
+        case required
+    }
+
+    /// Applies the shared options to `t` for a load of `request` under `config`.
+    /// - `protocols`: libcurl's allowed protocols ("http,https", "ftp").
+    /// - `pinnedKey`: a key the delegate trusted for this load (replaces verification).
+    /// - `verify`: false only for the server-trust probe, which fetches a chain to show.
+    public static func apply(to t: CurlTransfer, request: Request, configuration config: SessionConfiguration,
+                             protocols: String, tls: TLS = .byScheme, pinnedKey: String? = nil, verify: Bool = true) {
+        t.set(CURLOPT_PROTOCOLS_STR, protocols)
+        // "" also stops libcurl reading the proxy environment variables itself.
+        t.set(CURLOPT_PROXY, config.proxies.proxy(for: request.url)?.absoluteString ?? "")
+        if !config.hostOverrides.isEmpty { t.set(CURLOPT_RESOLVE, list: config.hostOverrides.map(\.description)) }
+        let idle = request.timeoutInterval > 0 ? request.timeoutInterval : config.timeoutIntervalForRequest
+        t.set(CURLOPT_CONNECTTIMEOUT_MS, Int(min(max(idle, 0.001), 3600) * 1000))
+
+        if case .required = tls { t.set(CURLOPT_USE_SSL, Int(CURLUSESSL_ALL.rawValue)) }
+        // Verified unless explicitly disabled; a server the delegate trusted by hand is
+        // accepted by its exact public key only.
+        let verifies = verify && !config.tlsVerificationDisabled && pinnedKey == nil
+        t.set(CURLOPT_SSL_VERIFYPEER, verifies ? 1 : 0)
+        t.set(CURLOPT_SSL_VERIFYHOST, verifies ? 2 : 0)
+        if let ca = config.caCertificateFile { t.set(CURLOPT_CAINFO, ca) }
+        if verify, let pin = pinnedKey ?? config.pinnedPublicKey { t.set(CURLOPT_PINNEDPUBLICKEY, pin) }
+        if let cert = config.clientCertificate {
+            t.set(CURLOPT_SSLCERT, cert.certificatePath)
+            t.set(CURLOPT_SSLKEY, cert.keyPath)
+        }
+        var sslVersion = Int(CURL_SSLVERSION_DEFAULT)
+        switch config.tlsMinimumVersion {
+        case .tls1_0?: sslVersion = Int(CURL_SSLVERSION_TLSv1_0)
+        case .tls1_1?: sslVersion = Int(CURL_SSLVERSION_TLSv1_1)
+        case .tls1_2?: sslVersion = Int(CURL_SSLVERSION_TLSv1_2)
+        case .tls1_3?: sslVersion = Int(CURL_SSLVERSION_TLSv1_3)
+        case nil: break
+        }
+        switch config.tlsMaximumVersion {
+        case .tls1_0?: sslVersion |= Int(CURL_SSLVERSION_MAX_TLSv1_0)
+        case .tls1_1?: sslVersion |= Int(CURL_SSLVERSION_MAX_TLSv1_1)
+        case .tls1_2?: sslVersion |= Int(CURL_SSLVERSION_MAX_TLSv1_2)
+        case .tls1_3?: sslVersion |= Int(CURL_SSLVERSION_MAX_TLSv1_3)
+        case nil: break
+        }
+        t.set(CURLOPT_SSLVERSION, sslVersion)
+    }
+}
