@@ -294,4 +294,22 @@ final class CookieTests: XCTestCase {
         s.storeCookies(fromHeaders: ["a=1"], for: url("https://a.example.com/"), mainDocumentURL: url("https://b.example.com/"))
         XCTAssertEqual(header(s, "https://a.example.com/"), "a=1")
     }
+
+    /// Found by Fuzz/FuzzNetscapeCookies: an expiry near Int64.max in a cookies.txt is a
+    /// date of 2^63 seconds, and writing the file back (-c) or describing the cookie
+    /// trapped converting it to an integer.
+    func testNetscapeExpiryAtTheEndOfInt64RoundTrips() {
+        let file = "example.com\tFALSE\t/\tFALSE\t9223372036854775807\tn\tv\n"
+        let (cookies, skipped) = NetscapeCookieFile.parse(file, now: now)
+        XCTAssertEqual(skipped, 0)
+        XCTAssertEqual(cookies.count, 1)
+        XCTAssertTrue(cookies[0].description.hasSuffix("; expires=9223372036854775807)"))
+        let written = NetscapeCookieFile.serialize(cookies)
+        XCTAssertTrue(written.contains("\t9223372036854775807\tn\tv\n"), written)
+        XCTAssertEqual(NetscapeCookieFile.parse(written, now: now).cookies, cookies)
+        let far = Cookie(name: "x", value: "1", domain: "a.test", expires: Date(timeIntervalSince1970: 1e300))
+        XCTAssertTrue(NetscapeCookieFile.serialize([far]).contains("\t9223372036854775807\tx\t1\n"))
+        XCTAssertTrue(Cookie(name: "x", value: "1", domain: "a.test", expires: Date(timeIntervalSince1970: -1e300))
+            .description.hasSuffix("; expires=-9223372036854775808)"))
+    }
 }

@@ -47,7 +47,17 @@ public struct Cookie: Sendable, Equatable, CustomStringConvertible {
     /// The cookie's value never appears in descriptions (they reach logs).
     public var description: String {
         "Cookie(\(name); domain=\(hostOnly ? "" : ".")\(domain); path=\(path)\(secure ? "; secure" : "")"
-            + "\(httpOnly ? "; httponly" : "")\(expires.map { "; expires=\(Int($0.timeIntervalSince1970))" } ?? "; session"))"
+            + "\(httpOnly ? "; httponly" : "")\(expires.map { "; expires=\(Cookie.wholeSeconds($0))" } ?? "; session"))"
+    }
+
+    /// Seconds since 1970, truncated and clamped to Int64 (NaN gives 0): an expiry read
+    /// from a cookies.txt may be any number, and Int64(_:) traps outside its range.
+    static func wholeSeconds(_ date: Date) -> Int64 {
+        let t = date.timeIntervalSince1970.rounded(.towardZero)
+        if t.isNaN { return 0 }
+        if t >= 9_223_372_036_854_775_808.0 { return .max }
+        if t < -9_223_372_036_854_775_808.0 { return .min }
+        return Int64(t)
     }
 }
 

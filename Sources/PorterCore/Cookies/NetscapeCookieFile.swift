@@ -11,7 +11,7 @@ public enum NetscapeCookieFile {
         var out = "# Netscape HTTP Cookie File\n# Written by Porter \(porterVersion). Edit at your own risk.\n\n"
         for c in cookies {
             let domain = (c.httpOnly ? "#HttpOnly_" : "") + (c.hostOnly ? "" : ".") + c.domain
-            let expires = c.expires.map { String(max(1, Int64($0.timeIntervalSince1970))) } ?? "0"
+            let expires = c.expires.map { String(max(1, Cookie.wholeSeconds($0))) } ?? "0"
             out += [domain, c.hostOnly ? "FALSE" : "TRUE", c.path, c.secure ? "TRUE" : "FALSE", expires, c.name, c.value]
                 .joined(separator: "\t") + "\n"
         }
