@@ -165,7 +165,10 @@ public struct Netrc: Sendable {
 
     public init(parsing text: String) {
         var tokens: [String] = []
-        var lines = text.split(separator: "\n", omittingEmptySubsequences: false).makeIterator()
+        // Lines end in LF or CR LF (one Character in Swift, so splitting at "\n" alone
+        // would leave a CR LF file one long line of tokens ending in "\r\n").
+        var lines = text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" })
+            .makeIterator()
         while let line = lines.next() {
             var scanner = Substring(line)
             var lineTokens: [String] = []

@@ -68,4 +68,14 @@ final class CredentialStoreTests: XCTestCase {
         chmod(path, 0o600)
         XCTAssertEqual(try Netrc(contentsOf: path).credential(for: "a.test")?.user, "u")
     }
+
+    /// Seen in Fuzz/FuzzNetrc's CR LF seed: a .netrc written on Windows was one line to
+    /// the parser, its tokens ending in CR LF, so no machine matched.
+    func testNetrcWithCRLFLineEnds() {
+        let n = Netrc(parsing: "machine a.test\r\n\tlogin u\r\n\tpassword p\r\nmacdef x\r\nmachine b.test login m password n\r\n\r\nmachine c.test login c password \"q\"\r\n")
+        XCTAssertEqual(n.credential(for: "a.test")?.user, "u")
+        XCTAssertEqual(n.credential(for: "a.test")?.password, "p")
+        XCTAssertNil(n.credential(for: "b.test"), "inside the macdef")
+        XCTAssertEqual(n.credential(for: "c.test")?.password, "q")
+    }
 }
