@@ -11,6 +11,7 @@ command -v strace >/dev/null 2>&1 || need+=(strace)   # tests watch the system c
 # libcurl (http/https) and the real servers the protocol tests start on loopback.
 [ -f /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -f /usr/include/curl/curl.h ] || need+=(libcurl4-openssl-dev)
 [ -f /usr/include/openssl/x509.h ] || need+=(libssl-dev)   # the shim's public-key pinning helper
+[ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)   # gzip / deflate bodies are decoded by Porter (bounded memory while paused)
 [ -x /usr/sbin/nginx ] || need+=(nginx)
 [ -f /usr/lib/nginx/modules/ngx_http_echo_module.so ] || need+=(libnginx-mod-http-echo)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)

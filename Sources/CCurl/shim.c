@@ -51,3 +51,69 @@ int porter_spki_sha256(const unsigned char *der, long length, unsigned char *out
     X509_free(cert);
     return rc;
 }
+
+/* ---- content decoding ---- */
+#include <zlib.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct porter_inflater {
+    z_stream s;
+    int gzip;
+    int started;    /* some output came (or the header was accepted) */
+    int raw;        /* switched to raw deflate */
+    int done;
+};
+
+porter_inflater *porter_inflater_new(int gzip) {
+    porter_inflater *z = calloc(1, sizeof *z);
+    if (!z) return NULL;
+    z->gzip = gzip;
+    /* 15 + 32: a gzip or zlib header, detected. */
+    if (inflateInit2(&z->s, 15 + 32) != Z_OK) { free(z); return NULL; }
+    return z;
+}
+
+int porter_inflater_run(porter_inflater *z, const void *in, size_t in_len, size_t *in_used,
+                        void *out, size_t out_cap, size_t *out_len) {
+    *in_used = 0;
+    *out_len = 0;
+    if (z->done) { *in_used = in_len; return 1; }
+    z->s.next_in = (Bytef *)in;
+    z->s.avail_in = (uInt)(in_len > 0x7fffffff ? 0x7fffffff : in_len);
+    z->s.next_out = (Bytef *)out;
+    z->s.avail_out = (uInt)(out_cap > 0x7fffffff ? 0x7fffffff : out_cap);
+    uInt before_in = z->s.avail_in;
+    int rc = inflate(&z->s, Z_NO_FLUSH);
+    if (rc == Z_DATA_ERROR && !z->gzip && !z->started && !z->raw) {
+        /* "deflate" that is raw deflate, not zlib: start again without a header. */
+        inflateEnd(&z->s);
+        memset(&z->s, 0, sizeof z->s);
+        if (inflateInit2(&z->s, -15) != Z_OK) return -1;
+        z->raw = 1;
+        return porter_inflater_run(z, in, in_len, in_used, out, out_cap, out_len);
+    }
+    *in_used = before_in - z->s.avail_in;
+    *out_len = (size_t)(z->s.next_out - (Bytef *)out);
+    if (*out_len > 0) z->started = 1;
+    if (rc == Z_STREAM_END) {
+        /* Another gzip member may follow (concatenated gzip files). */
+        const unsigned char *rest = (const unsigned char *)in + *in_used;
+        size_t left = in_len - *in_used;
+        if (z->gzip && left >= 2 && rest[0] == 0x1f && rest[1] == 0x8b) {
+            inflateReset(&z->s);
+            return 0;
+        }
+        z->done = 1;
+        *in_used = in_len;
+        return 1;
+    }
+    if (rc == Z_OK || rc == Z_BUF_ERROR) return 0;
+    return -1;
+}
+
+void porter_inflater_free(porter_inflater *z) {
+    if (!z) return;
+    inflateEnd(&z->s);
+    free(z);
+}

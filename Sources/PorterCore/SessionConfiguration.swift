@@ -141,6 +141,11 @@ public struct SessionConfiguration: Sendable {
     /// Back-pressure: when this many received bytes wait for a consumer, the handler
     /// is asked to pause; it is resumed when they fall below a quarter of it.
     public var receiveBufferLimit: Int = 4 << 20
+    /// A guard against decompression bombs, off by default (as in curl and browsers: a
+    /// large body decodes with flat memory either way). When set, a gzip or deflate body
+    /// whose decoded size passes this many times its encoded size (after its first MiB)
+    /// fails with `dataLengthExceedsMaximum`.
+    public var maximumDecodingRatio: Double? = nil
     /// Where download tasks write their temporary files (nil: `$TMPDIR` or /tmp). Put it
     /// on the destination's file system so the final move is a rename.
     public var downloadDirectory: String? = nil

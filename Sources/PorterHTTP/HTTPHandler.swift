@@ -44,6 +44,9 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     private var trustedKeyPin: String?
     private var trustAsked = false
     private var failures = 0
+    /// Decodes the current response's body (gzip, deflate); nil: delivered as it came.
+    private var decoder: ContentDecoder?
+    private var decodeError: PorterError?
     private var started = Date()
 
     private enum Mode {
@@ -117,7 +120,9 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
 
         t.set(CURLOPT_URL, request.url.absoluteString)
         t.set(CURLOPT_FOLLOWLOCATION, 0)
-        t.set(CURLOPT_ACCEPT_ENCODING, "")  // all codings libcurl can decode, decoded transparently
+        // Porter decodes gzip and deflate itself (ContentDecoder): libcurl passes the
+        // bytes as they came, so a paused transfer holds compressed bytes only.
+        t.set(CURLOPT_HTTP_CONTENT_DECODING, 0)
         t.set(CURLOPT_BUFFERSIZE, HTTPHandler.receiveBufferSize)
         t.set(CURLOPT_HTTP_VERSION, config.http2Enabled ? Int(CURL_HTTP_VERSION_2TLS) : Int(CURL_HTTP_VERSION_1_1))
         // Requests that start together wait for the first connection to say whether it
@@ -153,6 +158,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             lines.append("\(field.name.rawName): \(field.value)")
         }
         if !hasUserAgent { lines.append("User-Agent: \(HTTPHandler.defaultUserAgent)") }
+        if request.headerFields[.acceptEncoding] == nil { lines.append("Accept-Encoding: gzip, deflate") }
         t.set(CURLOPT_HTTPHEADER, list: lines)
 
         t.onHeader = { [unowned self] line in header(line) }
@@ -239,6 +245,9 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     private func endOfHead() {
         let response = makeResponse()
         let status = head.status
+        decoder = ContentDecoder(contentEncoding: head.fields[.contentEncoding],
+                                 maximumRatio: client.context.configuration.maximumDecodingRatio)
+        decodeError = nil
         if [301, 302, 303, 307, 308].contains(status), head.fields[.location] != nil {
             mode = .redirect(response)
             return
@@ -258,7 +267,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         }
         mode = .body
         // The decoded length is unknown when libcurl decodes a content coding.
-        stager.reset(expectedLength: head.fields[.contentEncoding] == nil ? response.expectedContentLength : -1)
+        stager.reset(expectedLength: decoder == nil ? response.expectedContentLength : -1)
         // Only a session with a cache pays for the RFC 9111 decision (this runs per response).
         // A response over a connection the delegate trusted by hand (a server-trust
         // challenge) is never stored: no later load could say it trusts that server too.
@@ -275,14 +284,27 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
                 stager.handOver()
                 return .pause
             }
-            if let transfer { stager.stage(bytes, transfer: transfer) }
+            guard let transfer else { break }
+            guard let decoder else {
+                stager.stage(bytes, transfer: transfer)
+                break
+            }
+            do {
+                try decoder.decode(bytes) { stager.stage($0, transfer: transfer) }
+            } catch {
+                decodeError = decodingFailure(error)
+                return .abort
+            }
         case .waiting:
             // Body bytes with no header block (HTTP/0.9 or a broken server).
             return .abort
         case .redirect, .restart, .notModified:
             break  // the redirect's (or the 416's, or the 304's) own body is not wanted
         case .challenge(let r, var kept):
-            if kept.count < 64 * 1024 { kept.append(contentsOf: bytes.prefix(64 * 1024 - kept.count)) }
+            func keep(_ b: UnsafeRawBufferPointer) {
+                if kept.count < 64 * 1024 { kept.append(contentsOf: b.prefix(64 * 1024 - kept.count)) }
+            }
+            if let decoder { try? decoder.decode(bytes, keep) } else { keep(bytes) }
             mode = .challenge(r, kept)
         }
         return .consumed
@@ -299,7 +321,9 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             return
         }
         if code != CURLE_OK {
-            if case .waiting = mode, code == CURLE_WRITE_ERROR {
+            if code == CURLE_WRITE_ERROR, let decodeError {
+                client.didFail(with: decodeError)
+            } else if case .waiting = mode, code == CURLE_WRITE_ERROR {
                 client.didFail(with: PorterError(.badServerResponse, "the server sent a body without a response head",
                                                  url: request.url))
             } else if case .waiting = mode, code == CURLE_OUT_OF_MEMORY {
@@ -316,6 +340,11 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         case .waiting:
             client.didFail(with: PorterError(.badServerResponse, "no response from the server", url: request.url))
         case .body:
+            if let decoder, decoder.consumed > 0, !decoder.isFinished {
+                client.didFail(with: PorterError(.cannotDecodeContentData,
+                    "the \(head.fields[.contentEncoding] ?? "encoded") body ends before its compressed stream does", url: request.url))
+                return
+            }
             client.didFinishLoading()
         case .redirect(let response):
             redirect(response, target: t.info(string: CURLINFO_REDIRECT_URL))
@@ -355,6 +384,17 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         m.countOfResponseBodyBytesReceived = t.info(offset: CURLINFO_SIZE_DOWNLOAD_T)
         m.countOfRequestBodyBytesSent = t.info(offset: CURLINFO_SIZE_UPLOAD_T)
         client.didCollect(m)
+    }
+
+    private func decodingFailure(_ error: ContentDecoder.Failure) -> PorterError {
+        switch error {
+        case .damaged:
+            return PorterError(.cannotDecodeContentData, "the \(head.fields[.contentEncoding] ?? "encoded") body is damaged",
+                               url: request.url)
+        case .ratio(let limit):
+            return PorterError(.dataLengthExceedsMaximum,
+                               "the body decodes to more than \(limit) times its size (maximumDecodingRatio)", url: request.url)
+        }
     }
 
     // MARK: - redirects

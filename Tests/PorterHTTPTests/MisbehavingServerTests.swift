@@ -167,6 +167,45 @@ final class MisbehavingServerTests: XCTestCase {
         XCTAssertEqual(store.allCookies.first?.value, "ok")
     }
 
+    /// A valid gzip of 512 MiB of zeros to a consumer slower than the network: it decodes
+    /// with flat memory (libcurl, pausing mid-decode, once kept up to 64 MiB of decoded
+    /// output and then failed with "Out of memory", exit 3).
+    func testAGzipBombDecodesWithFlatMemory() throws {
+        let dir = NSTemporaryDirectory() + "porter-bomb-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let url = "http://127.0.0.1:\(MisbehavingServerTests.port)/gzip-bomb?mib=512"
+        // A slow reader on the pipe makes porter pause again and again.
+        let script = "/usr/bin/time -f %M -o \"$0/rss\" \"$1\" \"$2\" | (sleep 0.5; wc -c > \"$0/count\")"
+        let r = try runProcess("/bin/sh", ["-c", script, dir, porterBinary, url], environment: ["http_proxy": nil])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        let count = try String(contentsOfFile: dir + "/count", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertEqual(count, String(512 << 20), r.stderr)
+        let kib = Int(try String(contentsOfFile: dir + "/rss", encoding: .utf8).split(separator: "\n").last ?? "") ?? 0
+        XCTAssertGreaterThan(kib, 0)
+        XCTAssertLessThan(kib, 64 * 1024, "peak RSS \(kib) KiB while decoding a 512 MiB gzip bomb")
+    }
+
+    /// Damaged gzip fails with cannotDecodeContentData; a coding Porter does not decode
+    /// (br) is delivered as it came, with its Content-Encoding, as browsers do; the
+    /// optional ratio guard stops a bomb when asked to.
+    func testContentCodings() async throws {
+        let damaged = await load("/bad-gzip")
+        XCTAssertEqual(code(damaged), .cannotDecodeContentData)
+        let truncated = await load("/half-gzip")
+        XCTAssertEqual(code(truncated), .cannotDecodeContentData)
+        let br = await load("/brotli")
+        guard case .success(let (data, response)) = br else { return XCTFail("\(br)") }
+        XCTAssertEqual(data, Data([0x0b, 0x01, 0x80, 0x03]))
+        XCTAssertEqual(response.value(forHeader: "Content-Encoding"), "br")
+        let guarded = await load("/gzip-bomb?mib=64") { $0.maximumDecodingRatio = 100 }
+        XCTAssertEqual(code(guarded), .dataLengthExceedsMaximum)
+        let unguarded = await load("/gzip-bomb?mib=8")
+        guard case .success(let (zeros, _)) = unguarded else { return XCTFail("\(unguarded)") }
+        XCTAssertEqual(zeros.count, 8 << 20)
+        XCTAssertTrue(zeros.allSatisfy { $0 == 0 })
+    }
+
     func testFailedDownloadLeavesNoFile() async throws {
         let dir = NSTemporaryDirectory() + "porter-mis-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)

@@ -6,10 +6,25 @@ Paths: /reset (RST after 1000 of 100000 bytes), /stall (10 bytes then silence),
 /empty (closes without a byte), /forever (redirects to itself with a counter),
 /weird-status (status 999), /junk-headers (a line without a colon), /odd-headers
 (odd bytes, a bad field name, an empty value), /wrong-range (a 206 for bytes 0-9 whatever
-was asked), /huge-header (a 400 KiB header field), /bad-version (HTTP/4.2), /bad-cookies (cookies with an ESC,
+was asked), /huge-header (a 400 KiB header field), /bad-version (HTTP/4.2), /gzip-bomb?mib=N (a valid gzip of N MiB of zeros), /bad-gzip (a damaged
+gzip body), /half-gzip (half a gzip body), /brotli (a br body), /bad-cookies (cookies with an ESC,
 non-UTF-8 bytes and a BEL beside a good one), /ok.
 """
-import socket, socketserver, struct, sys, time
+import socket, socketserver, struct, sys, threading, time, zlib
+
+_bombs = {}
+_bombs_lock = threading.Lock()
+
+def gzip_of_zeros(mib):
+    """A valid gzip file of `mib` MiB of zeros (about 1 KiB per MiB), made once."""
+    with _bombs_lock:
+        if mib not in _bombs:
+            z = zlib.compressobj(9, zlib.DEFLATED, 31)
+            chunk = bytes(1 << 20)
+            parts = [z.compress(chunk) for _ in range(mib)]
+            parts.append(z.flush())
+            _bombs[mib] = b"".join(parts)
+        return _bombs[mib]
 
 class Handler(socketserver.BaseRequestHandler):
     def handle(self):
@@ -52,6 +67,22 @@ class Handler(socketserver.BaseRequestHandler):
                       b"ETag: \"r1\"\r\n\r\n0123456789")
         elif path.startswith("/huge-header"):
             s.sendall(b"HTTP/1.1 200 OK\r\nX-Huge: " + b"h" * (400 * 1024) + b"\r\nContent-Length: 2\r\n\r\nok")
+        elif path.startswith("/gzip-bomb"):
+            mib = int(path.split("=")[1]) if "=" in path else 100
+            body = gzip_of_zeros(mib)
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Type: application/octet-stream\r\n"
+                      b"Content-Length: %d\r\n\r\n" % len(body))
+            s.sendall(body)
+        elif path.startswith("/bad-gzip"):
+            # A gzip header, then a deflate block of the reserved type 3.
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 14\r\n\r\n"
+                      b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xff\xff\xff\xff")
+        elif path.startswith("/half-gzip"):
+            whole = gzip_of_zeros(1)
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % (len(whole) // 2))
+            s.sendall(whole[:len(whole) // 2])
+        elif path.startswith("/brotli"):
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Encoding: br\r\nContent-Length: 4\r\n\r\n\x0b\x01\x80\x03")
         elif path.startswith("/bad-cookies"):
             s.sendall(b"HTTP/1.1 200 OK\r\nSet-Cookie: esc=a\x1bb\r\nSet-Cookie: bin=\xff\xfe\r\n"
                       b"Set-Cookie: bell=\x07\r\nSet-Cookie: fine=ok; Path=/\r\nContent-Length: 2\r\n\r\nok")

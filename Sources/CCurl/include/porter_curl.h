@@ -33,6 +33,19 @@ CURLcode porter_curlmsg_result(const CURLMsg *msg);
    Returns 0 on success, -1 when the certificate cannot be parsed. */
 int porter_spki_sha256(const unsigned char *der, long length, unsigned char *out);
 
+/* Streaming inflate for gzip and deflate content codings (zlib), so that Porter, not
+   libcurl, decodes bodies: libcurl buffers the whole decoded output of one socket read
+   while a transfer is paused (up to 64 MiB, then "Out of memory"), while Porter pauses
+   with only compressed bytes waiting. `gzip`: 1 for gzip (or zlib, detected), 0 for
+   deflate (zlib, or raw deflate as some servers send). */
+typedef struct porter_inflater porter_inflater;
+porter_inflater *porter_inflater_new(int gzip);
+/* Inflates from `in` into `out`. Sets *in_used and *out_len. Returns 0 to go on, 1 at
+   the end of the stream (trailing bytes are ignored), -1 on damaged data. */
+int porter_inflater_run(porter_inflater *z, const void *in, size_t in_len, size_t *in_used,
+                        void *out, size_t out_cap, size_t *out_len);
+void porter_inflater_free(porter_inflater *z);
+
 /* Macro constants Swift cannot import (casts, shifts, or-ed macros). */
 static const long porter_curlauth_basic = (long)CURLAUTH_BASIC;
 static const long porter_curlauth_digest = (long)CURLAUTH_DIGEST;
