@@ -312,4 +312,13 @@ final class CookieTests: XCTestCase {
         XCTAssertTrue(Cookie(name: "x", value: "1", domain: "a.test", expires: Date(timeIntervalSince1970: -1e300))
             .description.hasSuffix("; expires=-9223372036854775808)"))
     }
+
+    /// Found by Fuzz/FuzzNetscapeCookies: a domain of ".." was read as the domain ".",
+    /// written back as ".", and that line no longer parsed. Such a line is skipped.
+    func testNetscapeDomainOfDotsIsSkipped() {
+        let (cookies, skipped) = NetscapeCookieFile.parse("..\tTRUE\t/\tFALSE\t0\ta\t1\n...x.test\tTRUE\t/\tFALSE\t0\tb\t2\n.x.test\tTRUE\t/\tFALSE\t0\tc\t3\n", now: now)
+        XCTAssertEqual(skipped, 2)
+        XCTAssertEqual(cookies.map(\.name), ["c"])
+        XCTAssertEqual(NetscapeCookieFile.parse(NetscapeCookieFile.serialize(cookies), now: now).skipped, 0)
+    }
 }

@@ -36,7 +36,9 @@ public enum NetscapeCookieFile {
             var domain = f[0].lowercased()
             let sub = f[1].uppercased() == "TRUE"
             if domain.hasPrefix(".") { domain.removeFirst() }
-            guard !domain.isEmpty else { skipped += 1; continue }
+            // One leading dot marks a domain cookie; what is left must be a name (".." left
+            // "." and was written back as a line that no longer parses).
+            guard !domain.isEmpty, !domain.hasPrefix(".") else { skipped += 1; continue }
             let cookie = Cookie(name: f[5], value: f.count > 6 ? f[6] : "", domain: domain, hostOnly: !sub,
                                 path: f[2].isEmpty ? "/" : f[2],
                                 expires: expiry == 0 ? nil : Date(timeIntervalSince1970: TimeInterval(expiry)),
