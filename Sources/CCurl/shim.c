@@ -117,3 +117,21 @@ void porter_inflater_free(porter_inflater *z) {
     inflateEnd(&z->s);
     free(z);
 }
+
+/* ---- TLS facts of a finished transfer ---- */
+#include <openssl/ssl.h>
+#include <stdio.h>
+
+int porter_tls_info(CURL *handle, char *version, char *cipher, size_t capacity) {
+    struct curl_tlssessioninfo *info = NULL;
+    if (capacity == 0) return -1;
+    version[0] = cipher[0] = 0;
+    if (curl_easy_getinfo(handle, CURLINFO_TLS_SSL_PTR, &info) != CURLE_OK || !info) return -1;
+    if (info->backend != CURLSSLBACKEND_OPENSSL || !info->internals) return -1;
+    SSL *ssl = (SSL *)info->internals;
+    const char *v = SSL_get_version(ssl);
+    const char *c = SSL_get_cipher_name(ssl);
+    snprintf(version, capacity, "%s", v ? v : "");
+    snprintf(cipher, capacity, "%s", c ? c : "");
+    return 0;
+}

@@ -63,30 +63,3 @@ final class ProgressBar: @unchecked Sendable {
     }
 }
 
-/// `--write-out json`: one object per URL.
-func writeOutJSON(url: String, response: Response?, bytes: Int64, elapsed: Double, error: PorterError?) -> String {
-    func esc(_ s: String) -> String {
-        var o = ""
-        for u in s.unicodeScalars {
-            switch u {
-            case "\"": o += "\\\""
-            case "\\": o += "\\\\"
-            case "\n": o += "\\n"
-            case "\r": o += "\\r"
-            case "\t": o += "\\t"
-            default:
-                if u.value < 0x20 { o += String(format: "\\u%04x", u.value) } else { o.unicodeScalars.append(u) }
-            }
-        }
-        return "\"" + o + "\""
-    }
-    let scheme = URL(string: url)?.scheme?.lowercased() ?? ""
-    var parts = ["\"url\":\(esc(url))", "\"scheme\":\(esc(scheme))"]
-    parts.append("\"status\":" + (response?.statusCode.map(String.init) ?? "null"))
-    parts.append("\"mime_type\":" + (response?.mimeType.map(esc) ?? "null"))
-    parts.append("\"bytes\":\(bytes)")
-    parts.append(String(format: "\"elapsed\":%.6f", elapsed))
-    parts.append("\"error\":" + (error.map { esc($0.code.description) } ?? "null"))
-    parts.append("\"error_code\":" + (error.map { String($0.code.rawValue) } ?? "null"))
-    return "{" + parts.joined(separator: ",") + "}\n"
-}

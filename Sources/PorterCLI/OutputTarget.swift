@@ -93,3 +93,28 @@ final class URLSource: @unchecked Sendable {
         }
     }
 }
+
+/// One -H argument, as curl reads it: "Name: value" adds a field, "Name:" removes it,
+/// "Name;" adds it with an empty value.
+struct HeaderOption {
+    enum Action: Equatable { case add(String), remove }
+    let name: String
+    let action: Action
+
+    init?(_ text: String) {
+        let colon = text.firstIndex(of: ":")
+        let semicolon = text.firstIndex(of: ";")
+        if let semicolon, colon == nil || semicolon < colon!,
+           text[text.index(after: semicolon)...].allSatisfy({ $0 == " " || $0 == "\t" }) {
+            name = String(text[..<semicolon]).trimmingCharacters(in: .whitespaces)
+            action = .add("")
+        } else if let colon {
+            name = String(text[..<colon]).trimmingCharacters(in: .whitespaces)
+            let value = String(text[text.index(after: colon)...]).trimmingCharacters(in: .whitespaces)
+            action = value.isEmpty ? .remove : .add(value)
+        } else {
+            return nil
+        }
+        if name.isEmpty { return nil }
+    }
+}

@@ -22,6 +22,19 @@ public struct PorterCommand: ParsableCommand {
         defaultSubcommand: Fetch.self)
 }
 
+extension PorterCommand {
+    /// The command line with every `-K FILE` / `--config FILE` expanded in place (curl's
+    /// config files); a file that cannot be read or parsed ends the program with 64.
+    public static func arguments(_ raw: [String]) -> [String] {
+        do {
+            return try ConfigFile.expand(raw)
+        } catch {
+            note("porter: \(error)")
+            Foundation.exit(64)
+        }
+    }
+}
+
 /// `--plugin-path`, shared by every subcommand.
 struct PluginOptions: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("Also load plugins from DIR (or the plugin file DIR), before the search path.",
@@ -214,18 +227,82 @@ struct Fetch: ParsableCommand {
     @Flag(name: [.customShort("f"), .long], help: "Fail (exit 22) with no body on an HTTP status of 400 or more.")
     var fail = false
 
-    @Option(name: [.customShort("w"), .long], help: "'json': print one JSON object per URL after it.")
+    @Option(name: [.customShort("w"), .long], help: "After each URL, print FORMAT with curl's %{variables} (%{http_code}, %{url_effective}, %{time_total}, ... and %{json}); 'json' alone prints one JSON object.")
     var writeOut: String?
 
     @Option(name: .long, help: "Read URLs from FILE, one per line (with the ones given as arguments).")
     var urlList: String?
+
+    // curl's everyday flags, with curl's meaning.
+    @Flag(name: [.customShort("L"), .long], help: "Follow redirects (Porter always does unless --no-location; accepted for curl users).")
+    var location = false
+
+    @Flag(name: [.customShort("S"), .customLong("show-error")], help: "With -s, still print errors (Porter's -s keeps errors off; -S brings them back).")
+    var showError = false
+
+    @Option(name: [.customShort("A"), .customLong("user-agent")], help: "Send this User-Agent.")
+    var userAgent: String?
+
+    @Option(name: [.customShort("e"), .long], help: "Send this Referer.")
+    var referer: String?
+
+    @Flag(name: [.customShort("G"), .long], help: "Put the -d data in the URL's query and send GET.")
+    var get = false
+
+    @Option(name: [.customShort("r"), .long], help: "Ask for a byte RANGE (e.g. 0-499, 500-, -100).")
+    var range: String?
+
+    @Option(name: .customShort("m"), help: "Same as --max-time.")
+    var maxTimeShort: Double?
+
+    @Flag(name: [.customShort("O"), .customLong("remote-name")], help: "Write to a file named like the URL's last path component.")
+    var remoteName = false
+
+    @Flag(name: [.customShort("J"), .customLong("remote-header-name")], help: "With -O, use the server's Content-Disposition file name (its last component only).")
+    var remoteHeaderName = false
+
+    @Option(name: [.customShort("D"), .customLong("dump-header")], help: "Write the response heads to FILE ('-': stdout).")
+    var dumpHeader: String?
+
+    @Option(name: [.customShort("F"), .long], help: "Multipart form field 'name=value', 'name=@FILE' (with ';type=MIME' and ';filename=NAME'), or 'name=<FILE' (contents as a value).")
+    var form: [String] = []
+
+    @Option(name: .long, help: "Send JSON (POST, Content-Type and Accept application/json); '@FILE' reads a file.")
+    var json: [String] = []
+
+    @Option(name: .long, help: "Send 'content', 'name=content', '=content', '@file' or 'name@file', URL-encoded (POST, or the query with -G).")
+    var dataUrlencode: [String] = []
+
+    @Flag(name: .long, help: "With -u: Digest only (challenge-driven).")
+    var digest = false
+
+    @Flag(name: .long, help: "With -u: Basic, sent with the first request (the default).")
+    var basic = false
+
+    @Flag(name: .long, help: "With -u: whichever method the server asks for (challenge-driven).")
+    var anyauth = false
+
+    @Option(name: .long, help: "Retry transient failures (timeouts, connection failures, 408, 429, 500, 502, 503, 504) up to N times.")
+    var retry: Int = 0
+
+    @Option(name: .long, help: "Download at most RATE bytes per second (suffixes k, m, g).")
+    var limitRate: String?
+
+    @Option(name: .long, help: "Give up connecting after SECONDS.")
+    var connectTimeout: Double?
+
+    @Flag(name: .long, help: "Create the folders of -o FILE that are missing.")
+    var createDirs = false
+
+    @Option(name: [.customShort("K"), .long], help: "Read options from FILE (curl's config syntax), as if given before the others.")
+    var config: String?
 
     @Option(name: .long, help: "How many URLs to load at once (with --url-list).")
     var concurrency: Int = 1
 
     func validate() throws {
         if urls.isEmpty && urlList == nil { throw ValidationError("give at least one URL (or --url-list FILE)") }
-        if let w = writeOut, w != "json" { throw ValidationError("--write-out supports 'json' only") }
+
         if concurrency < 1 || concurrency > Fetch.maximumConcurrency {
             throw ValidationError("--concurrency must be between 1 and \(Fetch.maximumConcurrency)")
         }
@@ -241,10 +318,26 @@ struct Fetch: ParsableCommand {
         for h in header where h.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) {
             throw ValidationError("a header cannot contain CR, LF or NUL: \(h.debugDescription)")
         }
-        for h in header where !h.contains(":") { throw ValidationError("a header needs 'Name: value': \(h)") }
+        for h in header where HeaderOption(h) == nil { throw ValidationError("a header needs 'Name: value', 'Name:' or 'Name;': \(h)") }
         if let u = user, !u.contains(":") { throw ValidationError("--user needs USER:PASSWORD") }
-        if let c = continueAt, c != "-" { throw ValidationError("-C takes '-' (continue from the size of the -o file)") }
-        if continueAt != nil && output.isEmpty { throw ValidationError("-C - needs -o FILE") }
+        if let c = continueAt, c != "-", Int64(c).map({ $0 < 0 }) ?? true {
+            throw ValidationError("-C takes '-' (continue from the size of the -o file) or a byte offset")
+        }
+        if continueAt == "-" && output.isEmpty && !remoteName { throw ValidationError("-C - needs -o FILE or -O") }
+        if let t = maxTimeShort, !(t.isFinite && t > 0 && t <= Fetch.maximumSeconds) {
+            throw ValidationError("-m wants a number of seconds above 0 and at most \(Int(Fetch.maximumSeconds)), not \(t)")
+        }
+        if let t = connectTimeout, !(t.isFinite && t > 0 && t <= Fetch.maximumSeconds) {
+            throw ValidationError("--connect-timeout wants a number of seconds above 0, not \(t)")
+        }
+        if retry < 0 || retry > 1000 { throw ValidationError("--retry wants 0 to 1000, not \(retry)") }
+        if let r = limitRate, Fetch.rate(r) == nil { throw ValidationError("--limit-rate wants a number with an optional k, m or g, not \(r)") }
+        if [digest, basic, anyauth].filter({ $0 }).count > 1 { throw ValidationError("--basic, --digest and --anyauth exclude each other") }
+        if !form.isEmpty && (!data.isEmpty || dataBinary != nil || !json.isEmpty || !dataUrlencode.isEmpty) {
+            throw ValidationError("-F and -d / --data-binary / --json / --data-urlencode exclude each other")
+        }
+        if let r = range, !Fetch.isRange(r) { throw ValidationError("-r wants ranges like 0-499, 500- or -100, not \(r)") }
+        for f in form where !f.contains("=") { throw ValidationError("-F wants name=value, name=@FILE or name=<FILE: \(f)") }
         if http11 && http2 { throw ValidationError("--http1.1 and --http2 exclude each other") }
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
         for r in resolve where HostOverride(parsing: r) == nil {
@@ -255,10 +348,37 @@ struct Fetch: ParsableCommand {
         }
     }
 
+    /// -C N: the byte offset to continue from (nil for -C - or no -C).
+    var continueOffset: Int64? { continueAt.flatMap { $0 == "-" ? nil : Int64($0) } }
+
     /// curl caps --parallel-max at 300; more than this many at once is a typing error.
     static let maximumConcurrency = 1024
     /// About 31 years: any longer is a typing error (and overflows the timers' arithmetic).
     static let maximumSeconds: Double = 1e9
+
+    /// "100k" → 102400; nil when not a rate.
+    static func rate(_ text: String) -> Int64? {
+        let t = text.lowercased()
+        let unit: Int64
+        var digits = Substring(t)
+        switch t.last {
+        case "k": unit = 1 << 10; digits = digits.dropLast()
+        case "m": unit = 1 << 20; digits = digits.dropLast()
+        case "g": unit = 1 << 30; digits = digits.dropLast()
+        default: unit = 1
+        }
+        guard let n = Int64(digits), n > 0, n <= Int64.max / unit else { return nil }
+        return n * unit
+    }
+
+    /// curl's -r: "a-b", "a-", "-n", comma-separated.
+    static func isRange(_ text: String) -> Bool {
+        !text.isEmpty && text.split(separator: ",", omittingEmptySubsequences: false).allSatisfy { part in
+            let pieces = part.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
+            guard pieces.count == 2, !(pieces[0].isEmpty && pieces[1].isEmpty) else { return false }
+            return pieces.allSatisfy { $0.isEmpty || $0.allSatisfy(\.isASCII) && UInt64($0) != nil }
+        }
+    }
 
     /// RFC 9110 §5.6.2 token: what a method name may be.
     static func isToken(_ s: String) -> Bool {

@@ -6,8 +6,13 @@ import Porter
 /// One URL's transfer as the CLI sees it.
 final class Transfer: @unchecked Sendable {
     let urlText: String
-    let output: String?
-    let start = DispatchTime.now()
+    var output: String?
+    var start = DispatchTime.now()
+    /// --retry: attempts left, and whether this attempt ended in a transient failure.
+    var retriesLeft = 0
+    var retryPending = false
+    var retryAfter: TimeInterval?
+    var metrics: TaskMetrics?
     var response: Response?
     var bytes: Int64 = 0
     var expected: Int64 = -1
@@ -74,8 +79,36 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         return m
     }()
 
+    /// -D FILE: where response heads go (1 for "-").
+    private var dumpFD: Int32?
+
+    /// The file name of a Content-Disposition header, reduced to a safe last component.
+    static func dispositionFilename(_ response: Response) -> String? {
+        guard let value = response.value(forHeader: "Content-Disposition"),
+              let r = value.range(of: "filename=", options: .caseInsensitive) else { return nil }
+        var name = String(value[r.upperBound...])
+        if name.hasPrefix("\"") {
+            name = String(name.dropFirst().prefix { $0 != "\"" })
+        } else {
+            name = String(name.prefix { $0 != ";" }).trimmingCharacters(in: .whitespaces)
+        }
+        name = OutputTarget.lastComponent(of: name.replacingOccurrences(of: "\\", with: "/"))
+        guard !name.isEmpty, name != ".", name != "..", !name.unicodeScalars.contains(where: { $0.value < 0x20 }) else { return nil }
+        return name
+    }
+
     init(options: Fetch) throws {
         self.options = options
+        if let d = options.dumpHeader {
+            if d == "-" { dumpFD = 1 } else {
+                let fd = open(d, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o666)
+                guard fd >= 0 else {
+                    note("porter: cannot write the header dump \(d)")
+                    throw ExitCode(PorterExit.writeError.rawValue)
+                }
+                dumpFD = fd
+            }
+        }
         if let u = options.user, let colon = u.firstIndex(of: ":") {
             credential = Credential(user: String(u[..<colon]), password: String(u[u.index(after: colon)...]))
         } else {
@@ -148,7 +181,9 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             var config = SessionConfiguration.ephemeral
             config.logger = logger
             config.downloadDirectory = downloadDirectory
-            if let t = options.maxTime { config.timeoutIntervalForResource = t; config.timeoutIntervalForRequest = t }
+            if let t = options.maxTime ?? options.maxTimeShort { config.timeoutIntervalForResource = t; config.timeoutIntervalForRequest = t }
+            if let c = options.connectTimeout { config.connectionTimeout = c }
+            if let r = options.limitRate { config.maximumBytesPerSecond = Fetch.rate(r) }
             if let r = options.maxRedirs { config.maximumRedirects = r < 0 ? 100_000 : r }
             // The CLI hands each chunk straight to stdout or a file: 1 MiB in flight keeps
             // the pipe full and memory low.
@@ -161,7 +196,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             config.responseCache = options.cache ? HTTPCache.shared : nil
             config.hostOverrides = options.resolve.compactMap(HostOverride.init(parsing:))
             // --concurrency N means N transfers at once, to one host too (as curl --parallel).
-            config.maxConnectionsPerHost = max(config.maxConnectionsPerHost, options.concurrency)
+            config.httpMaximumConnectionsPerHost = max(config.httpMaximumConnectionsPerHost, options.concurrency)
             if let cert = options.cert, let key = options.key { config.clientCertificate = (cert, key) }
             if let p = options.proxy, let url = URL(string: p.contains("://") ? p : "http://" + p) {
                 config.proxies = ProxyConfiguration(httpProxy: url, httpsProxy: url, allProxy: url)
@@ -225,6 +260,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
                 }
                 let output = i < options.output.count ? options.output[i] : nil
                 let transfer = Transfer(urlText: url, output: output)
+                transfer.retriesLeft = options.retry
                 transfer.onDone = {
                     record(transfer)
                     if retire() { allDone.signal() } else { launchNext() }
@@ -270,36 +306,54 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         }
     }
 
+    /// The schemes this program has handlers for ("data", "file", plugins' ...): a URL
+    /// starting with one of them followed by ":" is not a host name (URL guessing).
+    private static let knownSchemes = Set(HandlerRegistry.shared.registrations.flatMap(\.schemes))
+
     /// Makes and starts the task; returns an error when it cannot even be made.
     private func start(_ t: Transfer) -> PorterError? {
-        guard let url = URL(string: t.urlText), url.scheme != nil else {
+        guard let url = Fetch.guessURL(t.urlText, knownSchemes: Runner.knownSchemes), url.scheme != nil else {
             return PorterError(.badURL, "not a valid URL: \(t.urlText)")
         }
         var request = Request(url: url)
         if options.head { request.method = "HEAD" }
         if let literalCookie { _ = request.setValue(literalCookie, forHeader: "Cookie") }
+        // curl's -H rules: "Name: value" adds (repeats add more), "Name:" removes the field
+        // (the ones Porter or libcurl add themselves too), "Name;" sends it empty.
         for h in options.header {
-            guard let colon = h.firstIndex(of: ":") else { return PorterError(.badURL, "a header needs 'Name: value': \(h)") }
-            let name = String(h[..<colon]).trimmingCharacters(in: .whitespaces)
-            let value = String(h[h.index(after: colon)...]).trimmingCharacters(in: .whitespaces)
-            if !request.setValue(value.isEmpty ? nil : value, forHeader: name) {
-                return PorterError(.badURL, "not a valid header name: \(name)")
+            guard let parsed = HeaderOption(h) else { return PorterError(.badURL, "a header needs 'Name: value': \(h)") }
+            let valid: Bool
+            switch parsed.action {
+            case .add(let value): valid = request.addValue(value, forHeader: parsed.name)
+            case .remove:
+                valid = request.setValue(nil, forHeader: parsed.name)
+                if valid { request.suppressedHeaders.insert(parsed.name.lowercased()) }
             }
+            if !valid { return PorterError(.badURL, "not a valid header name: \(parsed.name)") }
         }
         do {
-            if let body = try requestBody() {
-                request.body = .data(body)
-                request.method = "POST"
-                if request.value(forHeader: "Content-Type") == nil, !options.data.isEmpty {
-                    request.setValue("application/x-www-form-urlencoded", forHeader: "Content-Type")
-                }
-            }
+            try options.applyBody(to: &request)
         } catch let e as PorterError {
             return e
         } catch {
             return PorterError(.unknown, "\(error)")
         }
+        options.applyHeaders(to: &request, credential: credential)
         if let m = options.request { request.method = m }
+        if t.output == nil, options.remoteName {
+            let name = OutputTarget.lastComponent(of: url.path)
+            guard !name.isEmpty, name != "/" else { return PorterError(.badURL, "-O: the URL has no file name: \(t.urlText)") }
+            t.output = name
+        }
+        if let offset = options.continueOffset, t.output == nil || t.output == "-" {
+            request.setValue("bytes=\(offset)-", forHeader: "Range")
+        }
+        if options.createDirs, let output = t.output, output != "-" {
+            let folder = OutputTarget.parentFolder(of: output)
+            if (try? FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)) == nil {
+                return PorterError(.cannotCreateFile, "--create-dirs: cannot create \(folder)")
+            }
+        }
 
         // -o FILE: a download into FILE's folder, renamed over FILE at the end. "-o -" is
         // stdout; an existing device, FIFO or socket is written through (renaming over
@@ -333,18 +387,46 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             task = session.dataTask(with: request)
         }
         lock.withLock { transfers[ObjectIdentifier(task)] = t }
-        if options.verbose { note("> \(request.method) \(request.url.absoluteString)") }
+        if options.verbose {
+            note("> \(request.method) \(maskedURL(request.url))")
+            for field in request.headerFields {
+                note("> \(field.name.rawName): \(Runner.masked(field.name.rawName, field.value))")
+            }
+        }
+        t.start = .now()
         task.resume()
         return nil
+    }
+
+    /// What -v shows of a header: credentials and cookie values masked.
+    static func masked(_ name: String, _ value: String) -> String {
+        switch name.lowercased() {
+        case "authorization", "proxy-authorization":
+            return (value.split(separator: " ").first.map(String.init) ?? "") + " ***"
+        case "cookie", "set-cookie":
+            return value.split(separator: ";").map { pair -> String in
+                let p = pair.trimmingCharacters(in: .whitespaces)
+                guard let eq = p.firstIndex(of: "=") else { return p }
+                return String(p[..<eq]) + "=***"
+            }.joined(separator: "; ")
+        default:
+            return value
+        }
     }
 
     /// `-C -`: continue into a copy of the existing output (the output itself is only ever
     /// replaced whole, by rename); a server that cannot resume sends it all again.
     private func continuedDownload(_ session: Session, _ request: Request, into output: String, directory: String) -> DownloadTask? {
-        guard options.continueAt == "-", let attrs = try? FileManager.default.attributesOfItem(atPath: output),
-              let size = (attrs[.size] as? NSNumber)?.int64Value, size > 0 else { return nil }
+        guard options.continueAt != nil, let attrs = try? FileManager.default.attributesOfItem(atPath: output),
+              var size = (attrs[.size] as? NSNumber)?.int64Value, size > 0 else { return nil }
+        // -C N: continue from byte N (the existing file's first N bytes are kept).
+        if let offset = options.continueOffset { size = min(size, offset) }
+        guard size > 0 else { return nil }
         let partial = directory + "/.porter-continue-\(UUID().uuidString)"
-        guard (try? FileManager.default.copyItem(atPath: output, toPath: partial)) != nil else { return nil }
+        guard (try? FileManager.default.copyItem(atPath: output, toPath: partial)) != nil, truncate(partial, off_t(size)) == 0 else {
+            unlink(partial)
+            return nil
+        }
         let resume = ResumeData(url: request.url, method: request.method,
                                 headers: request.headerFields.map { [$0.name.rawName, $0.value] },
                                 validator: nil, bytesReceived: size, expectedTotalBytes: -1, partialFilePath: partial)
@@ -352,34 +434,12 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         return session.downloadTask(withResumeData: resume.encoded())
     }
 
-    private func requestBody() throws -> Data? {
-        func load(_ spec: String) throws -> Data {
-            guard spec.hasPrefix("@") else { return Data(spec.utf8) }
-            let path = String(spec.dropFirst())
-            if path == "-" { return FileHandle.standardInput.readDataToEndOfFile() }
-            guard let d = FileManager.default.contents(atPath: path) else {
-                throw PorterError(.fileDoesNotExist, "cannot read \(path)")
-            }
-            return d
-        }
-        if let raw = options.dataBinary { return try load(raw) }
-        guard !options.data.isEmpty else { return nil }
-        var out = Data()
-        for (i, d) in options.data.enumerated() {
-            if i > 0 { out.append(UInt8(ascii: "&")) }
-            var chunk = try load(d)
-            if d.hasPrefix("@") { chunk.removeAll { $0 == 0x0A || $0 == 0x0D } }
-            out.append(chunk)
-        }
-        return out
-    }
-
     private func finishTransfer(_ t: Transfer) {
         if let bar = t.bar {
             if t.error == nil { bar.update(t.bytes, of: t.expected, force: true) }
             bar.finish()
         }
-        if let e = t.error, !options.silent, !t.httpFailed {
+        if let e = t.error, !options.silent || options.showError, !t.httpFailed {
             note("porter: \(e.message) (\(e.code))")
             let refused = Porter.pluginVerdicts.filter { $0.diagnostic != nil }.count
             if e.code == .unsupportedURL, refused > 0 {
@@ -396,9 +456,8 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             if close(t.fd) != 0, t.error == nil { t.writeFailed = true }
             t.ownsFD = false
         }
-        if options.writeOut == "json" {
-            let elapsed = Double(DispatchTime.now().uptimeNanoseconds - t.start.uptimeNanoseconds) / 1e9
-            _ = writeAll(1, writeOutJSON(url: t.urlText, response: t.response, bytes: t.bytes, elapsed: elapsed, error: t.error))
+        if let format = options.writeOut {
+            _ = writeAll(1, WriteOut.render(format == "json" ? "%{json}\n" : format, WriteOut.values(for: t)))
         }
     }
 
@@ -406,10 +465,12 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
 
     private func noteResponse(_ t: Transfer, _ response: Response) -> Bool {
         t.response = response
-        if options.verbose { note("< \(response)") }
-        if options.include || options.head {
-            if !writeAll(1, responseHead(response)) { t.writeFailed = true; return false }
+        if t.retriesLeft > 0, let s = response.statusCode, Runner.transientStatuses.contains(s) {
+            t.retryPending = true
+            t.retryAfter = response.value(forHeader: "Retry-After").flatMap { TimeInterval($0) }
+            return false
         }
+        if !showHead(response) { t.writeFailed = true; return false }
         if options.fail, let s = response.statusCode, s >= 400 {
             t.httpFailed = true
             return false
@@ -450,7 +511,18 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
     }
 
     func downloadTask(_ task: DownloadTask, didFinishDownloadingTo location: URL) {
-        guard let t = transfer(for: task), let dest = t.output else { return }
+        guard let t = transfer(for: task), var dest = t.output else { return }
+        // -J: the server's Content-Disposition name, its last component only, never over an
+        // existing file (curl's rule).
+        if options.remoteHeaderName, let name = task.response.flatMap(Runner.dispositionFilename) {
+            let named = OutputTarget.parentFolder(of: dest) + "/" + name
+            if FileManager.default.fileExists(atPath: named) {
+                t.error = PorterError(.cannotCreateFile, "-J: \(named) exists already; not overwritten")
+                return
+            }
+            dest = named
+            t.output = named
+        }
         if t.response == nil, let r = task.response, !noteResponse(t, r) { return }
         if t.httpFailed { return }
         t.bytes = task.countOfBytesReceived
@@ -464,8 +536,26 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         }
     }
 
+    /// -v, -i / -I and -D for one response head (every hop of a redirect too, as curl -iL).
+    private func showHead(_ response: Response) -> Bool {
+        if options.verbose {
+            note("< \(response)")
+            if let line = response.statusLine { note("< \(line)") }
+            for f in response.headerFields { note("< \(f.name.rawName): \(Runner.masked(f.name.rawName, f.value))") }
+        }
+        if let dumpFD { _ = writeAll(dumpFD, responseHead(response)) }
+        if options.include || options.head {
+            return writeAll(1, responseHead(response))
+        }
+        return true
+    }
+
+    /// curl's --retry: a timeout or one of these statuses is transient.
+    static let transientStatuses: Set<Int> = [408, 429, 500, 502, 503, 504]
+
     func task(_ task: SessionTask, willPerformRedirection response: Response, newRequest: Request,
               completion: @escaping @Sendable (Request?) -> Void) {
+        if let t = transfer(for: task), !showHead(response) { t.writeFailed = true }
         if options.noLocation {
             completion(nil)  // the 3xx is the answer
             return
@@ -504,7 +594,13 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
     }
 
     func task(_ task: SessionTask, didFinishCollecting metrics: TaskMetrics) {
+        transfer(for: task)?.metrics = metrics
         guard options.verbose, let last = metrics.transactionMetrics.last else { return }
+        if let ip = last.remoteAddress, let port = last.remotePort {
+            note("* \(last.isReusedConnection ? "Re-used connection" : "Connected") to \(last.request.url.host ?? ip) (\(ip)) port \(port)")
+        }
+        if let tls = last.negotiatedTLSProtocolVersion { note("* TLS: \(tls) / \(last.negotiatedTLSCipherSuite ?? "?")") }
+        if let proto = last.networkProtocolName { note("* protocol: \(proto)") }
         let what: String
         switch last.fetchType {
         case "localCache": what = "served from the cache"
@@ -513,6 +609,32 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         default: what = last.fetchType
         }
         note("* \(what)")
+    }
+
+    /// Starts `t` again after curl's wait (1 s, doubling; a Retry-After of up to 10 minutes wins).
+    private func retry(_ t: Transfer) {
+        let attempt = options.retry - t.retriesLeft
+        let wait = min(t.retryAfter ?? Double(1 << min(attempt, 9)), 600)
+        if !options.silent || options.showError {
+            note("porter: transient problem; will retry in \(Int(wait)) s (\(t.retriesLeft) left)")
+        }
+        t.retriesLeft -= 1
+        t.retryPending = false
+        t.retryAfter = nil
+        t.error = nil
+        t.httpFailed = false
+        t.response = nil
+        t.bytes = 0
+        if t.spool >= 0 { close(t.spool); t.spool = -1 }
+        DispatchQueue.global().asyncAfter(deadline: .now() + wait) { [self] in
+            if let failure = start(t) {
+                t.error = failure
+                finishTransfer(t)
+                let done = t.onDone
+                t.onDone = {}
+                done()
+            }
+        }
     }
 
     func task(_ task: SessionTask, didCompleteWithError error: PorterError?) {
@@ -524,12 +646,16 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         if let error, t.error == nil, !(t.httpFailed && error.code == .cancelled) {
             t.error = error
         }
+        lock.withLock { _ = transfers.removeValue(forKey: ObjectIdentifier(task)) }
+        if t.retriesLeft > 0, t.retryPending || t.error?.code == .timedOut, !stopping.current {
+            retry(t)
+            return
+        }
         if options.verbose {
             let elapsed = Double(DispatchTime.now().uptimeNanoseconds - t.start.uptimeNanoseconds) / 1e9
             note(String(format: "* %@ after %lld bytes in %.3f s", t.error == nil ? "done" : "failed", t.bytes, elapsed))
         }
         finishTransfer(t)
-        lock.withLock { _ = transfers.removeValue(forKey: ObjectIdentifier(task)) }
         // onDone captures its transfer: clear it, or every transfer would keep itself alive.
         let done = t.onDone
         t.onDone = {}

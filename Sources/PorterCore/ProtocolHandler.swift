@@ -116,6 +116,14 @@ public struct TransactionMetrics: Sendable {
     public var fetchType: String
     public var countOfRequestBodyBytesSent: Int64
     public var countOfResponseBodyBytesReceived: Int64
+    /// The peer's and our own address and port (nil when no connection was used).
+    public var remoteAddress: String?
+    public var remotePort: Int?
+    public var localAddress: String?
+    public var localPort: Int?
+    /// "TLSv1.3", and the cipher suite ("TLS_AES_256_GCM_SHA384"), over TLS.
+    public var negotiatedTLSProtocolVersion: String?
+    public var negotiatedTLSCipherSuite: String?
 
     public init(request: Request, fetchType: String = "local") {
         self.request = request

@@ -87,6 +87,11 @@ public struct Request: Sendable, CustomStringConvertible {
     /// partition, so a response fetched with `-k`, `--resolve` or another CA or pin never
     /// answers a load that verifies differently.
     public internal(set) var cachePartition: String = ""
+    /// Header fields a handler or its library would add on its own (`Accept`,
+    /// `User-Agent`, `Accept-Encoding`, `Expect`, ...) that this request must not send:
+    /// curl's `-H 'Name:'`. Names compare without regard to case. (A field in
+    /// `headerFields` with an empty value is sent empty: curl's `-H 'Name;'`.)
+    public var suppressedHeaders: Set<String> = []
 
     public init(url: URL, method: String = "GET", headerFields: HTTPFields = [:], body: RequestBody? = nil,
                 cachePolicy: CachePolicy = .useProtocolCachePolicy, timeoutInterval: TimeInterval = 0) {
@@ -120,6 +125,22 @@ public struct Request: Sendable, CustomStringConvertible {
         guard let n = HTTPField.Name(name) else { return false }
         headerFields[n] = value
         return true
+    }
+
+    /// Adds a header field, keeping any of the same name (URLRequest's `addValue`): two
+    /// `X-A` fields are both sent. Invalid names are ignored and return false.
+    @discardableResult
+    public mutating func addValue(_ value: String, forHeader name: String) -> Bool {
+        guard let n = HTTPField.Name(name) else { return false }
+        headerFields.append(HTTPField(name: n, value: value))
+        return true
+    }
+
+    /// Sets `Authorization: Basic …` for `user` and `password` (sent with the first request,
+    /// before any challenge, as curl's `-u` does). Porter drops it when a redirect leaves
+    /// the origin; the session's challenge-driven authentication is unchanged otherwise.
+    public mutating func setBasicAuthorization(user: String, password: String) {
+        setValue("Basic " + Data("\(user):\(password)".utf8).base64EncodedString(), forHeader: "Authorization")
     }
 
     public var description: String { "\(method) \(url.absoluteString)" }

@@ -74,7 +74,6 @@ public struct SessionConfiguration: Sendable {
     public var timeoutIntervalForRequest: TimeInterval = 60
     /// Total time in seconds a task may take.
     public var timeoutIntervalForResource: TimeInterval = 7 * 24 * 3600
-    public var maximumConnectionsPerHost: Int = 6
     /// Redirects followed per task before `.tooManyRedirects` (curl's default is 50, Porter's 20).
     public var maximumRedirects: Int = 20
     /// Schemes a redirect may lead to when it changes scheme. A redirect within one
@@ -84,8 +83,14 @@ public struct SessionConfiguration: Sendable {
     public var http2Enabled: Bool = true
     /// At most this many connections to one host (and port) at a time, for the schemes
     /// on libcurl; further requests wait for a free connection (HTTP/2 requests share
-    /// one). URLSession's httpMaximumConnectionsPerHost; default 6.
-    public var maxConnectionsPerHost: Int = 6
+    /// one). URLSession's name; default 6.
+    public var httpMaximumConnectionsPerHost: Int = 6
+    /// Bytes per second a libcurl transfer (http, https, ftp) may receive at most (curl's
+    /// --limit-rate, CURLOPT_MAX_RECV_SPEED_LARGE); nil: no limit.
+    public var maximumBytesPerSecond: Int64? = nil
+    /// Seconds to wait for a connection (curl's --connect-timeout); nil: the request's idle
+    /// timeout.
+    public var connectionTimeout: TimeInterval? = nil
     public var tlsMinimumVersion: TLSVersion? = nil
     public var tlsMaximumVersion: TLSVersion? = nil
     /// A PEM bundle of trusted CAs used instead of the system's (nil: the system's).

@@ -23,7 +23,7 @@ public final class CurlLoop: @unchecked Sendable {
                    configuration.pinnedPublicKey ?? "", configuration.clientCertificate.map { $0.certificatePath + "|" + $0.keyPath } ?? "",
                    configuration.tlsMinimumVersion.map { "\($0.rawValue)" } ?? "",
                    configuration.tlsMaximumVersion.map { "\($0.rawValue)" } ?? "",
-                   configuration.maxConnectionsPerHost == 6 ? "" : "\(max(1, configuration.maxConnectionsPerHost))",
+                   configuration.httpMaximumConnectionsPerHost == 6 ? "" : "\(max(1, configuration.httpMaximumConnectionsPerHost))",
                    // Pinned names enter the loop's DNS cache: never share them with other sessions.
                    configuration.hostOverrides.map(\.description).sorted().joined(separator: " ")]
             .joined(separator: "\u{1}")
@@ -31,7 +31,7 @@ public final class CurlLoop: @unchecked Sendable {
         return byTrust.withLock { loops in
             if let existing = loops[key] { return existing }
             let made = CurlLoop(name: "porter.curl.\(loops.count + 1)",
-                                maxConnectionsPerHost: max(1, configuration.maxConnectionsPerHost))
+                                maxConnectionsPerHost: max(1, configuration.httpMaximumConnectionsPerHost))
             loops[key] = made
             return made
         }

@@ -121,6 +121,15 @@ public final class CurlTransfer: @unchecked Sendable {
         _ = porter_easy_getinfo_off(easy, info, &v)
         return Int64(v)
     }
+    /// The TLS version and cipher suite of the connection this transfer used, if TLS.
+    public func tlsInfo() -> (version: String, cipher: String)? {
+        var version = [CChar](repeating: 0, count: 128), cipher = [CChar](repeating: 0, count: 128)
+        guard porter_tls_info(easy, &version, &cipher, 128) == 0 else { return nil }
+        let v = String(decoding: version.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let c = String(decoding: cipher.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return v.isEmpty ? nil : (v, c)
+    }
+
     /// The peer's certificates (leaf first) as DER, from CURLINFO_CERTINFO (needs CURLOPT_CERTINFO).
     public func certificateChain() -> [Data] {
         var info: UnsafeMutablePointer<curl_certinfo>?

@@ -78,8 +78,8 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
         listingText = Data()
         listing = request.url.absoluteString.hasSuffix("/") && request.body == nil
 
-        configure(t)
         t.set(CURLOPT_BUFFERSIZE, 256 * 1024)
+        configure(t)
         if listing { t.set(CURLOPT_CUSTOMREQUEST, "MLSD") }
         if let range = request.resumeRange, range.offset > 0, request.body == nil, !listing {
             t.set(CURLOPT_RESUME_FROM_LARGE, offset: range.offset)

@@ -47,6 +47,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     /// Decodes the current response's body (gzip, deflate); nil: delivered as it came.
     private var decoder: ContentDecoder?
     private var decodeError: PorterError?
+    private var tlsFacts: (version: String, cipher: String)?
     private var started = Date()
 
     private enum Mode {
@@ -142,23 +143,12 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         }
 
         configureMethodAndBody(t)
+        // A large or streamed body may still ask Expect: 100-continue; a server that
+        // ignores it costs a quarter of a second, not libcurl's whole second.
+        t.set(CURLOPT_EXPECT_100_TIMEOUT_MS, 250)
 
-        var lines: [String] = []
-        if let range = request.resumeRange, range.offset > 0 {
-            // Resume: ask for the rest, only if the resource is unchanged. A 200 instead of
-            // a 206 means "changed or no ranges": the download task starts over cleanly.
-            lines.append("Range: bytes=\(range.offset)-")
-            if let validator = range.validator { lines.append("If-Range: \(validator)") }
-        }
-        var hasUserAgent = false
-        for field in request.headerFields {
-            if field.name == .userAgent { hasUserAgent = true }
-            // Header values cannot carry CR or LF: drop such a field rather than let it split the request.
-            if field.value.contains(where: { $0 == "\r" || $0 == "\n" }) { continue }
-            lines.append("\(field.name.rawName): \(field.value)")
-        }
-        if !hasUserAgent { lines.append("User-Agent: \(HTTPHandler.defaultUserAgent)") }
-        if request.headerFields[.acceptEncoding] == nil { lines.append("Accept-Encoding: gzip, deflate") }
+        let bodyLength: Int64? = state.body.map { $0.length ?? -1 }.map { $0 < 0 ? Int64.max : $0 }
+        let lines = RequestHead.lines(for: request, bodyLength: bodyLength, userAgent: HTTPHandler.defaultUserAgent)
         t.set(CURLOPT_HTTPHEADER, list: lines)
 
         t.onHeader = { [unowned self] line in header(line) }
@@ -243,6 +233,8 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     }
 
     private func endOfHead() {
+        // The TLS session is only at hand while the transfer runs.
+        if tlsFacts == nil, request.url.scheme?.lowercased() == "https" { tlsFacts = transfer?.tlsInfo() }
         let response = makeResponse()
         let status = head.status
         decoder = ContentDecoder(contentEncoding: head.fields[.contentEncoding],
@@ -366,11 +358,24 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             return us > 0 ? started.addingTimeInterval(Double(us) / 1e6) : nil
         }
         m.fetchStartDate = started
-        m.domainLookupStartDate = started
-        m.domainLookupEndDate = at(CURLINFO_NAMELOOKUP_TIME_T)
-        m.connectStartDate = m.domainLookupEndDate
-        m.connectEndDate = at(CURLINFO_APPCONNECT_TIME_T) ?? at(CURLINFO_CONNECT_TIME_T)
-        m.secureConnectionStartDate = request.url.scheme?.lowercased() == "https" ? at(CURLINFO_CONNECT_TIME_T) : nil
+        // libcurl's own timings (all from the transfer's start). A reused connection made
+        // no lookup and no connection: those dates stay nil, as in URLSession.
+        m.isReusedConnection = t.info(CURLINFO_NUM_CONNECTS) == 0
+        if !m.isReusedConnection {
+            m.domainLookupStartDate = started
+            m.domainLookupEndDate = at(CURLINFO_NAMELOOKUP_TIME_T) ?? started
+            m.connectStartDate = m.domainLookupEndDate
+            m.connectEndDate = at(CURLINFO_APPCONNECT_TIME_T) ?? at(CURLINFO_CONNECT_TIME_T)
+            m.secureConnectionStartDate = request.url.scheme?.lowercased() == "https" ? at(CURLINFO_CONNECT_TIME_T) : nil
+        }
+        m.remoteAddress = t.info(string: CURLINFO_PRIMARY_IP).flatMap { $0.isEmpty ? nil : $0 }
+        m.remotePort = m.remoteAddress == nil ? nil : t.info(CURLINFO_PRIMARY_PORT)
+        m.localAddress = t.info(string: CURLINFO_LOCAL_IP).flatMap { $0.isEmpty ? nil : $0 }
+        m.localPort = m.localAddress == nil ? nil : t.info(CURLINFO_LOCAL_PORT)
+        if let tls = tlsFacts ?? t.tlsInfo() {
+            m.negotiatedTLSProtocolVersion = tls.version
+            m.negotiatedTLSCipherSuite = tls.cipher
+        }
         m.requestStartDate = at(CURLINFO_PRETRANSFER_TIME_T)
         m.responseStartDate = at(CURLINFO_STARTTRANSFER_TIME_T)
         m.responseEndDate = at(CURLINFO_TOTAL_TIME_T)
@@ -380,7 +385,6 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         case Int(CURL_HTTP_VERSION_1_1): m.networkProtocolName = "http/1.1"
         default: break
         }
-        m.isReusedConnection = t.info(CURLINFO_NUM_CONNECTS) == 0
         m.countOfResponseBodyBytesReceived = t.info(offset: CURLINFO_SIZE_DOWNLOAD_T)
         m.countOfRequestBodyBytesSent = t.info(offset: CURLINFO_SIZE_UPLOAD_T)
         client.didCollect(m)

@@ -10,4 +10,4 @@ import PorterCLI
 // speed.)
 _ = porter_fix_mmap_threshold(384 * 1024)
 
-PorterCommand.main()
+PorterCommand.main(PorterCommand.arguments(Array(CommandLine.arguments.dropFirst())))

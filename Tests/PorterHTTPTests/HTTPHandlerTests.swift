@@ -519,16 +519,16 @@ final class HTTPHandlerTests: XCTestCase {
     }
 
     func testMaxConnectionsPerHost() async throws {
-        let one = try await connections(session { $0.maxConnectionsPerHost = 1 }, nginx.http, count: 6)
+        let one = try await connections(session { $0.httpMaximumConnectionsPerHost = 1 }, nginx.http, count: 6)
         XCTAssertEqual(one.count, 1, "six requests at once over one allowed connection: \(one)")
-        let six = try await connections(session { $0.maxConnectionsPerHost = 3 }, nginx.http, count: 6)
+        let six = try await connections(session { $0.httpMaximumConnectionsPerHost = 3 }, nginx.http, count: 6)
         XCTAssertEqual(six.count, 3, "at most three connections: \(six)")
     }
 
     func testHTTP2MultiplexesConcurrentRequests() async throws {
         let ids = try await connections(session(), nginx.https, count: 8)
         XCTAssertEqual(ids.count, 1, "eight requests at once share one HTTP/2 connection: \(ids)")
-        let h1 = try await connections(session { $0.http2Enabled = false; $0.maxConnectionsPerHost = 4 }, nginx.https, count: 4)
+        let h1 = try await connections(session { $0.http2Enabled = false; $0.httpMaximumConnectionsPerHost = 4 }, nginx.https, count: 4)
         XCTAssertEqual(h1.count, 4, "over HTTP/1.1 each request at once needs its own connection: \(h1)")
     }
 

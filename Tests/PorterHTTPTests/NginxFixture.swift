@@ -97,6 +97,13 @@ final class NginxFixture: @unchecked Sendable {
                 if ($http_authorization = "") { add_header WWW-Authenticate 'Basic realm="elsewhere"' always; return 401 "who are you\n"; }
                 echo "auth=$http_authorization"; }
             location = /cross-auth { return 302 http://localhost:\(httpPort)/auth-echo; }
+            location = /hidden { default_type text/plain;
+                if ($http_authorization = "") { return 404 "nothing here\n"; }
+                echo "found with $http_authorization"; }
+            location = /request { default_type text/plain; echo_read_request_body;
+                echo "method=$request_method args=$args ua=$http_user_agent referer=$http_referer ct=$content_type accept=$http_accept";
+                echo_request_body; }
+            location = /attachment { default_type text/plain; add_header Content-Disposition 'attachment; filename="../../etc/evil name.txt"'; echo "attached"; }
             location = /plain-auth { return 302 http://127.0.0.1:\(httpPort)/auth-echo; }
             location = /slow { default_type text/plain; echo "first"; echo_flush; echo_sleep 30; echo "late"; }
             location = /throttled.bin { alias \(dir)/www/big.bin; limit_rate 2m; }

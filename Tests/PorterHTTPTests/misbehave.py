@@ -6,12 +6,15 @@ Paths: /reset (RST after 1000 of 100000 bytes), /stall (10 bytes then silence),
 /empty (closes without a byte), /forever (redirects to itself with a counter),
 /weird-status (status 999), /junk-headers (a line without a colon), /odd-headers
 (odd bytes, a bad field name, an empty value), /wrong-range (a 206 for bytes 0-9 whatever
-was asked), /huge-header (a 400 KiB header field), /bad-version (HTTP/4.2), /gzip-bomb?mib=N (a valid gzip of N MiB of zeros), /bad-gzip (a damaged
+was asked), /huge-header (a 400 KiB header field), /bad-version (HTTP/4.2), /echo-head (the request head as the body), /retry-503?K (503 twice, then 200),
+/ignore-expect (never sends 100 Continue), /gzip-bomb?mib=N (a valid gzip of N MiB of zeros), /bad-gzip (a damaged
 gzip body), /half-gzip (half a gzip body), /brotli (a br body), /bad-cookies (cookies with an ESC,
 non-UTF-8 bytes and a BEL beside a good one), /ok.
 """
 import socket, socketserver, struct, sys, threading, time, zlib
 
+_counts = {}
+_counts_lock = threading.Lock()
 _bombs = {}
 _bombs_lock = threading.Lock()
 
@@ -67,6 +70,33 @@ class Handler(socketserver.BaseRequestHandler):
                       b"ETag: \"r1\"\r\n\r\n0123456789")
         elif path.startswith("/huge-header"):
             s.sendall(b"HTTP/1.1 200 OK\r\nX-Huge: " + b"h" * (400 * 1024) + b"\r\nContent-Length: 2\r\n\r\nok")
+        elif path.startswith("/echo-head"):
+            # The request head exactly as it arrived, as the body.
+            head = data.split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n"
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(head) + head)
+        elif path.startswith("/retry-503"):
+            # 503 (with Retry-After: 1) for the first two requests of each path, then 200.
+            with _counts_lock:
+                _counts[path] = _counts.get(path, 0) + 1
+                n = _counts[path]
+            if n <= 2:
+                s.sendall(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 5\r\n\r\nbusy\n")
+            else:
+                s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nthird time\n")
+        elif path.startswith("/ignore-expect"):
+            # Never answers "100 Continue": reads the body by its length, then replies.
+            head, body = data.split(b"\r\n\r\n", 1)
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":", 1)[1])
+            while len(body) < length:
+                chunk = self.request.recv(65536)
+                if not chunk:
+                    break
+                body += chunk
+            reply = b"got %d\n" % len(body)
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(reply) + reply)
         elif path.startswith("/gzip-bomb"):
             mib = int(path.split("=")[1]) if "=" in path else 100
             body = gzip_of_zeros(mib)

@@ -46,6 +46,11 @@ int porter_inflater_run(porter_inflater *z, const void *in, size_t in_len, size_
                         void *out, size_t out_cap, size_t *out_len);
 void porter_inflater_free(porter_inflater *z);
 
+/* The TLS version and cipher of the connection `handle` used (OpenSSL backend), into
+   `version` and `cipher` (NUL-terminated, at most `capacity` bytes). 0, or -1 when the
+   transfer did not use TLS or the backend is not OpenSSL. */
+int porter_tls_info(CURL *handle, char *version, char *cipher, size_t capacity);
+
 /* Macro constants Swift cannot import (casts, shifts, or-ed macros). */
 static const long porter_curlauth_basic = (long)CURLAUTH_BASIC;
 static const long porter_curlauth_digest = (long)CURLAUTH_DIGEST;

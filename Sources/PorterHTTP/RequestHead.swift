@@ -1,0 +1,51 @@
+import Foundation
+import HTTPTypes
+import PorterCore
+
+/// The header lines libcurl gets for a request (CURLOPT_HTTPHEADER), in libcurl's own
+/// syntax: "Name: value" adds, "Name:" removes a header libcurl would add itself, and
+/// "Name;" sends one with an empty value.
+enum RequestHead {
+    static let defaultAcceptEncoding = "gzip, deflate"
+    /// Bodies from this size on (or of unknown size) may ask `Expect: 100-continue`, as
+    /// curl does; smaller ones never wait for a "100 Continue".
+    static let expectThreshold: Int64 = 1 << 20
+
+    static func lines(for request: Request, bodyLength: Int64?, userAgent: String) -> [String] {
+        var lines: [String] = []
+        if let range = request.resumeRange, range.offset > 0 {
+            // Resume: ask for the rest, only if the resource is unchanged. A 200 instead of
+            // a 206 means "changed or no ranges": the download task starts over cleanly.
+            lines.append("Range: bytes=\(range.offset)-")
+            if let validator = range.validator { lines.append("If-Range: \(validator)") }
+        }
+        let suppressed = Set(request.suppressedHeaders.map { $0.lowercased() })
+        // RFC 6265 §5.4: one Cookie field on HTTP/1.1. HTTPFields keeps one field per
+        // cookie pair (HTTP/2's way); they are joined back here, in their order.
+        var cookies: [String] = []
+        var cookieLine: Int?
+        for field in request.headerFields {
+            // A value cannot carry CR, LF or NUL: drop such a field rather than let it split the request.
+            if field.value.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) { continue }
+            if field.name == .cookie {
+                if field.value.isEmpty { continue }
+                if cookieLine == nil { cookieLine = lines.count; lines.append("") }
+                cookies.append(field.value)
+                continue
+            }
+            lines.append(field.value.isEmpty ? "\(field.name.rawName);" : "\(field.name.rawName): \(field.value)")
+        }
+        if let cookieLine { lines[cookieLine] = "Cookie: " + cookies.joined(separator: "; ") }
+        func present(_ name: HTTPField.Name) -> Bool { request.headerFields[name] != nil }
+        if !present(.userAgent), !suppressed.contains("user-agent") { lines.append("User-Agent: \(userAgent)") }
+        if !present(.acceptEncoding), !suppressed.contains("accept-encoding") {
+            lines.append("Accept-Encoding: \(defaultAcceptEncoding)")
+        }
+        // A small body never waits on a server that ignores Expect (curl: only large uploads ask).
+        if let bodyLength, bodyLength < expectThreshold, !present(.expect) { lines.append("Expect:") }
+        for name in suppressed.sorted() where !lines.contains(where: { $0.lowercased().hasPrefix(name + ":") }) {
+            lines.append("\(name):")
+        }
+        return lines
+    }
+}

@@ -1,0 +1,237 @@
+import Foundation
+import PorterTestSupport
+import XCTest
+
+/// The porter command as a curl user types it, against nginx and the misbehaving server:
+/// each flag with curl's documented meaning.
+extension HTTPHandlerTests {
+    private func porter(_ args: [String], env: [String: String?] = [:], cwd: String? = nil) throws -> ProcessResult {
+        var environment = withoutProxies
+        for (k, v) in env { environment[k] = v }
+        return try runProcess(porterBinary, args, environment: environment, currentDirectory: cwd)
+    }
+
+    private func tempFolder() throws -> String {
+        let dir = NSTemporaryDirectory() + "porter-curlflags-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        return dir
+    }
+
+    /// -u sends Basic with the first request (curl's default), so a server that answers
+    /// 404 until authorised is reached; --digest and --anyauth wait for a challenge.
+    func testUserIsSentUpFrontWithBasic() throws {
+        let hidden = nginx.http + "/hidden"
+        let r = try porter(["-u", "alice:secret", hidden])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(r.stdout, "found with Basic YWxpY2U6c2VjcmV0\n")
+        XCTAssertEqual(try porter(["--basic", "-u", "alice:secret", hidden]).stdout, "found with Basic YWxpY2U6c2VjcmV0\n")
+        XCTAssertEqual(try porter(["--anyauth", "-u", "alice:secret", hidden]).stdout, "nothing here\n", "challenge-driven: no header up front")
+        XCTAssertEqual(try porter(["--digest", "-u", "alice:secret", hidden]).stdout, "nothing here\n")
+        // The challenge-driven way still works where the server asks.
+        XCTAssertEqual(try porter(["--anyauth", "-u", "alice:secret", nginx.http + "/basic/"]).stdout, "members only\n")
+    }
+
+    /// `porter -i URL-that-answers-401` prints the 401 (status line, headers, body).
+    func testA401IsPrintedNotSwallowed() throws {
+        let r = try porter(["-i", nginx.http + "/basic/"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertTrue(r.stdout.hasPrefix("HTTP/1.1 401 Unauthorized\r\n"), r.stdout)
+        XCTAssertTrue(r.stdout.contains("WWW-Authenticate: Basic realm=\"porter-test\""), r.stdout)
+        XCTAssertTrue(r.stdout.contains("401 Authorization Required"), r.stdout)
+        XCTAssertEqual(try porter(["-f", "-i", nginx.http + "/basic/"]).status, 22)
+        // A wrong password: after the retry, the last 401 is the answer.
+        let wrong = try porter(["--anyauth", "-u", "alice:wrong", "-w", "%{http_code}", nginx.http + "/basic/"])
+        XCTAssertEqual(wrong.status, 0, wrong.stderr)
+        XCTAssertTrue(wrong.stdout.hasSuffix("401"), wrong.stdout)
+    }
+
+    /// -i through redirects prints every hop's head, as curl -iL; --no-location -i prints
+    /// the 3xx itself.
+    func testIncludeShowsEveryHop() throws {
+        let all = try porter(["-i", nginx.http + "/chain/2"])
+        XCTAssertEqual(all.status, 0, all.stderr)
+        XCTAssertEqual(all.stdout.components(separatedBy: "HTTP/1.1 302 Moved Temporarily\r\n").count - 1, 2, all.stdout)
+        XCTAssertTrue(all.stdout.contains("HTTP/1.1 200 OK\r\n"), all.stdout)
+        let stay = try porter(["-i", "--no-location", nginx.http + "/chain/1"])
+        XCTAssertEqual(stay.status, 0, stay.stderr)
+        XCTAssertTrue(stay.stdout.hasPrefix("HTTP/1.1 302 Moved Temporarily\r\n"), stay.stdout)
+        XCTAssertTrue(stay.stdout.contains("Location: "), stay.stdout)
+        XCTAssertFalse(stay.stdout.contains("HTTP/1.1 200"), stay.stdout)
+    }
+
+    /// -w with curl's variables, and -w json with all of them.
+    func testWriteOutVariables() throws {
+        let r = try porter(["-s", "-o", "/dev/null", "-w",
+                            "%{url_effective} %{num_redirects} %{http_code} %{http_version} %{remote_ip} %{remote_port} %{content_type} %{size_download} %{exitcode}\\n",
+                            nginx.http + "/chain/3"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(r.stdout, "\(nginx.http)/index.html 3 200 1.1 127.0.0.1 \(nginx.httpPort) text/html 17 0\n")
+        let times = try porter(["-s", "-o", "/dev/null", "-w",
+                                "%{time_namelookup} %{time_connect} %{time_appconnect} %{time_starttransfer} %{time_total} %{speed_download}",
+                                "--cacert", nginx.caFile, nginx.https + "/index.html"])
+        let t = times.stdout.split(separator: " ").compactMap { Double($0) }
+        XCTAssertEqual(t.count, 6, times.stdout)
+        if t.count == 6 {
+            XCTAssertGreaterThan(t[2], 0, "TLS took some time: \(times.stdout)")
+            XCTAssertLessThanOrEqual(t[1], t[2])
+            XCTAssertLessThanOrEqual(t[2], t[3] + 0.000001)
+            XCTAssertLessThanOrEqual(t[3], t[4] + 0.000001)
+        }
+        let json = try porter(["-s", "-o", "/dev/null", "-w", "json", nginx.http + "/missing-page"])
+        let object = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any], json.stdout)
+        XCTAssertEqual(object["http_code"] as? String, "404")
+        XCTAssertEqual(object["response_code"] as? Int, 404)
+        XCTAssertEqual(object["num_redirects"] as? Int, 0)
+        XCTAssertNotNil(object["time_total"])
+        XCTAssertEqual(object["exitcode"] as? Int, 0)
+    }
+
+    /// -A, -e, -G with -d and --data-urlencode, --json, -F, -r, -D, -O, -J, --create-dirs.
+    func testEverydayFlags() throws {
+        let dir = try tempFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let req = nginx.http + "/request"
+        let a = try porter(["-A", "agent/1", "-e", "http://from.test/", req])
+        XCTAssertTrue(a.stdout.contains("ua=agent/1 referer=http://from.test/"), a.stdout)
+        let g = try porter(["-G", "-d", "a=1", "--data-urlencode", "q=x y&z", req])
+        XCTAssertTrue(g.stdout.hasPrefix("method=GET args=a=1&q=x%20y%26z "), g.stdout)
+        let post = try porter(["--data-urlencode", "name=a b", "-d", "c=d", req])
+        XCTAssertTrue(post.stdout.hasPrefix("method=POST"), post.stdout)
+        XCTAssertTrue(post.stdout.contains("ct=application/x-www-form-urlencoded"), post.stdout)
+        XCTAssertTrue(post.stdout.hasSuffix("c=d&name=a%20b"), post.stdout)
+        let json = try porter(["--json", "{\"k\":1}", req])
+        XCTAssertTrue(json.stdout.contains("method=POST") && json.stdout.contains("ct=application/json accept=application/json"), json.stdout)
+        XCTAssertTrue(json.stdout.hasSuffix("{\"k\":1}"), json.stdout)
+        let upload = dir + "/up.txt"
+        try "file body".write(toFile: upload, atomically: true, encoding: .utf8)
+        let form = try porter(["-F", "field=value", "-F", "file=@\(upload);type=text/x-test", req])
+        XCTAssertTrue(form.stdout.contains("ct=multipart/form-data; boundary="), form.stdout)
+        XCTAssertTrue(form.stdout.contains("Content-Disposition: form-data; name=\"field\"\r\n\r\nvalue\r\n"), form.stdout)
+        XCTAssertTrue(form.stdout.contains("Content-Disposition: form-data; name=\"file\"; filename=\"up.txt\"\r\nContent-Type: text/x-test\r\n\r\nfile body\r\n"), form.stdout)
+
+        let range = try porter(["-r", "0-4", "-D", dir + "/head.txt", nginx.http + "/index.html"])
+        XCTAssertEqual(range.stdout, "hello")
+        let head = try String(contentsOfFile: dir + "/head.txt", encoding: .utf8)
+        XCTAssertTrue(head.hasPrefix("HTTP/1.1 206 Partial Content\r\n"), head)
+
+        let o = try porter(["-O", nginx.http + "/index.html"], cwd: dir)
+        XCTAssertEqual(o.status, 0, o.stderr)
+        XCTAssertEqual(try String(contentsOfFile: dir + "/index.html", encoding: .utf8), "hello from nginx\n")
+        // -J takes the last component of the server's name only: no "../".
+        let j = try porter(["-O", "-J", nginx.http + "/attachment"], cwd: dir)
+        XCTAssertEqual(j.status, 0, j.stderr)
+        XCTAssertEqual(try String(contentsOfFile: dir + "/evil name.txt", encoding: .utf8), "attached\n")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/attachment"))
+
+        let deep = dir + "/a/b/c/out.txt"
+        XCTAssertNotEqual(try porter(["-o", deep, nginx.http + "/index.html"]).status, 0, "no folders without --create-dirs")
+        XCTAssertEqual(try porter(["--create-dirs", "-o", deep, nginx.http + "/index.html"]).status, 0)
+        XCTAssertEqual(try String(contentsOfFile: deep, encoding: .utf8), "hello from nginx\n")
+    }
+
+    /// -C N continues from byte N; --limit-rate holds the rate down; --connect-timeout,
+    /// -m, -L and -S are accepted with curl's meaning; -K reads options from a file.
+    func testResumeRateConfigAndFriends() throws {
+        let dir = try tempFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let out = dir + "/partial"
+        try "hello XXXXXXXXX".write(toFile: out, atomically: true, encoding: .utf8)
+        let cont = try porter(["-C", "6", "-o", out, nginx.http + "/index.html"])
+        XCTAssertEqual(cont.status, 0, cont.stderr)
+        XCTAssertEqual(try String(contentsOfFile: out, encoding: .utf8), "hello from nginx\n")
+        XCTAssertEqual(try porter(["-C", "6", nginx.http + "/index.html"]).stdout, "from nginx\n")
+
+        let start = Date()
+        let slow = try porter(["--limit-rate", "1m", "-r", "0-2097151", "-o", "/dev/null", nginx.http + "/big.bin"])
+        XCTAssertEqual(slow.status, 0, slow.stderr)
+        XCTAssertGreaterThan(Date().timeIntervalSince(start), 1.2, "2 MiB at 1 MiB/s")
+
+        XCTAssertEqual(try porter(["-L", "-S", "-m", "10", "--connect-timeout", "5", nginx.http + "/chain/1"]).stdout, "hello from nginx\n")
+        let silentError = try porter(["-s", "-S", nginx.http.replacingOccurrences(of: "\(nginx.httpPort)", with: "1") + "/"])
+        XCTAssertEqual(silentError.status, 5)
+        XCTAssertTrue(silentError.stderr.contains("porter:"), "-S shows the error under -s")
+
+        let config = dir + "/porter.config"
+        try """
+            # curl config syntax
+            user-agent = "from a config file"
+            --referer: http://config.test/
+            silent
+            url = \(nginx.http)/request
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+        let k = try porter(["-K", config])
+        XCTAssertEqual(k.status, 0, k.stderr)
+        XCTAssertTrue(k.stdout.contains("ua=from a config file referer=http://config.test/"), k.stdout)
+        XCTAssertEqual(try porter(["-K", dir + "/missing.config"]).status, 64)
+    }
+
+    /// A URL without a scheme means http:// (ftp:// for a host named ftp.*), as in curl.
+    func testURLsWithoutAScheme() throws {
+        let plain = try porter(["127.0.0.1:\(nginx.httpPort)/index.html"])
+        XCTAssertEqual(plain.status, 0, plain.stderr)
+        XCTAssertEqual(plain.stdout, "hello from nginx\n")
+        let local = try porter(["localhost:\(nginx.httpPort)/index.html"])
+        XCTAssertEqual(local.status, 0, local.stderr)
+        XCTAssertEqual(local.stdout, "hello from nginx\n")
+        XCTAssertEqual(try porter(["data:,still%20data"]).stdout, "still data")
+    }
+
+    /// -v shows the request and response header lines and the connection, with
+    /// passwords and cookie values masked.
+    func testVerboseShowsHeadersMasked() throws {
+        let r = try porter(["-v", "-u", "alice:secret", "-b", "session=s3cr3t", nginx.http + "/basic/"])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertTrue(r.stderr.contains("> Authorization: Basic ***"), r.stderr)
+        XCTAssertTrue(r.stderr.contains("> Cookie: session=***"), r.stderr)
+        XCTAssertTrue(r.stderr.contains("< HTTP/1.1 200 OK"), r.stderr)
+        XCTAssertTrue(r.stderr.contains("< Content-Type: text/html"), r.stderr)
+        XCTAssertTrue(r.stderr.contains("* Connected to 127.0.0.1 (127.0.0.1) port \(nginx.httpPort)"), r.stderr)
+        XCTAssertFalse(r.stderr.contains("secret") || r.stderr.contains("YWxpY2U6c2VjcmV0") || r.stderr.contains("s3cr3t"), r.stderr)
+        let tls = try porter(["-v", "--cacert", nginx.caFile, "-o", "/dev/null", nginx.https + "/index.html"])
+        XCTAssertTrue(tls.stderr.contains("* TLS: TLSv1."), tls.stderr)
+    }
+}
+
+extension MisbehavingServerTests {
+    private var base: String { "http://127.0.0.1:\(MisbehavingServerTests.port)" }
+
+    /// RFC 6265 §5.4: exactly one Cookie field, pairs joined by "; " (the user's -b, -H and
+    /// the store's); -H 'Name:' removes even what libcurl adds; -H 'Name;' sends it empty;
+    /// repeated -H send every value.
+    func testRequestHeadLinesAsCurlWritesThem() throws {
+        let r = try runProcess(porterBinary, ["-b", "a=1; b=2", "-H", "Accept:", "-H", "X-Empty;", "-H", "X-A: 1", "-H", "X-A: 2",
+                                              base + "/echo-head"], environment: ["http_proxy": nil])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        let lines = r.stdout.components(separatedBy: "\r\n")
+        XCTAssertEqual(lines.filter { $0.lowercased().hasPrefix("cookie:") }, ["Cookie: a=1; b=2"], r.stdout)
+        XCTAssertFalse(lines.contains { $0.lowercased().hasPrefix("accept:") }, r.stdout)
+        XCTAssertTrue(lines.contains("X-Empty:") || lines.contains("X-Empty: "), r.stdout)
+        XCTAssertEqual(lines.filter { $0.hasPrefix("X-A:") }, ["X-A: 1", "X-A: 2"], r.stdout)
+        let own = try runProcess(porterBinary, ["-H", "Cookie: x=1; y=2", base + "/echo-head"], environment: ["http_proxy": nil])
+        XCTAssertEqual(own.stdout.components(separatedBy: "\r\n").filter { $0.lowercased().hasPrefix("cookie:") }, ["Cookie: x=1; y=2"])
+    }
+
+    /// A small upload never waits for a "100 Continue" the server will not send (a 3-byte
+    /// PUT once took a full second).
+    func testSmallUploadsDoNotWaitForContinue() throws {
+        let dir = NSTemporaryDirectory() + "porter-expect-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try "abc".write(toFile: dir + "/small", atomically: true, encoding: .utf8)
+        let start = Date()
+        let r = try runProcess(porterBinary, ["-T", dir + "/small", base + "/ignore-expect"], environment: ["http_proxy": nil])
+        XCTAssertEqual(r.stdout, "got 3\n", r.stderr)
+        XCTAssertLessThan(Date().timeIntervalSince(start), 0.8)
+    }
+
+    /// --retry N retries curl's transient failures (here two 503s with Retry-After: 1).
+    func testRetryTransientFailures() throws {
+        let key = UUID().uuidString
+        let once = try runProcess(porterBinary, ["-s", "-w", "%{http_code}", base + "/retry-503?\(key)"], environment: ["http_proxy": nil])
+        XCTAssertEqual(once.stdout, "busy\n503", "without --retry the 503 is the answer")
+        let r = try runProcess(porterBinary, ["--retry", "3", base + "/retry-503?\(key)-b"], environment: ["http_proxy": nil])
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(r.stdout, "third time\n")
+        XCTAssertEqual(r.stderr.components(separatedBy: "will retry").count - 1, 2, r.stderr)
+    }
+}
