@@ -83,7 +83,7 @@ public class DataTask: SessionTask, @unchecked Sendable {
 
     private func storeInCache(response: Response, data: Data, driver: TaskDriver, ask: Bool) {
         guard let cache = session.configuration.responseCache, wantsCaching(driver) else { return }
-        let request = driver.currentRequest
+        let request = driver.cacheKeyRequest ?? driver.currentRequest
         let proposed = CachedResponse(response: response, data: data, storagePolicy: driver.cacheCandidateStoragePolicy)
         guard ask, let delegate = session.dataDelegate else {
             cache.storeCachedResponse(proposed, for: request)

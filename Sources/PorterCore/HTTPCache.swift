@@ -14,6 +14,8 @@ public struct CacheControl: Sendable, Equatable {
     public var isPublic = false
     public var immutable = false
     public var onlyIfCached = false
+    /// RFC 5861: seconds a stale response may still be served while it is revalidated.
+    public var staleWhileRevalidate: Int?
 
     public init(_ values: [String]) {
         for value in values {
@@ -39,6 +41,7 @@ public struct CacheControl: Sendable, Equatable {
                 case "public": isPublic = true
                 case "immutable": immutable = true
                 case "only-if-cached": onlyIfCached = true
+                case "stale-while-revalidate": if let s = seconds { staleWhileRevalidate = s }
                 default: continue
                 }
             }
@@ -76,7 +79,8 @@ public enum HTTPCacheRules {
         let cc = CacheControl(response.headerFields[values: .cacheControl])
         if let maxAge = cc.maxAge { return TimeInterval(maxAge) }
         if let expiresText = response.value(forHeader: "Expires") {
-            guard let expires = httpDate(expiresText) else { return 0 }   // an invalid Expires is in the past
+            // Only a valid HTTP-date counts (RFC 9111 §5.3): anything else is in the past.
+            guard let expires = HTTPDate.parse(expiresText) else { return 0 }
             let date = httpDate(response.value(forHeader: "Date")) ?? Date()
             return max(0, expires.timeIntervalSince(date))
         }
@@ -92,8 +96,114 @@ public enum HTTPCacheRules {
     public static func currentAge(_ response: Response, stored: Date, now: Date) -> TimeInterval {
         let date = httpDate(response.value(forHeader: "Date")) ?? stored
         let apparent = max(0, stored.timeIntervalSince(date))
-        let ageValue = response.value(forHeader: "Age").flatMap { TimeInterval($0.trimmingCharacters(in: .whitespaces)) } ?? 0
+        let ageValue = ageHeader(response) ?? 0
         return max(apparent, ageValue) + max(0, now.timeIntervalSince(stored))
+    }
+
+    /// §5.1: the Age field's value. A list (or several fields) counts by its first member;
+    /// a value that is not a non-negative integer is ignored (nil).
+    public static func ageHeader(_ response: Response) -> TimeInterval? {
+        guard let first = response.headerFields[values: .age].first?.split(separator: ",", omittingEmptySubsequences: false).first
+        else { return nil }
+        let text = first.trimmingCharacters(in: .whitespaces)
+        guard !text.isEmpty, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+        return TimeInterval(text) ?? TimeInterval(Int32.max)
+    }
+
+    /// §3.1: header fields a cache never stores: the hop-by-hop ones and those the
+    /// Connection field names.
+    public static let hopByHopFields: Set<String> = ["connection", "keep-alive", "te", "transfer-encoding", "upgrade",
+                                                      "proxy-authenticate", "proxy-authorization", "proxy-connection"]
+
+    /// The response as it is stored: without hop-by-hop fields.
+    public static func storable(_ response: Response) -> Response {
+        var named = hopByHopFields
+        for value in response.headerFields[values: .connection] {
+            for name in value.split(separator: ",") { named.insert(name.trimmingCharacters(in: .whitespaces).lowercased()) }
+        }
+        var r = response
+        r.headerFields = HTTPFields(response.headerFields.filter { !named.contains($0.name.canonicalName) })
+        return r
+    }
+
+    /// RFC 5861: a stale response whose `stale-while-revalidate` window is still open may be
+    /// served at once while it is revalidated in the background.
+    public static func mayServeWhileRevalidating(_ cached: CachedResponse, request: Request, now: Date) -> Bool {
+        let response = cached.response
+        let cc = CacheControl(response.headerFields[values: .cacheControl])
+        let rc = CacheControl(request.headerFields[values: .cacheControl])
+        guard let window = cc.staleWhileRevalidate, !cc.noCache, !cc.mustRevalidate, !rc.noCache, !requestSaysNoCache(request) else {
+            return false
+        }
+        let age = currentAge(response, stored: cached.storedDate ?? now, now: now)
+        return age < freshnessLifetime(response) + TimeInterval(window)
+    }
+
+    /// §5.4: `Pragma: no-cache` means `Cache-Control: no-cache` when the request has no
+    /// Cache-Control field of its own.
+    static func requestSaysNoCache(_ request: Request) -> Bool {
+        if CacheControl(request.headerFields[values: .cacheControl]).noCache { return true }
+        guard request.headerFields[.cacheControl] == nil else { return false }
+        return request.headerFields[values: HTTPField.Name("Pragma")!].contains { $0.lowercased().contains("no-cache") }
+    }
+
+    /// RFC 9110 §13.1.2 / §13.1.3: whether the client's own validators match the stored
+    /// response, so that the cache answers 304 itself.
+    public static func clientConditionMatches(_ request: Request, _ response: Response) -> Bool {
+        if let inm = request.value(forHeader: "If-None-Match") {
+            guard let etag = response.value(forHeader: "ETag") else { return false }
+            func weak(_ tag: String) -> String {
+                let t = tag.trimmingCharacters(in: .whitespaces)
+                return t.hasPrefix("W/") ? String(t.dropFirst(2)) : t
+            }
+            return inm.trimmingCharacters(in: .whitespaces) == "*"
+                || inm.split(separator: ",").contains { weak(String($0)) == weak(etag) }
+        }
+        if let ims = request.value(forHeader: "If-Modified-Since").flatMap(HTTPDate.parse),
+           let modified = response.value(forHeader: "Last-Modified").flatMap(HTTPDate.parse) {
+            return modified <= ims
+        }
+        return false
+    }
+
+    /// A Range request answered from a stored full (200) response: one range of bytes
+    /// ("a-b", "a-", "-n") as a 206 with its Content-Range; nil when the request has no
+    /// Range field or asks for several ranges (the whole response is then the answer, as
+    /// a server may give), and a 416 for a range past the end.
+    public static func rangeAnswer(for request: Request, _ cached: CachedResponse) -> (Response, Data)? {
+        guard let value = request.value(forHeader: "Range"), cached.response.statusCode == 200,
+              value.lowercased().hasPrefix("bytes="), !value.contains(",") else { return nil }
+        let spec = value.dropFirst(6).trimmingCharacters(in: .whitespaces)
+        let parts = spec.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
+        guard parts.count == 2 else { return nil }
+        let size = cached.data.count
+        var first: Int, last: Int
+        if parts[0].isEmpty {
+            guard let n = Int(parts[1]), n > 0 else { return nil }
+            first = max(0, size - n)
+            last = size - 1
+        } else {
+            guard let a = Int(parts[0]) else { return nil }
+            first = a
+            last = parts[1].isEmpty ? size - 1 : (Int(parts[1]).map { min($0, size - 1) } ?? -1)
+            guard last >= first || first >= size else { return nil }
+        }
+        var r = cached.response
+        if first >= size || size == 0 {
+            r.statusCode = 416
+            r.statusLine = "HTTP/1.1 416 Range Not Satisfiable"
+            r.headerFields[.contentRange] = "bytes */\(size)"
+            r.headerFields[.contentLength] = "0"
+            r.expectedContentLength = 0
+            return (r, Data())
+        }
+        let body = cached.data.subdata(in: first..<(last + 1))
+        r.statusCode = 206
+        r.statusLine = "HTTP/1.1 206 Partial Content"
+        r.headerFields[.contentRange] = "bytes \(first)-\(last)/\(size)"
+        r.headerFields[.contentLength] = String(body.count)
+        r.expectedContentLength = Int64(body.count)
+        return (r, body)
     }
 
     /// §4.2 with the request's own directives: whether the stored response may be used
@@ -102,8 +212,7 @@ public enum HTTPCacheRules {
         let response = cached.response
         let cc = CacheControl(response.headerFields[values: .cacheControl])
         let rc = CacheControl(request.headerFields[values: .cacheControl])
-        if cc.noCache || rc.noCache { return false }
-        if request.value(forHeader: "Pragma")?.lowercased().contains("no-cache") == true { return false }
+        if cc.noCache || requestSaysNoCache(request) { return false }
         let stored = cached.storedDate ?? now
         let age = currentAge(response, stored: stored, now: now)
         var lifetime = freshnessLifetime(response)
@@ -271,6 +380,7 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
             return
         }
         var c = cached
+        c.response = HTTPCacheRules.storable(c.response)
         if c.storedDate == nil { c.storedDate = Date() }
         let names = Self.varyNames(c.response)
         var vary: [String: String] = [:]

@@ -506,13 +506,23 @@ final class TaskDriver: @unchecked Sendable {
         currentRequest = request
 
         var cachedResponse: CachedResponse?
+        cacheKeyRequest = nil
         if cached, let cache = config.responseCache {
             let policy = request.cachePolicy == .useProtocolCachePolicy ? config.requestCachePolicy : request.cachePolicy
+            // URLProtocol's two class methods: the handler's canonical form of the request is
+            // what the cache is keyed by (for storing too), and a stored response answers only
+            // a request the handler calls cache-equivalent to the one it was stored for.
             let key = factory.canonicalRequest(for: request)
+            cacheKeyRequest = key
+            func lookup() -> CachedResponse? {
+                guard let hit = cache.cachedResponse(for: key),
+                      factory.requestIsCacheEquivalent(key, Request(url: hit.response.url)) else { return nil }
+                return hit
+            }
             switch policy {
             case .reloadIgnoringLocalCacheData: break
             case .returnCacheDataElseLoad, .returnCacheDataDontLoad:
-                if let hit = cache.cachedResponse(for: key) {
+                if let hit = lookup() {
                     cachedHit = hit
                     process(gen, .cachedResponseValid)
                     return
@@ -523,7 +533,7 @@ final class TaskDriver: @unchecked Sendable {
                     return
                 }
             case .useProtocolCachePolicy, .reloadRevalidatingCacheData:
-                cachedResponse = cache.cachedResponse(for: key)
+                cachedResponse = lookup()
             }
         }
         cachedHit = cachedResponse
@@ -541,6 +551,8 @@ final class TaskDriver: @unchecked Sendable {
     }
 
     private var cachedHit: CachedResponse?
+    /// The handler's canonical form of the current request: the cache key (queue only).
+    private(set) var cacheKeyRequest: Request?
 
     /// Serves the cached response through the same path as a handler's reports.
     private func deliverCached(_ report: HandlerReport? = nil) {
@@ -560,7 +572,7 @@ final class TaskDriver: @unchecked Sendable {
                 var refreshed = hit
                 refreshed.response.headerFields[.age] = nil
                 refreshed.storedDate = Date()
-                session.configuration.responseCache?.storeCachedResponse(refreshed, for: currentRequest)
+                session.configuration.responseCache?.storeCachedResponse(refreshed, for: cacheKeyRequest ?? currentRequest)
             }
         }
         var fetch = TransactionMetrics(request: currentRequest, fetchType: fetchType)

@@ -86,14 +86,34 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     public func startLoading() {
         // RFC 9111 §4: a fresh stored response is served without the network (unless the
         // request's policy is to revalidate); a stale one with validators is revalidated.
+        let now = Date()
+        let onlyIfCached = CacheControl(request.headerFields[values: .cacheControl]).onlyIfCached
         if let cached {
             let policy = request.cachePolicy == .useProtocolCachePolicy
                 ? client.context.configuration.requestCachePolicy : request.cachePolicy
-            let now = Date()
             if policy != .reloadRevalidatingCacheData, HTTPCacheRules.isFresh(cached, request: request, now: now) {
-                client.cachedResponseIsValid(serving: HTTPCacheRules.serving(cached, now: now), revalidated: false)
+                serveFromCache(cached, now: now)
                 return
             }
+            // RFC 5861: stale, but inside its stale-while-revalidate window: served now,
+            // revalidated in the background.
+            if policy != .reloadRevalidatingCacheData, !onlyIfCached,
+               HTTPCacheRules.mayServeWhileRevalidating(cached, request: request, now: now) {
+                serveFromCache(cached, now: now)
+                BackgroundRevalidation.start(request: request, cached: cached, context: client.context)
+                return
+            }
+        }
+        // §5.2.1.7: only-if-cached and nothing fresh stored: 504, without the network.
+        if onlyIfCached {
+            var r = Response(url: request.url, mimeType: nil, expectedContentLength: 0, statusCode: 504, headerFields: [:])
+            r.statusLine = "HTTP/1.1 504 Gateway Timeout"
+            r.headerFields[.contentLength] = "0"
+            client.didReceive(r, cacheStoragePolicy: .notAllowed)
+            client.didFinishLoading()
+            return
+        }
+        if let cached {
             let validators = HTTPCacheRules.conditionalHeaders(for: cached)
             let ownConditions = request.value(forHeader: "If-None-Match") != nil || request.value(forHeader: "If-Modified-Since") != nil
             if !validators.isEmpty, !ownConditions, request.resumeRange == nil {
@@ -102,6 +122,31 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             }
         }
         loop.execute { [self] in begin() }
+    }
+
+    /// A fresh stored response answers: as it is; as a 304 when the client's own
+    /// validators match it (RFC 9110 §13.1); or one range of it as a 206 for a Range
+    /// request.
+    private func serveFromCache(_ cached: CachedResponse, now: Date) {
+        let served = HTTPCacheRules.serving(cached, now: now)
+        if request.method.uppercased() == "GET" || request.method.uppercased() == "HEAD",
+           HTTPCacheRules.clientConditionMatches(request, served) {
+            var r = served
+            r.statusCode = 304
+            r.statusLine = "HTTP/1.1 304 Not Modified"
+            r.headerFields[.contentLength] = nil
+            r.expectedContentLength = 0
+            client.didReceive(r, cacheStoragePolicy: .notAllowed)
+            client.didFinishLoading()
+            return
+        }
+        if let (r, body) = HTTPCacheRules.rangeAnswer(for: request, CachedResponse(response: served, data: cached.data)) {
+            client.didReceive(r, cacheStoragePolicy: .notAllowed)
+            if !body.isEmpty, request.method.uppercased() != "HEAD" { client.didLoad(body) }
+            client.didFinishLoading()
+            return
+        }
+        client.cachedResponseIsValid(serving: served, revalidated: false)
     }
 
     public func stopLoading() { state.stopLoading(on: loop, stager: stager) }

@@ -45,6 +45,73 @@ final class HTTPCacheTests: XCTestCase {
         XCTAssertNil(cache.cachedResponse(for: other))
     }
 
+    /// RFC 9110 §5.6.7: the three HTTP-date forms, GMT only, the right weekday, nothing
+    /// after; an Expires that is not one is in the past (RFC 9111 §5.3).
+    func testHTTPDatesAndInvalidExpires() {
+        let when = Date(timeIntervalSince1970: 784_111_777)   // Sun, 06 Nov 1994 08:49:37 GMT
+        XCTAssertEqual(HTTPDate.parse("Sun, 06 Nov 1994 08:49:37 GMT"), when)
+        XCTAssertEqual(HTTPDate.parse("Sunday, 06-Nov-94 08:49:37 GMT"), when)
+        XCTAssertEqual(HTTPDate.parse("Sun Nov  6 08:49:37 1994"), when)
+        for bad in ["Sun, 06 Nov 1994 08:49:37 PST", "Mon, 06 Nov 1994 08:49:37 GMT", "Sun, 06 Nov 1994 08:49:37 GMT junk",
+                    "Sun, 31 Feb 1994 08:49:37 GMT", "Sun, 06 Nov 1994 25:49:37 GMT", "0", "-1", "", "tomorrow",
+                    "Sun, 6 Nov 1994 08:49:37 GMT", "2026-11-23T20:00:00Z"] {
+            XCTAssertNil(HTTPDate.parse(bad), bad)
+        }
+        // A future Expires in a zone other than GMT (the lenient cookie parser took it) is expired.
+        let future = response(200, [("Date", date(0)), ("Expires", date(3600).replacingOccurrences(of: "GMT", with: "PST"))])
+        XCTAssertEqual(HTTPCacheRules.freshnessLifetime(future), 0)
+        let good = response(200, [("Date", date(0)), ("Expires", date(3600))])
+        XCTAssertEqual(HTTPCacheRules.freshnessLifetime(good), 3600, accuracy: 1)
+    }
+
+    /// RFC 9111 §5.1: a list-valued Age counts by its first member; a value that is not a
+    /// non-negative integer is ignored.
+    func testAgeListsAndInvalidAges() {
+        XCTAssertEqual(HTTPCacheRules.ageHeader(response(200, [("Age", "30, 60")])), 30)
+        XCTAssertEqual(HTTPCacheRules.ageHeader(response(200, [("Age", "45"), ("Age", "90")])), 45)
+        for bad in ["-5", "1e3", "12.5", "", "ten", " , 4"] {
+            XCTAssertNil(HTTPCacheRules.ageHeader(response(200, [("Age", bad)])), bad)
+        }
+    }
+
+    /// RFC 9111 §3.1: hop-by-hop fields, and those Connection names, are never stored.
+    func testHopByHopFieldsAreNotStored() throws {
+        let cache = HTTPCache()
+        let r = response(200, [("Cache-Control", "max-age=600"), ("Connection", "X-Private-Hop, close"), ("X-Private-Hop", "1"),
+                               ("Keep-Alive", "timeout=5"), ("Proxy-Authenticate", "Basic"), ("Upgrade", "h2c"),
+                               ("Proxy-Connection", "keep-alive"), ("TE", "trailers"), ("X-Kept", "yes")])
+        cache.storeCachedResponse(CachedResponse(response: r, data: Data("x".utf8)), for: get())
+        let hit = try XCTUnwrap(cache.cachedResponse(for: get()))
+        XCTAssertEqual(hit.response.headerFields.map { $0.name.canonicalName }.sorted(), ["cache-control", "x-kept"])
+    }
+
+    /// Pragma: no-cache means no-cache only when the request has no Cache-Control; a
+    /// client's own validators that match get a 304 from the cache; a single Range is cut
+    /// from a stored full response; stale-while-revalidate opens a window.
+    func testRequestDirectivesAgainstAStoredResponse() throws {
+        let stored = CachedResponse(response: response(200, [("Date", date(0)), ("Cache-Control", "max-age=60, stale-while-revalidate=30"),
+                                                             ("ETag", "\"v1\""), ("Last-Modified", date(-3600))]),
+                                    data: Data("0123456789".utf8), storagePolicy: .allowed, storedDate: now)
+        XCTAssertFalse(HTTPCacheRules.isFresh(stored, request: get([("Pragma", "no-cache")]), now: now))
+        XCTAssertTrue(HTTPCacheRules.isFresh(stored, request: get([("Pragma", "no-cache"), ("Cache-Control", "max-age=100")]), now: now))
+        XCTAssertTrue(HTTPCacheRules.clientConditionMatches(get([("If-None-Match", "\"v0\", W/\"v1\"")]), stored.response))
+        XCTAssertFalse(HTTPCacheRules.clientConditionMatches(get([("If-None-Match", "\"v2\"")]), stored.response))
+        XCTAssertTrue(HTTPCacheRules.clientConditionMatches(get([("If-Modified-Since", date(0))]), stored.response))
+        XCTAssertFalse(HTTPCacheRules.clientConditionMatches(get([("If-Modified-Since", date(-7200))]), stored.response))
+        let (partial, body) = try XCTUnwrap(HTTPCacheRules.rangeAnswer(for: get([("Range", "bytes=2-5")]), stored))
+        XCTAssertEqual(partial.statusCode, 206)
+        XCTAssertEqual(partial.value(forHeader: "Content-Range"), "bytes 2-5/10")
+        XCTAssertEqual(body, Data("2345".utf8))
+        XCTAssertEqual(try XCTUnwrap(HTTPCacheRules.rangeAnswer(for: get([("Range", "bytes=-3")]), stored)).1, Data("789".utf8))
+        XCTAssertEqual(try XCTUnwrap(HTTPCacheRules.rangeAnswer(for: get([("Range", "bytes=20-")]), stored)).0.statusCode, 416)
+        XCTAssertNil(HTTPCacheRules.rangeAnswer(for: get([("Range", "bytes=0-1,4-5")]), stored))
+        let later = now.addingTimeInterval(75)
+        XCTAssertFalse(HTTPCacheRules.isFresh(stored, request: get(), now: later))
+        XCTAssertTrue(HTTPCacheRules.mayServeWhileRevalidating(stored, request: get(), now: later))
+        XCTAssertFalse(HTTPCacheRules.mayServeWhileRevalidating(stored, request: get(), now: now.addingTimeInterval(95)))
+        XCTAssertFalse(HTTPCacheRules.mayServeWhileRevalidating(stored, request: get([("Cache-Control", "no-cache")]), now: later))
+    }
+
     func testCacheControlParsing() {
         let cc = CacheControl(["max-age=60, no-cache", "Must-Revalidate, private=\"Set-Cookie\", s-maxage=\"10\", immutable, max-age=bad"])
         XCTAssertEqual(cc.maxAge, 60, "a malformed later max-age is ignored")
@@ -101,10 +168,13 @@ final class HTTPCacheTests: XCTestCase {
     /// trapped converting the current age for the served response; RFC 9111 §1.2.2 caps
     /// it at 2^31. Also a cookie-date token of 20+ digits in Last-Modified (it overflowed).
     func testHugeAgeIsServedAsTwoToTheThirtyFirst() {
-        for age in ["99922222222222222222229999999", "1e400", "inf"] {
+        let huge = CachedResponse(response: response(200, [("Age", "99922222222222222222229999999")]), data: Data(), storedDate: now)
+        XCTAssertEqual(HTTPCacheRules.serving(huge, now: now).value(forHeader: "Age"), "2147483648")
+        XCTAssertFalse(HTTPCacheRules.isFresh(huge, request: get(), now: now))
+        // Not non-negative integers: ignored (RFC 9111 §5.1), never a trap.
+        for age in ["1e400", "inf"] {
             let cached = CachedResponse(response: response(200, [("Age", age)]), data: Data(), storedDate: now)
-            XCTAssertEqual(HTTPCacheRules.serving(cached, now: now).value(forHeader: "Age"), "2147483648", age)
-            XCTAssertFalse(HTTPCacheRules.isFresh(cached, request: get(), now: now), age)
+            XCTAssertEqual(HTTPCacheRules.serving(cached, now: now).value(forHeader: "Age"), "0", age)
         }
         let digits = response(301, [("Last-Modified", "Sun, \(String(repeating: "5", count: 40)) Nov 1994 08:49:37 GMT")])
         XCTAssertEqual(HTTPCacheRules.freshnessLifetime(digits), 0)

@@ -1,4 +1,5 @@
 import Foundation
+import Porter
 import PorterTestSupport
 import XCTest
 
@@ -233,5 +234,71 @@ extension MisbehavingServerTests {
         XCTAssertEqual(r.status, 0, r.stderr)
         XCTAssertEqual(r.stdout, "third time\n")
         XCTAssertEqual(r.stderr.components(separatedBy: "will retry").count - 1, 2, r.stderr)
+    }
+}
+
+/// RFC 9111 behaviour of the cache against nginx, its access log counting what reached it.
+extension HTTPHandlerTests {
+    private func hits(_ path: String) -> Int {
+        let text = (try? String(contentsOfFile: nginx.dir + "/logs/cache.log", encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").filter { $0.contains(" \(path) ") }.count
+    }
+
+    private func cachedSession() -> Session {
+        var c = SessionConfiguration.ephemeral
+        c.proxies = .none
+        c.responseCache = HTTPCache()
+        return Session(configuration: c)
+    }
+
+    /// only-if-cached gets 504 with nothing stored; a client's own matching ETag gets 304
+    /// from the cache; a Range is cut from the stored response; none reach the server.
+    func testRequestDirectivesAnsweredByTheCache() async throws {
+        let s = cachedSession()
+        let url = URL(string: nginx.http + "/cache/fresh.txt?directives")!
+        var onlyIfCached = Request(url: url)
+        onlyIfCached.setValue("only-if-cached", forHeader: "Cache-Control")
+        let (_, miss) = try await s.data(for: onlyIfCached)
+        XCTAssertEqual(miss.statusCode, 504)
+        XCTAssertEqual(hits("/cache/fresh.txt?directives"), 0)
+        let (body, first) = try await s.data(from: url)
+        XCTAssertEqual(String(decoding: body, as: UTF8.self), "cached fresh\n")
+        let etag = try XCTUnwrap(first.value(forHeader: "ETag"))
+        let (_, hit) = try await s.data(for: onlyIfCached)
+        XCTAssertEqual(hit.statusCode, 200)
+        var conditional = Request(url: url)
+        conditional.setValue(etag, forHeader: "If-None-Match")
+        let (empty, notModified) = try await s.data(for: conditional)
+        XCTAssertEqual(notModified.statusCode, 304)
+        XCTAssertTrue(empty.isEmpty)
+        var ranged = Request(url: url)
+        ranged.setValue("bytes=0-5", forHeader: "Range")
+        let (part, partial) = try await s.data(for: ranged)
+        XCTAssertEqual(partial.statusCode, 206)
+        XCTAssertEqual(String(decoding: part, as: UTF8.self), "cached")
+        XCTAssertEqual(hits("/cache/fresh.txt?directives"), 1, "only the first load reached nginx")
+    }
+
+    /// RFC 5861: a stale response inside its stale-while-revalidate window is served at
+    /// once, and revalidated in the background (a 304 in nginx's log).
+    func testStaleWhileRevalidate() async throws {
+        let s = cachedSession()
+        let url = URL(string: nginx.http + "/cache/swr.txt?w")!
+        _ = try await s.data(from: url)
+        try await Task.sleep(nanoseconds: 2_100_000_000)
+        let start = Date()
+        let (body, response) = try await s.data(from: url)
+        XCTAssertEqual(String(decoding: body, as: UTF8.self), "cached swr\n")
+        XCTAssertEqual(response.statusCode, 200)
+        XCTAssertLessThan(Date().timeIntervalSince(start), 0.5)
+        var logged: [String] = []
+        for _ in 0..<100 {
+            let text = (try? String(contentsOfFile: nginx.dir + "/logs/cache.log", encoding: .utf8)) ?? ""
+            logged = text.split(separator: "\n").map(String.init).filter { $0.contains(" /cache/swr.txt?w ") }
+            if logged.count >= 2 { break }
+            try await Task.sleep(nanoseconds: 20_000_000)
+        }
+        XCTAssertEqual(logged.count, 2, "\(logged)")
+        XCTAssertTrue(logged.last?.hasSuffix(" 304") == true, "revalidated in the background: \(logged)")
     }
 }

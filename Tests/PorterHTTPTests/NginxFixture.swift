@@ -43,7 +43,7 @@ final class NginxFixture: @unchecked Sendable {
         }
         try "hello from nginx\n".write(toFile: dir + "/www/index.html", atomically: true, encoding: .utf8)
         try "members only\n".write(toFile: dir + "/www/basic/index.html", atomically: true, encoding: .utf8)
-        for name in ["fresh", "nocache", "nostore", "stale", "vary", "heuristic"] {
+        for name in ["fresh", "nocache", "nostore", "stale", "vary", "heuristic", "swr"] {
             try "cached \(name)\n".write(toFile: dir + "/www/cache/\(name).txt", atomically: true, encoding: .utf8)
         }
         try String(repeating: "Porter compresses well. ", count: 4000).write(toFile: dir + "/www/text.txt", atomically: true, encoding: .utf8)
@@ -74,6 +74,7 @@ final class NginxFixture: @unchecked Sendable {
             location = /cache/nocache.txt { access_log \(dir)/logs/cache.log cachelog; add_header Cache-Control "no-cache"; }
             location = /cache/nostore.txt { access_log \(dir)/logs/cache.log cachelog; add_header Cache-Control "no-store"; }
             location = /cache/stale.txt { access_log \(dir)/logs/cache.log cachelog; add_header Cache-Control "max-age=1"; }
+            location = /cache/swr.txt { access_log \(dir)/logs/cache.log cachelog; add_header Cache-Control "max-age=1, stale-while-revalidate=60"; }
             location = /cache/vary.txt { access_log \(dir)/logs/cache.log cachelog; add_header Cache-Control "max-age=60"; add_header Vary "X-Lang"; }
             location = /cache/create { access_log \(dir)/logs/cache.log cachelog; add_header Location "/cache/fresh.txt?loc"; add_header Content-Location "http://localhost:\(httpPort)/cache/fresh.txt?other"; echo_read_request_body; echo "created"; }
             location = /cache/item { access_log \(dir)/logs/cache.log cachelog; add_header Cache-Control "max-age=60"; echo_read_request_body; echo "item $request_method"; }
