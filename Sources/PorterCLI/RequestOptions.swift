@@ -173,8 +173,4 @@ extension Fetch {
 }
 
 /// A URL as -v shows it: any password replaced by "***".
-func maskedURL(_ url: URL) -> String {
-    guard url.password != nil, var parts = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return url.absoluteString }
-    parts.password = "***"
-    return parts.url?.absoluteString ?? url.absoluteString
-}
+func maskedURL(_ url: URL) -> String { url.maskingPassword }

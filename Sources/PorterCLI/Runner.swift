@@ -560,7 +560,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             completion(nil)  // the 3xx is the answer
             return
         }
-        if options.verbose { note("* redirected to \(newRequest.url.absoluteString)") }
+        if options.verbose { note("* redirected to \(newRequest.url.maskingPassword)") }
         completion(newRequest)
     }
 

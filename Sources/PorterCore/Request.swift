@@ -143,5 +143,14 @@ public struct Request: Sendable, CustomStringConvertible {
         setValue("Basic " + Data("\(user):\(password)".utf8).base64EncodedString(), forHeader: "Authorization")
     }
 
-    public var description: String { "\(method) \(url.absoluteString)" }
+    public var description: String { "\(method) \(url.maskingPassword)" }
+}
+
+extension URL {
+    /// The URL as descriptions, logs and -v show it: a password in it replaced by "***".
+    public var maskingPassword: String {
+        guard password != nil, var parts = URLComponents(url: self, resolvingAgainstBaseURL: false) else { return absoluteString }
+        parts.password = "***"
+        return parts.url?.absoluteString ?? absoluteString
+    }
 }

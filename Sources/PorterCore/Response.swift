@@ -65,7 +65,7 @@ public struct Response: Sendable, CustomStringConvertible {
     }
 
     public var description: String {
-        var s = url.absoluteString
+        var s = url.maskingPassword
         if let statusCode { s += " \(statusCode)" }
         if let mimeType { s += " \(mimeType)" }
         return s + " (\(expectedContentLength) bytes)"

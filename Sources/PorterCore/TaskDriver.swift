@@ -329,7 +329,7 @@ final class TaskDriver: @unchecked Sendable {
             guard case .redirect(var newRequest, let redirectResponse)? = report else { return }
             newRequest = prepareRedirect(newRequest)
             lock.withLock { pendingRedirect = newRequest }
-            logger.debug("redirect \(currentRequest.url.absoluteString) -> \(newRequest.url.absoluteString)")
+            logger.debug("redirect \(currentRequest.url.maskingPassword) -> \(newRequest.url.maskingPassword)")
             TaskEventCenter.shared.post(.redirected(taskID: eventID, from: currentRequest.url, to: newRequest.url))
             if let delegate = session.taskDelegate, let task = owner {
                 delegate.task(task, willPerformRedirection: redirectResponse, newRequest: newRequest) { [self] chosen in
@@ -388,7 +388,7 @@ final class TaskDriver: @unchecked Sendable {
         case .deliverCachedResponse:
             deliverCached(report)
         case .ignoreViolation(let why):
-            logger.warning("handler for \(currentRequest.url.absoluteString): \(why)")
+            logger.warning("handler for \(currentRequest.url.maskingPassword): \(why)")
         case .complete(let outcome):
             finish(error(for: outcome, report: report))
         case .stopAndComplete(let outcome):
@@ -730,7 +730,7 @@ final class TaskDriver: @unchecked Sendable {
         }
         let elapsed = Double(now.uptimeNanoseconds - startTime.uptimeNanoseconds) / 1e9
         if expired || elapsed > total {
-            logger.debug("timeout after \(elapsed)s for \(currentRequest.url.absoluteString)")
+            logger.debug("timeout after \(elapsed)s for \(currentRequest.url.maskingPassword)")
             decide(.timeout)
         }
     }

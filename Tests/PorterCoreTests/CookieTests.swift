@@ -321,4 +321,16 @@ final class CookieTests: XCTestCase {
         XCTAssertEqual(cookies.map(\.name), ["c"])
         XCTAssertEqual(NetscapeCookieFile.parse(NetscapeCookieFile.serialize(cookies), now: now).skipped, 0)
     }
+
+    /// RFC 6265 §5.4: cookies of one response, on different domains (host-only and a
+    /// parent domain) and with paths of equal length, are sent in the order they arrived.
+    func testCookiesOfOneResponseKeepTheirOrder() {
+        for _ in 0..<20 {
+            let store = MemoryCookieStore()
+            let url = URL(string: "http://www.example.com/")!
+            store.storeCookies(fromHeaders: ["z=1", "a=2; Domain=example.com", "m=3", "b=4; Domain=www.example.com"],
+                               for: url, mainDocumentURL: nil)
+            XCTAssertEqual(store.cookieHeader(for: url, mainDocumentURL: nil), "z=1; a=2; m=3; b=4")
+        }
+    }
 }

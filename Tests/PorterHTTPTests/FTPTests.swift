@@ -189,6 +189,18 @@ final class FTPTests: XCTestCase {
         } catch let e as PorterError { XCTAssertEqual(e.code, .serverCertificateUntrusted) }
     }
 
+    /// `porter -u` logs in to an ftp server with the user at once, as curl does: a server
+    /// that also takes anonymous logins does not get the anonymous account (which cannot
+    /// read docs/, so the load failed). The password never shows in -v output or logs.
+    func testCLIUserLogsInAtOnce() throws {
+        let url = "ftp://127.0.0.1:\(port)/docs/a.txt"
+        let r = try runProcess(porterBinary, ["-v", "-u", "alice:secret", url], environment: withoutProxies)
+        XCTAssertEqual(r.status, 0, r.stderr)
+        XCTAssertEqual(r.stdout, "alpha\n")
+        XCTAssertFalse(r.stderr.contains("secret"), r.stderr)
+        XCTAssertNotEqual(try runProcess(porterBinary, [url], environment: withoutProxies).status, 0, "anonymous cannot read docs/")
+    }
+
     func testExplicitTLS() async throws {
         let (data, _) = try await session().data(from: url("/docs/b.txt", scheme: "ftps"))
         XCTAssertEqual(String(decoding: data, as: UTF8.self), "beta beta\n")

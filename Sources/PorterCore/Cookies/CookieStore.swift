@@ -162,10 +162,12 @@ public final class MemoryCookieStore: CookieStore, @unchecked Sendable {
         let t = now()
         let scheme = url.scheme?.lowercased() ?? ""
         let secureOrigin = scheme == "https"
-        for header in headers {
+        for (i, header) in headers.enumerated() {
+            // Cookies of one response keep the order they arrived in (§5.4 orders equal
+            // paths by creation time): each is a microsecond younger than the one before.
             guard let parsed = CookieRules.parse(header),
                   let cookie = Self.cookie(from: parsed, host: host, path: url.path(percentEncoded: true),
-                                           secureOrigin: secureOrigin, now: t) else { continue }
+                                           secureOrigin: secureOrigin, now: t.addingTimeInterval(Double(i) * 1e-6)) else { continue }
             lock.withLock {
                 // 6265bis "leave secure cookies alone": an insecure origin may not
                 // replace (or shadow) a Secure cookie of the same name.
