@@ -1,12 +1,20 @@
-// Porter's directory listing format (Sources/PorterCore/DirectoryListing.swift): parse,
-// and for what parses, serialize and parse again: the names must come back unchanged.
+// Directory listings: Porter's own format (Sources/PorterCore/DirectoryListing.swift):
+// parse, and for what parses, serialize and parse again: the names must come back
+// unchanged; and an FTP server's MLSD lines, which the ftp: handler turns into that
+// format (FTPHandler.listing(fromMLSD:) in Sources/PorterFTP/FTPHandler.swift).
 import Foundation
 import FuzzDriver
 @testable import PorterCore
+@testable import PorterFTP
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     let input = Data(UnsafeBufferPointer(start: data, count: size))
+    let mlsd = FTPHandler.listing(fromMLSD: input)
+    guard let fromMLSD = try? DirectoryListing.parse(mlsd.serialized()),
+          fromMLSD.entries.map(\.name) == mlsd.entries.map(\.name) else {
+        fatalError("the listing made from MLSD lines does not parse back to the same names")
+    }
     guard let listing = try? DirectoryListing.parse(input) else { return 0 }
     let again: DirectoryListing
     do {

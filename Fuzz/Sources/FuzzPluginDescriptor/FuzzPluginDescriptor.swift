@@ -2,7 +2,9 @@
 // (Sources/PorterPlugins/PluginLoader.swift: PluginLoader.check and isValidScheme), on a
 // porter_plugin_descriptor (Sources/CPorterPlugin/include/porter_plugin.h) built from
 // fuzzed bytes: name and version strings (or NULL), the scheme list (count, names, flags),
-// and the handler table (its struct_size, which functions are NULL).
+// and the handler table (its struct_size, which functions are NULL). The rest of the
+// input is also a scheme for isValidScheme and an event signature for
+// PluginEvents.parse (what a plugin's subscribe passes).
 //
 // The handler table is allocated at the size it claims (at least its struct_size field),
 // as a plugin built against an older header would have it: reading past that is a bug
@@ -105,6 +107,9 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     let scheme = String(decoding: rest, as: UTF8.self)
     if PluginLoader.isValidScheme(scheme) {
         guard scheme.utf8.count <= 64, scheme == scheme.lowercased() else { fatalError("'\(scheme)' is not a valid scheme") }
+    }
+    if let (result, arguments) = PluginEvents.parse(scheme) {
+        guard scheme.utf8.count == arguments.count + 3, result != UInt8(ascii: "(") else { fatalError("signature '\(scheme)'") }
     }
     return 0
 }
