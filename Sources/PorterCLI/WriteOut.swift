@@ -31,7 +31,7 @@ enum WriteOut {
         }
         let exit = t.writeFailed ? PorterExit.writeError
             : t.httpFailed ? PorterExit.httpError : t.error.map { PorterExit($0.code) } ?? .success
-        let effective = t.response?.url.absoluteString ?? last?.request.url.absoluteString ?? t.urlText
+        let effective = t.response?.url.maskingPassword ?? last?.request.url.maskingPassword ?? t.urlText
         return [
             ("url", .text(t.urlText)),
             ("url_effective", .text(effective)),

@@ -179,7 +179,17 @@ final class HTTPHandlerTests: XCTestCase {
     }
 
     private func cacheLog(_ path: String) -> [String] {
-        let text = (try? String(contentsOfFile: nginx.dir + "/logs/cache.log", encoding: .utf8)) ?? ""
+        // nginx writes a log line after its response went out: read once the log has not
+        // grown for 50 ms (at most half a second), so a busy machine does not race it.
+        let file = nginx.dir + "/logs/cache.log"
+        var size = -1
+        for _ in 0..<10 {
+            let now = ((try? FileManager.default.attributesOfItem(atPath: file))?[.size] as? NSNumber)?.intValue ?? 0
+            if now == size { break }
+            size = now
+            usleep(50_000)
+        }
+        let text = (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""
         return text.split(separator: "\n").map(String.init).filter { $0.contains(" \(path) ") }
     }
 
