@@ -261,10 +261,13 @@ public final class PluginLoader: @unchecked Sendable {
         guard let list = d.schemes, d.scheme_count > 0 else { return fail("no schemes") }
         guard d.scheme_count <= 64 else { return fail("\(d.scheme_count) schemes (at most 64)") }
         guard let handler = d.handler else { return fail("no handler table") }
-        let table = handler.pointee
-        guard table.struct_size >= UInt32(MemoryLayout<porter_handler_vtable>.size) else {
-            return fail("handler table is \(table.struct_size) bytes; needs \(MemoryLayout<porter_handler_vtable>.size)")
+        // The size first, read alone: a table smaller than this host's must not be read
+        // whole (found by Fuzz/FuzzPluginDescriptor: a heap read past a short table).
+        let size = UnsafeRawPointer(handler).load(as: UInt32.self)
+        guard size >= UInt32(MemoryLayout<porter_handler_vtable>.size) else {
+            return fail("handler table is \(size) bytes; needs \(MemoryLayout<porter_handler_vtable>.size)")
         }
+        let table = handler.pointee
         var missing: [String] = []
         if table.start == nil { missing.append("start") }
         if table.stop == nil { missing.append("stop") }
