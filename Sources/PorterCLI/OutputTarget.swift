@@ -1,8 +1,8 @@
 import Foundation
 import Porter
 
-/// What `-o PATH` names, and the path arithmetic the CLI does on user text. Plain byte
-/// work on the string: Foundation's path methods trap on some inputs ("a", "-").
+/// What `-o PATH` names, and the path arithmetic the CLI does on user text (PathText:
+/// Foundation's path methods trap on some inputs, "a" and "-" among them).
 enum OutputTarget: Equatable {
     /// Absent, or a regular file (or a link to one): write beside it, then rename over it.
     case file
@@ -21,23 +21,8 @@ enum OutputTarget: Equatable {
         }
     }
 
-    /// The folder holding `path`: "." for a bare name, "/" for a name in the root.
-    static func parentFolder(of path: String) -> String {
-        var p = Substring(path)
-        while p.count > 1, p.hasSuffix("/") { p = p.dropLast() }
-        guard let slash = p.lastIndex(of: "/") else { return "." }
-        let parent = p[..<slash]
-        return parent.isEmpty ? "/" : String(parent)
-    }
-
-    /// The last component of `path` ("" for "/").
-    static func lastComponent(of path: String) -> String {
-        var p = Substring(path)
-        while p.count > 1, p.hasSuffix("/") { p = p.dropLast() }
-        if p == "/" { return "" }
-        guard let slash = p.lastIndex(of: "/") else { return String(p) }
-        return String(p[p.index(after: slash)...])
-    }
+    static func parentFolder(of path: String) -> String { PathText.parent(of: path) }
+    static func lastComponent(of path: String) -> String { PathText.lastComponent(of: path) }
 
     /// The mode a finished download gets when it is renamed over `path`: an existing
     /// regular file keeps its own; a new file gets 0666 less the umask, as curl's do.

@@ -211,12 +211,8 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
     // MARK: writing
 
     private func upload(to path: String) throws {
-        // Byte arithmetic on the path (Foundation's path methods trap on some names).
-        guard let slash = path.lastIndex(of: "/") else {
-            throw PorterError(.badURL, "a file: URL needs an absolute path", url: request.url)
-        }
-        let folder = slash == path.startIndex ? "/" : String(path[..<slash])
-        let base = String(path[path.index(after: slash)...])
+        let folder = PathText.parent(of: path)
+        let base = path.hasSuffix("/") ? "" : PathText.lastComponent(of: path)
         var existing = stat()
         let isFolder = stat(path, &existing) == 0 && (existing.st_mode & S_IFMT) == S_IFDIR
         guard !base.isEmpty, !path.hasSuffix("/"), !request.url.hasDirectoryPath, !isFolder else {

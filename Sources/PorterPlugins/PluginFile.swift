@@ -1,4 +1,5 @@
 import Foundation
+import PorterCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -126,12 +127,5 @@ struct PluginFile {
         return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
-    /// "/a/b" → "/a"; "/a" → "/"; "b" → ".".
-    static func parent(of path: String) -> String {
-        var p = Substring(path)
-        while p.count > 1, p.hasSuffix("/") { p = p.dropLast() }
-        guard let slash = p.lastIndex(of: "/") else { return "." }
-        let up = p[..<slash]
-        return up.isEmpty ? "/" : String(up)
-    }
+    static func parent(of path: String) -> String { PathText.parent(of: path) }
 }

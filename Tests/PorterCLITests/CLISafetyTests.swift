@@ -41,18 +41,7 @@ extension CLITests {
         }
         let fifo = dir + "/fifo"
         XCTAssertEqual(mkfifo(fifo, 0o600), 0)
-        let received = Locked(Data())
-        let reader = Thread {
-            let fd = open(fifo, O_RDONLY)
-            var buffer = [UInt8](repeating: 0, count: 4096)
-            while fd >= 0 {
-                let n = read(fd, &buffer, buffer.count)
-                if n <= 0 { break }
-                received.withLock { $0.append(contentsOf: buffer[0..<n]) }
-            }
-            close(fd)
-        }
-        reader.start()
+        let received = readFIFOInBackground(fifo)
         let r = try run(["-o", fifo, "data:,through%20the%20fifo"])
         XCTAssertEqual(r.status, 0, r.stderr)
         XCTAssertTrue(eventuallyTrue { received.current == Data("through the fifo".utf8) })

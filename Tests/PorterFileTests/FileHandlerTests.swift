@@ -234,18 +234,7 @@ final class FileHandlerTests: XCTestCase {
     func testUploadOntoADeviceOrFIFOWritesThrough() async throws {
         let fifo = dir + "/fifo"
         XCTAssertEqual(mkfifo(fifo, 0o600), 0)
-        let received = Locked(Data())
-        let reader = Thread {
-            let fd = open(fifo, O_RDONLY)
-            var buffer = [UInt8](repeating: 0, count: 4096)
-            while fd >= 0 {
-                let n = read(fd, &buffer, buffer.count)
-                if n <= 0 { break }
-                received.withLock { $0.append(contentsOf: buffer[0..<n]) }
-            }
-            close(fd)
-        }
-        reader.start()
+        let received = readFIFOInBackground(fifo)
         _ = try await session.upload(for: Request(url: URL(fileURLWithPath: fifo)), from: Data("into the fifo".utf8))
         for _ in 0..<500 where received.current.count < 13 { usleep(10_000) }
         XCTAssertEqual(received.current, Data("into the fifo".utf8))

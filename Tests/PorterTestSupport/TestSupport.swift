@@ -211,3 +211,21 @@ public func startProcess(_ executable: String, _ arguments: [String], environmen
 
 /// The environment overrides that take the proxy variables away.
 public var withoutProxies: [String: String?] { Dictionary(uniqueKeysWithValues: proxyVariables.map { ($0, nil) }) }
+
+/// Reads a FIFO on a thread of its own until its writer closes; what arrived so far is
+/// in the returned box.
+public func readFIFOInBackground(_ path: String) -> Locked<Data> {
+    let received = Locked(Data())
+    let reader = Thread {
+        let fd = open(path, O_RDONLY)
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while fd >= 0 {
+            let n = read(fd, &buffer, buffer.count)
+            if n <= 0 { break }
+            received.withLock { $0.append(contentsOf: buffer[0..<n]) }
+        }
+        close(fd)
+    }
+    reader.start()
+    return received
+}
