@@ -467,7 +467,10 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         t.response = response
         if t.retriesLeft > 0, let s = response.statusCode, Runner.transientStatuses.contains(s) {
             t.retryPending = true
-            t.retryAfter = response.value(forHeader: "Retry-After").flatMap { TimeInterval($0) }
+            // Retry-After in seconds (a date, or anything else, falls back to curl's wait).
+            t.retryAfter = response.value(forHeader: "Retry-After").flatMap { v in
+                v.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) ? TimeInterval(v) : nil
+            }
             return false
         }
         if !showHead(response) { t.writeFailed = true; return false }
@@ -621,6 +624,11 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         t.retriesLeft -= 1
         t.retryPending = false
         t.retryAfter = nil
+        if t.ownsFD {
+            close(t.fd)
+            t.ownsFD = false
+            t.fd = 1
+        }
         t.error = nil
         t.httpFailed = false
         t.response = nil
