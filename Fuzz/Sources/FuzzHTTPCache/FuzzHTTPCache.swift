@@ -1,6 +1,7 @@
-// RFC 9111 as Porter applies it (Sources/PorterCore/HTTPCache.swift): Cache-Control,
-// Age, Expires, Date and Last-Modified, through CacheControl and every HTTPCacheRules
-// function, on a response (and a request) built from fuzzed header fields.
+// RFC 9111 as Porter applies it (Sources/PorterCore/HTTPCache.swift, HTTPDate.swift):
+// Cache-Control, Age, Expires, Date, Last-Modified, validators and Range, through
+// CacheControl, HTTPDate and every HTTPCacheRules function, on a response (and a
+// request) built from fuzzed header fields; the stored body is the input itself.
 //
 // Input: the first two bytes are the status code (mod 600) and the offset of "now" from
 // the stored date; then "Name: value" lines, for the response, or for the request when
@@ -38,6 +39,8 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     _ = CacheControl(cacheControlValues)
     _ = CacheControl(responseFields[values: .cacheControl])
     _ = HTTPCacheRules.httpDate(text)
+    for field in responseFields { _ = HTTPDate.parse(field.value) }
+    for value in cacheControlValues { _ = HTTPDate.parse(value) }
 
     let response = Response(url: url, mimeType: "text/plain", expectedContentLength: 0, statusCode: status,
                             headerFields: responseFields)
@@ -47,8 +50,18 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     guard lifetime >= 0 else { fatalError("negative freshness lifetime \(lifetime)") }
     let age = HTTPCacheRules.currentAge(response, stored: stored, now: now)
     guard !(age < 0) else { fatalError("negative age \(age)") }
-    let cached = CachedResponse(response: response, data: Data(), storedDate: stored)
+    if let age = HTTPCacheRules.ageHeader(response), age < 0 { fatalError("negative Age \(age)") }
+    _ = HTTPCacheRules.storable(response)
+    let body = Data(bytes)
+    let cached = CachedResponse(response: response, data: body, storedDate: stored)
     _ = HTTPCacheRules.isFresh(cached, request: request, now: now)
+    _ = HTTPCacheRules.mayServeWhileRevalidating(cached, request: request, now: now)
+    _ = HTTPCacheRules.clientConditionMatches(request, response)
+    if let (partial, data) = HTTPCacheRules.rangeAnswer(for: request, cached) {
+        guard data.count <= body.count, partial.expectedContentLength == Int64(data.count) else {
+            fatalError("a range answer of \(data.count) bytes from \(body.count)")
+        }
+    }
     _ = HTTPCacheRules.conditionalHeaders(for: cached)
     let served = HTTPCacheRules.serving(cached, now: now)
     guard served.headerFields[.age] != nil else { fatalError("served without an Age") }
