@@ -26,7 +26,8 @@ public struct CacheControl: Sendable, Equatable {
                 if let a = argument, a.hasPrefix("\""), a.hasSuffix("\""), a.count >= 2 { argument = String(a.dropFirst().dropLast()) }
                 // A malformed or negative number is ignored; a huge one is clamped.
                 let seconds = argument.flatMap { a -> Int? in
-                    guard !a.isEmpty, a.allSatisfy(\.isNumber) else { return nil }
+                    // delta-seconds is ASCII digits only (RFC 9111 §1.2.2): "½" or "٣" is not a number here.
+                    guard !a.isEmpty, a.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
                     return Int(a) ?? Int(Int32.max)
                 }
                 switch name {

@@ -112,6 +112,16 @@ final class HTTPCacheTests: XCTestCase {
         XCTAssertFalse(HTTPCacheRules.mayServeWhileRevalidating(stored, request: get([("Cache-Control", "no-cache")]), now: later))
     }
 
+    /// delta-seconds are ASCII digits: "½" or an Arabic-Indic digit is no max-age (it was
+    /// clamped to 68 years of freshness), and a non-ASCII Max-Age is no cookie lifetime.
+    func testOnlyASCIIDigitsAreSeconds() {
+        XCTAssertNil(CacheControl(["max-age=½"]).maxAge)
+        XCTAssertNil(CacheControl(["max-age=\u{0663}"]).maxAge)
+        XCTAssertEqual(CacheControl(["max-age=30"]).maxAge, 30)
+        XCTAssertNil(CookieRules.parse("a=b; Max-Age=\u{0663}0")?.maxAge)
+        XCTAssertEqual(CookieRules.parse("a=b; Max-Age=30")?.maxAge, 30)
+    }
+
     func testCacheControlParsing() {
         let cc = CacheControl(["max-age=60, no-cache", "Must-Revalidate, private=\"Set-Cookie\", s-maxage=\"10\", immutable, max-age=bad"])
         XCTAssertEqual(cc.maxAge, 60, "a malformed later max-age is ignored")

@@ -236,7 +236,7 @@ public enum CookieRules {
             case "expires":
                 if let d = parseDate(raw) { p.expires = d }
             case "max-age":
-                guard let first = raw.first, first == "-" || first.isNumber,
+                guard let first = raw.first, first == "-" || (first.isASCII && first.isNumber),
                       raw.dropFirst().allSatisfy({ $0.isASCII && $0.isNumber }) else { continue }
                 p.maxAge = Int64(raw) ?? (first == "-" ? Int64.min : Int64.max)
             case "domain":
