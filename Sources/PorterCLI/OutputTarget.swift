@@ -21,9 +21,6 @@ enum OutputTarget: Equatable {
         }
     }
 
-    static func parentFolder(of path: String) -> String { PathText.parent(of: path) }
-    static func lastComponent(of path: String) -> String { PathText.lastComponent(of: path) }
-
     /// The mode a finished download gets when it is renamed over `path`: an existing
     /// regular file keeps its own; a new file gets 0666 less the umask, as curl's do.
     static func mode(forReplacing path: String, umask: mode_t) -> mode_t {

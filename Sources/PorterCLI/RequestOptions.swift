@@ -99,7 +99,7 @@ extension Fetch {
             if rest.hasPrefix("@") {
                 let path = String(rest.dropFirst())
                 let data = try Fetch.fileContents(path)
-                let shown = (filename ?? OutputTarget.lastComponent(of: path)).replacingOccurrences(of: "\"", with: "%22")
+                let shown = (filename ?? PathText.lastComponent(of: path)).replacingOccurrences(of: "\"", with: "%22")
                 line("Content-Disposition: form-data; name=\"\(quotedName)\"; filename=\"\(shown)\"")
                 line("Content-Type: " + (type ?? MediaTypes.mimeType(forPath: path)))
                 line("")
@@ -172,5 +172,3 @@ extension Fetch {
     }
 }
 
-/// A URL as -v shows it: any password replaced by "***".
-func maskedURL(_ url: URL) -> String { url.maskingPassword }

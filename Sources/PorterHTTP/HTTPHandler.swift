@@ -417,7 +417,8 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         m.remotePort = m.remoteAddress == nil ? nil : t.info(CURLINFO_PRIMARY_PORT)
         m.localAddress = t.info(string: CURLINFO_LOCAL_IP).flatMap { $0.isEmpty ? nil : $0 }
         m.localPort = m.localAddress == nil ? nil : t.info(CURLINFO_LOCAL_PORT)
-        if let tls = tlsFacts ?? t.tlsInfo() {
+        // Read while the head arrived (endOfHead); plain http asks nothing per request.
+        if let tls = tlsFacts {
             m.negotiatedTLSProtocolVersion = tls.version
             m.negotiatedTLSCipherSuite = tls.cipher
         }

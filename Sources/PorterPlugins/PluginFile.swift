@@ -92,7 +92,7 @@ struct PluginFile {
                 }
             }
             if current == "/" { return nil }
-            current = parent(of: current)
+            current = PathText.parent(of: current)
             isPluginFolder = false
         }
     }
@@ -113,7 +113,7 @@ struct PluginFile {
     /// The real path of the folder holding `path` (links in the folder part resolved;
     /// the last component itself is not followed).
     static func realFolder(of path: String) -> String? {
-        let folder = parent(of: path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path)
+        let folder = PathText.parent(of: path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path)
         guard let resolved = realpath(folder, nil) else { return nil }
         defer { free(resolved) }
         return String(cString: resolved)
@@ -127,5 +127,4 @@ struct PluginFile {
         return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
-    static func parent(of path: String) -> String { PathText.parent(of: path) }
 }
