@@ -73,11 +73,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
     private let stderrIsTTY = isatty(2) == 1
     private let buffered: Bool
     private var logger: Logger
-    private let umaskValue: mode_t = {
-        let m = umask(0o022)
-        umask(m)
-        return m
-    }()
+    private let umaskValue = FileCreationMask.current
 
     /// -D FILE: where response heads go (1 for "-").
     private var dumpFD: Int32?
@@ -92,7 +88,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         } else {
             name = String(name.prefix { $0 != ";" }).trimmingCharacters(in: .whitespaces)
         }
-        name = OutputTarget.lastComponent(of: name.replacingOccurrences(of: "\\", with: "/"))
+        name = PathText.lastComponent(of: name.replacingOccurrences(of: "\\", with: "/"))
         guard !name.isEmpty, name != ".", name != "..", !name.unicodeScalars.contains(where: { $0.value < 0x20 }) else { return nil }
         return name
     }
@@ -341,7 +337,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         options.applyHeaders(to: &request, credential: credential)
         if let m = options.request { request.method = m }
         if t.output == nil, options.remoteName {
-            let name = OutputTarget.lastComponent(of: url.path)
+            let name = PathText.lastComponent(of: url.path)
             guard !name.isEmpty, name != "/" else { return PorterError(.badURL, "-O: the URL has no file name: \(t.urlText)") }
             t.output = name
         }
@@ -349,7 +345,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             request.setValue("bytes=\(offset)-", forHeader: "Range")
         }
         if options.createDirs, let output = t.output, output != "-" {
-            let folder = OutputTarget.parentFolder(of: output)
+            let folder = PathText.parent(of: output)
             if (try? FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)) == nil {
                 return PorterError(.cannotCreateFile, "--create-dirs: cannot create \(folder)")
             }
@@ -372,12 +368,12 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
                 t.ownsFD = true
             }
         }
-        let dir = fileOutput.map(OutputTarget.parentFolder(of:))
+        let dir = fileOutput.map(PathText.parent(of:))
         let session = session(downloadDirectory: dir)
         let task: SessionTask
         if let file = options.uploadFile {
             if url.absoluteString.hasSuffix("/") {
-                request.url = url.appendingPathComponent(OutputTarget.lastComponent(of: file))
+                request.url = url.appendingPathComponent(PathText.lastComponent(of: file))
             }
             task = session.uploadTask(with: request, fromFile: URL(fileURLWithPath: file))
         } else if let output = fileOutput {
@@ -388,7 +384,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         }
         lock.withLock { transfers[ObjectIdentifier(task)] = t }
         if options.verbose {
-            note("> \(request.method) \(maskedURL(request.url))")
+            note("> \(request.method) \(request.url.maskingPassword)")
             for field in request.headerFields {
                 note("> \(field.name.rawName): \(Runner.masked(field.name.rawName, field.value))")
             }
@@ -518,7 +514,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         // -J: the server's Content-Disposition name, its last component only, never over an
         // existing file (curl's rule).
         if options.remoteHeaderName, let name = task.response.flatMap(Runner.dispositionFilename) {
-            let named = OutputTarget.parentFolder(of: dest) + "/" + name
+            let named = PathText.parent(of: dest) + "/" + name
             if FileManager.default.fileExists(atPath: named) {
                 t.error = PorterError(.cannotCreateFile, "-J: \(named) exists already; not overwritten")
                 return

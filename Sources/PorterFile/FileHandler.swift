@@ -300,11 +300,10 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
         guard fsync(out) == 0 else {
             throw PorterError(.cannotWriteToFile, "cannot flush \(temp)", url: request.url, cause: .errno(errno))
         }
-        // Keep the target's permissions when replacing it; a new file gets 0644 less the umask.
+        // Keep the target's permissions when replacing it; a new file gets 0666 less the umask.
         var st = stat()
         if stat(path, &st) == 0 { fchmod(out, st.st_mode & 0o7777) } else {
-            let mask = umask(0); umask(mask)
-            fchmod(out, 0o666 & ~mask)
+            fchmod(out, 0o666 & ~FileCreationMask.current)
         }
         guard rename(temp, path) == 0 else {
             let e = errno
