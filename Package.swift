@@ -8,7 +8,12 @@ let package = Package(
     platforms: [.macOS(.v13)],
     products: [
         .library(name: "Porter", targets: ["Porter"]),
+        // The contract a handler author depends on: no SQLite, libpsl or libcurl.
         .library(name: "PorterCore", targets: ["PorterCore"]),
+        .library(name: "PorterSession", targets: ["PorterSession"]),
+        .library(name: "PorterCache", targets: ["PorterCache"]),
+        .library(name: "PorterCookies", targets: ["PorterCookies"]),
+        .library(name: "PorterCredentials", targets: ["PorterCredentials"]),
         .executable(name: "porter", targets: ["porter"]),
         .executable(name: "CustomScheme", targets: ["CustomScheme"]),
         .executable(name: "SFTPMirror", targets: ["SFTPMirror"]),
@@ -29,15 +34,21 @@ let package = Package(
     ],
     targets: [
         .systemLibrary(name: "CPSL", path: "Sources/CPSL"),
+        // The contract and value types; the store protocols.
         .target(
             name: "PorterCore",
             dependencies: [
-                "CPSL",
-                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict),
+        // Sessions and tasks: the task state machine and the shell that performs it.
+        .target(name: "PorterSession", dependencies: ["PorterCore"], swiftSettings: strict),
+        // The stores behind the protocols of PorterCore.
+        .target(name: "PorterStorage", dependencies: ["PorterCore", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
+        .target(name: "PorterCache", dependencies: ["PorterCore", "PorterStorage", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
+        .target(name: "PorterCookies", dependencies: ["PorterCore", "PorterStorage", "CPSL", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
+        .target(name: "PorterCredentials", dependencies: ["PorterCore"], swiftSettings: strict),
         .target(name: "CCurl", linkerSettings: [.linkedLibrary("curl"), .linkedLibrary("ssl"), .linkedLibrary("crypto"), .linkedLibrary("z")]),
         .target(name: "PorterCurl", dependencies: ["PorterCore", "CCurl"], swiftSettings: strict),
         .target(name: "PorterHTTP", dependencies: ["PorterCore", "PorterCurl", "CCurl"], swiftSettings: strict),
@@ -56,7 +67,7 @@ let package = Package(
         .target(name: "SFTPPluginEntry", dependencies: ["PorterSFTP", "PorterPluginKit"], path: "Plugins/SFTP/Entry", swiftSettings: strict),
         .target(name: "EchoPlugin", dependencies: ["PorterPluginKit"], path: "Examples/SwiftPlugin", swiftSettings: strict),
         .target(name: "GopherPlugin", dependencies: ["CPorterPlugin"], path: "Examples/CPlugin"),
-        .target(name: "Porter", dependencies: ["PorterCore", "PorterData", "PorterFile", "PorterHTTP", "PorterFTP", "PorterPlugins"], swiftSettings: strict),
+        .target(name: "Porter", dependencies: ["PorterCore", "PorterSession", "PorterCache", "PorterCookies", "PorterCredentials", "PorterData", "PorterFile", "PorterHTTP", "PorterFTP", "PorterPlugins"], swiftSettings: strict),
         .target(
             name: "PorterCLI",
             dependencies: ["Porter", .product(name: "ArgumentParser", package: "swift-argument-parser")],
@@ -68,9 +79,18 @@ let package = Package(
             name: "SFTPMirror", dependencies: ["Porter", "PorterSFTP"], path: "Examples/SFTPMirror", swiftSettings: strict),
         .executableTarget(
             name: "porter-bench", dependencies: ["Porter"], path: "Benchmarks/porter-bench", swiftSettings: strict),
-        .testTarget(name: "PorterCoreTests", dependencies: ["PorterCore", .product(name: "HTTPTypes", package: "swift-http-types"), .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
-        .target(name: "PorterTestSupport", dependencies: ["PorterCore"], path: "Tests/PorterTestSupport", swiftSettings: strict),
-        .testTarget(name: "PorterDataTests", dependencies: ["PorterData"], swiftSettings: strict),
+        .testTarget(name: "PorterCoreTests", dependencies: ["PorterCore"], swiftSettings: strict),
+        .testTarget(
+            name: "PorterSessionTests",
+            dependencies: ["PorterSession", "Porter", .product(name: "HTTPTypes", package: "swift-http-types")],
+            swiftSettings: strict),
+        .testTarget(
+            name: "PorterStoresTests",
+            dependencies: ["PorterCache", "PorterCookies", "PorterCredentials", "PorterStorage", "PorterSession", "Porter",
+                           .product(name: "HTTPTypes", package: "swift-http-types"), .product(name: "GRDB", package: "GRDB.swift")],
+            swiftSettings: strict),
+        .target(name: "PorterTestSupport", dependencies: ["PorterCore", "PorterSession"], path: "Tests/PorterTestSupport", swiftSettings: strict),
+        .testTarget(name: "PorterDataTests", dependencies: ["PorterData", "PorterSession"], swiftSettings: strict),
         .testTarget(name: "PorterFileTests", dependencies: ["Porter", "PorterFile", "PorterTestSupport"], swiftSettings: strict),
         .testTarget(name: "PorterCLITests", dependencies: ["Porter", "PorterTestSupport"], swiftSettings: strict),
         .testTarget(

@@ -29,7 +29,9 @@ let package = Package(
     targets: [.target(name: "FuzzDriver")] + harnesses.map { name in
         .executableTarget(
             name: name,
-            dependencies: ["FuzzDriver", .product(name: "Porter", package: "Porter"), .product(name: "PorterCore", package: "Porter")],
+            dependencies: ["FuzzDriver", .product(name: "Porter", package: "Porter"), .product(name: "PorterCore", package: "Porter"),
+                           .product(name: "PorterSession", package: "Porter"), .product(name: "PorterCache", package: "Porter"),
+                           .product(name: "PorterCookies", package: "Porter"), .product(name: "PorterCredentials", package: "Porter")],
             swiftSettings: [.swiftLanguageMode(.v6), .unsafeFlags(["-parse-as-library"])])
     }
 )

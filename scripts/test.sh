@@ -22,6 +22,11 @@ if [ -z "$summary" ]; then
     echo "test: no XCTest summary found (the test run crashed?)"
     exit 1
 fi
+# A handler package that depends on PorterCore alone builds, links no SQLite, libpsl or
+# libcurl, and runs (one test in the count).
+contract_status=0
+bash scripts/contract-only.sh || contract_status=$?
+if [ "$contract_status" -eq 0 ]; then total=$((total + 1)); else total=$((total + 1)); failed=$((failed + 1)); fi
 # Every libFuzzer harness builds and runs a few seconds from its seed corpus (FUZZING.md),
 # so the harnesses keep building and the seeds keep passing; `make fuzz` runs them long.
 fuzz_status=0
@@ -29,4 +34,4 @@ FUZZ_SECONDS=${FUZZ_SMOKE_SECONDS:-3} bash scripts/fuzz.sh || fuzz_status=$?
 [ "$fuzz_status" -eq 0 ] || echo "test: a fuzz harness failed (see above)"
 
 echo "tests: $((total - failed)) passed, $failed failed"
-if [ "$status" -ne 0 ] || [ "$failed" -ne 0 ] || [ "$fuzz_status" -ne 0 ]; then exit 1; fi
+if [ "$status" -ne 0 ] || [ "$failed" -ne 0 ] || [ "$fuzz_status" -ne 0 ] || [ "$contract_status" -ne 0 ]; then exit 1; fi

@@ -1,4 +1,8 @@
 @_exported import PorterCore
+@_exported import PorterSession
+@_exported import PorterCache
+@_exported import PorterCookies
+@_exported import PorterCredentials
 @_exported import PorterData
 @_exported import PorterFile
 @_exported import PorterHTTP
@@ -11,15 +15,36 @@ public enum Porter {
     public static let version = porterVersion
 
     private static let verdicts = Locked<[PluginVerdict]>([])
+    private static let storesInstalled = Locked(false)
+
+    /// The stores new configurations start with: `.default` ones share
+    /// `PersistentCookieStore.shared`, `CredentialStore.shared` and `HTTPCache.shared`
+    /// (each opened on first use); every `.ephemeral` one gets memory stores of its own.
+    public static func installDefaultStores() {
+        SessionConfiguration.installDefaultStores { kind in
+            switch kind {
+            case .ephemeral:
+                return .init(cookieStore: MemoryCookieStore(), credentialStore: CredentialStore(), responseCache: HTTPCache())
+            default:
+                return .init(cookieStore: PersistentCookieStore.shared, credentialStore: CredentialStore.shared,
+                             responseCache: HTTPCache.shared)
+            }
+        }
+    }
 
     /// Registers the built-in handlers (data:, file:, http:, https:, ftp:, ftps:) in
     /// `registry` (the shared one by default), then loads the plugins of the search
     /// path (`PluginLoader.searchPath()`) and of `pluginPaths` (folders or files,
     /// scanned first). Idempotent and safe from any thread: later calls for the same
     /// registry do nothing. A bad plugin is skipped with a diagnostic
-    /// (`pluginVerdicts`); it never stops start-up.
+    /// (`pluginVerdicts`); it never stops start-up. Also installs the default stores
+    /// (`installDefaultStores()`).
     public static func bootstrap(registry: HandlerRegistry = .shared, pluginPaths: [String] = [],
                                  loadPlugins: Bool = true, allowOverride: Set<String> = []) {
+        storesInstalled.withLock { installed in
+            if !installed { installDefaultStores() }
+            installed = true
+        }
         registry.performOnce(key: "porter.bootstrap") {
             registry.register(factory: TypeHandlerFactory(DataHandler.self), origin: .builtIn, version: version)
             registry.register(factory: TypeHandlerFactory(FileHandler.self), origin: .builtIn, version: version)

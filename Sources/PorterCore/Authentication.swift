@@ -175,7 +175,7 @@ public struct AuthenticationChallenge: Sendable, CustomStringConvertible {
     public var error: PorterError?
     /// Distinguishes the challenges of one handler (for `didCancel`).
     public let identifier: UInt64
-    let reply: @Sendable (ChallengeDisposition) -> Void
+    package let reply: @Sendable (ChallengeDisposition) -> Void
 
     private static let counter = AtomicCounter()
 

@@ -16,10 +16,11 @@ public final class Locked<Value>: @unchecked Sendable {
     public var current: Value { withLock { $0 } }
 }
 
-final class AtomicCounter: @unchecked Sendable {
+package final class AtomicCounter: @unchecked Sendable {
     private let lock = NSLock()
     private var value: UInt64 = 0
-    func next() -> UInt64 {
+    package init() {}
+    package func next() -> UInt64 {
         lock.lock(); defer { lock.unlock() }
         value &+= 1
         return value

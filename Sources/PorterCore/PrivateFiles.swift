@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 
 /// The XDG base directories Porter keeps its files under (plugins, cookies, credentials,
 /// the cache).
@@ -28,7 +27,7 @@ public enum PrivateFiles {
     /// really this user's: a real folder (not a symbolic link), owned by this user, and
     /// 0700 afterwards. A folder someone else owns (whose chmod would fail) or a planted
     /// link is refused, never used.
-    static func makeFolder(_ folder: String) throws {
+    package static func makeFolder(_ folder: String) throws {
         do {
             try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true,
                                                     attributes: [.posixPermissions: 0o700])
@@ -39,7 +38,7 @@ public enum PrivateFiles {
     }
 
     /// Throws unless `folder` is a real folder owned by this user, mode 0700 (set here).
-    static func checkOwnFolder(_ folder: String) throws {
+    package static func checkOwnFolder(_ folder: String) throws {
         var st = stat()
         guard lstat(folder, &st) == 0 else {
             throw PorterError(.cannotOpenFile, "cannot inspect \(folder)", cause: .errno(errno))
@@ -59,7 +58,7 @@ public enum PrivateFiles {
 
     /// Throws when `path` exists and is not a regular file of this user's (a planted
     /// symbolic link, a FIFO, someone else's file).
-    static func refuseIfNotOwnRegularFile(_ path: String, what: String) throws {
+    package static func refuseIfNotOwnRegularFile(_ path: String, what: String) throws {
         var st = stat()
         guard lstat(path, &st) == 0 else { return }
         guard st.st_mode & S_IFMT == S_IFREG else {
@@ -73,7 +72,7 @@ public enum PrivateFiles {
 
     /// Throws `.noPermissionsToReadFile` when `path` exists and its group or others have
     /// any access. `what` names the file in the message ("the cookie store").
-    static func refuseIfOthersCanRead(_ path: String, what: String) throws {
+    package static func refuseIfOthersCanRead(_ path: String, what: String) throws {
         try refuseIfNotOwnRegularFile(path, what: what)
         var st = stat()
         guard lstat(path, &st) == 0 else { return }
@@ -85,30 +84,9 @@ public enum PrivateFiles {
 
     /// Creates `path` with mode 0600 when it does not exist (before SQLite opens it: SQLite
     /// gives its -wal and -shm files the database's own mode).
-    static func createFile(_ path: String) {
+    package static func createFile(_ path: String) {
         let fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0o600)
         if fd >= 0 { close(fd) }
-    }
-
-    /// Opens (or creates, mode 0600) the SQLite database at `path` in WAL mode, waiting up to
-    /// 5 s for another process's lock, and creates its table with `schema`. `what` names
-    /// it in the error ("the cookie store").
-    static func openDatabase(_ path: String, schema: String, what: String) throws -> DatabaseQueue {
-        for file in [path, path + "-wal", path + "-shm", path + "-journal"] {
-            try refuseIfNotOwnRegularFile(file, what: what)
-        }
-        createFile(path)
-        try refuseIfNotOwnRegularFile(path, what: what)
-        var config = Configuration()
-        config.busyMode = .timeout(5)
-        do {
-            let database = try DatabaseQueue(path: path, configuration: config)
-            try database.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA journal_mode = WAL") }
-            try database.write { db in try db.execute(sql: schema) }
-            return database
-        } catch {
-            throw PorterError(.storeUnusable, "cannot open \(what) \(path) (damaged, or not a database): \(error)")
-        }
     }
 
     /// Writes `data` to a new temporary file (0600) beside `path`, flushes it and renames

@@ -141,6 +141,12 @@ public struct TaskMetrics: Sendable {
     public var taskEndDate: Date
     public var redirectCount: Int
     public var duration: TimeInterval { taskEndDate.timeIntervalSince(taskStartDate) }
+    public init(transactionMetrics: [TransactionMetrics], taskStartDate: Date, taskEndDate: Date, redirectCount: Int) {
+        self.transactionMetrics = transactionMetrics
+        self.taskStartDate = taskStartDate
+        self.taskEndDate = taskEndDate
+        self.redirectCount = redirectCount
+    }
 }
 
 /// Makes handlers. A Swift handler type is wrapped by `TypeHandlerFactory`; a plugin

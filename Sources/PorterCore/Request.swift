@@ -86,7 +86,7 @@ public struct Request: Sendable, CustomStringConvertible {
     /// (set by the session): a cached response is served only to a request of the same
     /// partition, so a response fetched with `-k`, `--resolve` or another CA or pin never
     /// answers a load that verifies differently.
-    public internal(set) var cachePartition: String = ""
+    public package(set) var cachePartition: String = ""
     /// Header fields a handler or its library would add on its own (`Accept`,
     /// `User-Agent`, `Accept-Encoding`, `Expect`, ...) that this request must not send:
     /// curl's `-H 'Name:'`. Names compare without regard to case. (A field in

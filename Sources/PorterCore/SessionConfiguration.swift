@@ -124,17 +124,19 @@ public struct SessionConfiguration: Sendable {
     }
     /// Send and store cookies (http and https) through `cookieStore`.
     public var httpShouldSetCookies: Bool = true
-    /// `.default` sessions share `PersistentCookieStore.shared` (SQLite under the XDG
-    /// data home); each `.ephemeral` configuration gets a memory store of its own. nil:
-    /// no cookies.
+    /// With the `Porter` module's defaults, `.default` sessions share
+    /// `PersistentCookieStore.shared` (SQLite under the XDG data home) and each
+    /// `.ephemeral` configuration gets a memory store of its own. nil: no cookies.
     public var cookieStore: (any CookieStore)?
-    /// Credentials per protection space: `.default` sessions share
-    /// `CredentialStore.shared` (permanent ones in a 0600 file under the XDG data home);
-    /// each `.ephemeral` configuration has a memory store of its own. nil: none.
-    public var credentialStore: CredentialStore?
+    /// Credentials per protection space: with the `Porter` module's defaults, `.default`
+    /// sessions share `CredentialStore.shared` (permanent ones in a 0600 file under the
+    /// XDG data home); each `.ephemeral` configuration has a memory store of its own.
+    /// nil: none.
+    public var credentialStore: (any CredentialStorage)?
     public var requestCachePolicy: CachePolicy = .useProtocolCachePolicy
-    /// The cache (nil: none): `.default` sessions share `HTTPCache.shared` (memory and
-    /// disk); each `.ephemeral` configuration has a memory-only `HTTPCache` of its own.
+    /// The cache (nil: none): with the `Porter` module's defaults, `.default` sessions
+    /// share `HTTPCache.shared` (memory and disk); each `.ephemeral` configuration has a
+    /// memory-only `HTTPCache` of its own.
     /// Any `ResponseCache` can be plugged in.
     public var responseCache: (any ResponseCache)?
     /// Handlers consulted before the registry, most preferred first.
@@ -157,16 +159,10 @@ public struct SessionConfiguration: Sendable {
 
     init(kind: Kind) {
         self.kind = kind
-        switch kind {
-        case .ephemeral:
-            cookieStore = MemoryCookieStore()
-            credentialStore = CredentialStore()
-            responseCache = HTTPCache()
-        default:
-            cookieStore = PersistentCookieStore.shared
-            credentialStore = CredentialStore.shared
-            responseCache = HTTPCache.shared
-        }
+        let stores = SessionConfiguration.defaultStores.current(kind)
+        cookieStore = stores.cookieStore
+        credentialStore = stores.credentialStore
+        responseCache = stores.responseCache
     }
 
     /// Shared persistent stores (when they exist).
@@ -179,34 +175,33 @@ public struct SessionConfiguration: Sendable {
         SessionConfiguration(kind: .background(identifier: identifier))
     }
 
+    /// The stores a new `.default`, `.ephemeral` or `.background` configuration starts
+    /// with.
+    public struct Stores: Sendable {
+        public var cookieStore: (any CookieStore)?
+        public var credentialStore: (any CredentialStorage)?
+        public var responseCache: (any ResponseCache)?
+        public init(cookieStore: (any CookieStore)? = nil, credentialStore: (any CredentialStorage)? = nil,
+                    responseCache: (any ResponseCache)? = nil) {
+            self.cookieStore = cookieStore
+            self.credentialStore = credentialStore
+            self.responseCache = responseCache
+        }
+    }
+
+    private static let defaultStores = Locked<@Sendable (Kind) -> Stores>({ _ in Stores() })
+
+    /// Sets what new configurations get as stores, by kind: `Porter.bootstrap()` installs
+    /// the shared SQLite-backed ones; a program built on `PorterCore` alone has none until
+    /// it installs its own. Configurations made before the call keep theirs.
+    public static func installDefaultStores(_ provider: @escaping @Sendable (Kind) -> Stores) {
+        defaultStores.withLock { $0 = provider }
+    }
+
     /// Puts a handler type in front of the registry for this session.
     public mutating func prependHandler(_ type: any ProtocolHandler.Type) {
         handlers.insert(TypeHandlerFactory(type), at: 0)
     }
-}
-
-/// A store of responses a handler may be handed back. The RFC 9111 decisions live
-/// in the stores issue; this is the contract sessions and handlers use.
-public protocol ResponseCache: AnyObject, Sendable {
-    func cachedResponse(for request: Request) -> CachedResponse?
-    func storeCachedResponse(_ cached: CachedResponse, for request: Request)
-    func removeCachedResponse(for request: Request)
-    func removeAllCachedResponses()
-}
-
-/// A memory-only cache keyed by URL and method: no freshness rules, it keeps what it
-/// is given. Useful for tests and for handlers whose resources never change.
-public final class MemoryResponseCache: ResponseCache, @unchecked Sendable {
-    private let entries = Locked([String: CachedResponse]())
-    public init() {}
-    private func key(_ r: Request) -> String { r.method + " " + r.url.absoluteString }
-    public func cachedResponse(for request: Request) -> CachedResponse? { entries.withLock { $0[key(request)] } }
-    public func storeCachedResponse(_ cached: CachedResponse, for request: Request) {
-        entries.withLock { $0[key(request)] = cached }
-    }
-    public func removeCachedResponse(for request: Request) { _ = entries.withLock { $0.removeValue(forKey: key(request)) } }
-    public func removeAllCachedResponses() { entries.withLock { $0.removeAll() } }
-    public var count: Int { entries.withLock { $0.count } }
 }
 
 /// One pinned name: `host` on `port` connects to `addresses` (curl's `--resolve`).

@@ -41,12 +41,12 @@ public final class TaskEventCenter: @unchecked Sendable {
     public var isObserved: Bool { lock.withLock { !observers.isEmpty } }
 
     /// Builds the event only when someone listens.
-    func post(_ make: @autoclosure () -> TaskEvent) {
+    package func post(_ make: @autoclosure () -> TaskEvent) {
         let current = lock.withLock { observers }
         guard !current.isEmpty else { return }
         let event = make()
         for (_, observer) in current { observer(event) }
     }
 
-    static let taskIDs = AtomicCounter()
+    package static let taskIDs = AtomicCounter()
 }

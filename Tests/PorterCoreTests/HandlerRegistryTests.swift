@@ -60,8 +60,8 @@ final class HandlerRegistryTests: XCTestCase {
 
     func testPerformOnceRunsOnce() {
         let r = HandlerRegistry()
-        let count = Counter()
-        DispatchQueue.concurrentPerform(iterations: 100) { _ in r.performOnce(key: "k") { count.add(1) } }
+        let count = Locked(0)
+        DispatchQueue.concurrentPerform(iterations: 100) { _ in r.performOnce(key: "k") { count.withLock { $0 += 1 } } }
         XCTAssertEqual(count.current, 1)
     }
 

@@ -1,5 +1,6 @@
 import XCTest
 import PorterCore
+import PorterSession
 @testable import PorterData
 
 final class DataURLTests: XCTestCase {

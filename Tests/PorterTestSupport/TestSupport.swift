@@ -1,5 +1,6 @@
 import Foundation
 import PorterCore
+import PorterSession
 
 /// A download delegate for resume tests: cancels with resume data once `cancelAt` bytes
 /// are written (when set), and records the resume offset, the finished file and the error.

@@ -5,6 +5,10 @@
 import Foundation
 import FuzzDriver
 @testable import PorterCore
+@testable import PorterSession
+@testable import PorterCache
+@testable import PorterCookies
+@testable import PorterCredentials
 @testable import PorterFTP
 
 @_cdecl("LLVMFuzzerTestOneInput")

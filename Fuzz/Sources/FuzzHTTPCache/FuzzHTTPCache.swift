@@ -10,6 +10,10 @@ import Foundation
 import FuzzDriver
 import HTTPTypes
 @testable import PorterCore
+@testable import PorterSession
+@testable import PorterCache
+@testable import PorterCookies
+@testable import PorterCredentials
 
 let url = URL(string: "https://example.com/a")!
 let stored = Date(timeIntervalSince1970: 1_700_000_000)

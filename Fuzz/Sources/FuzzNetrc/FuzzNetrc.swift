@@ -3,6 +3,10 @@
 import Foundation
 import FuzzDriver
 @testable import PorterCore
+@testable import PorterSession
+@testable import PorterCache
+@testable import PorterCookies
+@testable import PorterCredentials
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {

@@ -3,6 +3,10 @@
 import Foundation
 import FuzzDriver
 @testable import PorterCore
+@testable import PorterSession
+@testable import PorterCache
+@testable import PorterCookies
+@testable import PorterCredentials
 
 let now = Date(timeIntervalSince1970: 1_700_000_000)
 

@@ -10,6 +10,10 @@ import Foundation
 import FuzzDriver
 import HTTPTypes
 @testable import PorterCore
+@testable import PorterSession
+@testable import PorterCache
+@testable import PorterCookies
+@testable import PorterCredentials
 @testable import PorterHTTP
 
 let url = URL(string: "https://example.com/dir/file.txt")!

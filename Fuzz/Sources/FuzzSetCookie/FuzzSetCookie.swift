@@ -7,6 +7,10 @@
 import Foundation
 import FuzzDriver
 @testable import PorterCore
+@testable import PorterSession
+@testable import PorterCache
+@testable import PorterCookies
+@testable import PorterCredentials
 
 let responseURLs = [
     "http://example.com/a/b/c", "https://example.com/", "https://www.sub.example.co.uk/x/y?z=1",

@@ -1,0 +1,181 @@
+import Foundation
+import HTTPTypes
+import PorterCore
+
+/// RFC 9111 as a private cache: responses to GET keyed by URL (no fragment) and the
+/// request's values of the response's `Vary` fields; HEAD answered from a stored GET.
+/// A memory tier of `memoryCapacity` bytes in front of an optional disk tier of
+/// `diskCapacity` bytes (`HTTPDiskCache`), each evicting the least recently used first;
+/// `.allowedInMemoryOnly` responses stay off the disk. Storing follows
+/// `HTTPCacheRules.isStorable`; freshness and revalidation are the handler's (the HTTP
+/// handler asks `HTTPCacheRules`).
+public final class HTTPCache: ResponseCache, @unchecked Sendable {
+    private struct Variant {
+        var cached: CachedResponse
+        var varyValues: [String: String]   // header name (lower case) -> request value ("" when absent)
+        var lastUsed: UInt64
+        var size: Int
+    }
+    private let lock = NSLock()
+    private var entries: [String: [Variant]] = [:]
+    private var bytes = 0
+    private var tick: UInt64 = 0
+    public let memoryCapacity: Int
+    private let disk: HTTPDiskCache?
+
+    /// A memory-only cache (what `.ephemeral` sessions get).
+    public init(memoryCapacity: Int = 16 << 20) {
+        self.memoryCapacity = memoryCapacity
+        self.disk = nil
+    }
+
+    /// A cache with a disk tier in `directory` (created 0700).
+    public init(memoryCapacity: Int = 16 << 20, diskCapacity: Int, directory: String) throws {
+        self.memoryCapacity = memoryCapacity
+        self.disk = try HTTPDiskCache(directory: directory, capacity: diskCapacity)
+    }
+
+    /// The cache `.default` sessions share: 16 MiB in memory, 256 MiB in
+    /// `$XDG_CACHE_HOME/porter/http` (or `~/.cache/porter/http`); memory only, with a
+    /// warning, when that folder cannot be used.
+    public static let shared: HTTPCache = {
+        do {
+            return try HTTPCache(diskCapacity: 256 << 20, directory: defaultDirectory())
+        } catch {
+            FileHandle.standardError.write(Data("porter: the HTTP cache stays in memory: \(error)\n".utf8))
+            return HTTPCache()
+        }
+    }()
+
+    public static func defaultDirectory(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+        (XDG.cacheHome(environment: environment) ?? NSHomeDirectory() + "/.cache") + "/porter/http"
+    }
+
+    /// Where the disk tier lives, if there is one.
+    public var directory: String? { disk?.directory }
+
+    /// Bytes and entries in each tier.
+    public var statistics: (memoryBytes: Int, memoryEntries: Int, diskBytes: Int, diskEntries: Int) {
+        let (mb, me) = lock.withLock { (bytes, entries.values.reduce(0) { $0 + $1.count }) }
+        let (db, de) = disk?.usage ?? (0, 0)
+        return (mb, me, db, de)
+    }
+
+    public var currentMemoryUsage: Int { lock.withLock { bytes } }
+    public var count: Int { lock.withLock { entries.values.reduce(0) { $0 + $1.count } } }
+
+    static func key(_ url: URL) -> String {
+        var text = url.absoluteString
+        if let hash = text.firstIndex(of: "#") { text = String(text[..<hash]) }
+        return text
+    }
+
+    private static func varyNames(_ response: Response) -> [String] {
+        response.headerFields[values: HTTPField.Name("Vary")!].flatMap { $0.split(separator: ",") }
+            .map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
+    }
+
+    /// The pseudo-field every stored variant carries: the partition it was fetched under.
+    /// Its name holds a space, so no real header field can be called that.
+    static let partitionField = " porter-trust"
+
+    private static func value(_ request: Request, _ name: String) -> String {
+        if name == partitionField { return request.cachePartition }
+        guard let n = HTTPField.Name(name) else { return "" }
+        return request.headerFields[values: n].joined(separator: ", ")
+    }
+
+    public func cachedResponse(for request: Request) -> CachedResponse? {
+        guard request.method == "GET" || request.method == "HEAD" else { return nil }
+        let key = Self.key(request.url)
+        if let hit = memoryLookup(key, request) { return hit }
+        guard let disk else { return nil }
+        for (vary, cached) in disk.lookup(key: key) where Self.matches(vary, request) {
+            insertInMemory(key: key, vary: vary, cached: cached)
+            return cached
+        }
+        return nil
+    }
+
+    private func memoryLookup(_ key: String, _ request: Request) -> CachedResponse? {
+        lock.withLock {
+            guard var list = entries[key] else { return nil }
+            for i in list.indices {
+                let v = list[i]
+                if Self.matches(v.varyValues, request) {
+                    tick += 1
+                    list[i].lastUsed = tick
+                    entries[key] = list
+                    return v.cached
+                }
+            }
+            return nil
+        }
+    }
+
+    /// A stored variant answers `request` when its Vary values and its partition match;
+    /// `Vary: *` never matches, nor does an entry stored without a partition.
+    private static func matches(_ vary: [String: String], _ request: Request) -> Bool {
+        guard vary[partitionField] != nil, vary["*"] == nil else { return false }
+        return vary.allSatisfy { value(request, $0.key) == $0.value }
+    }
+
+    public func storeCachedResponse(_ cached: CachedResponse, for request: Request) {
+        guard cached.storagePolicy != .notAllowed, HTTPCacheRules.isStorable(request: request, response: cached.response) else {
+            return
+        }
+        var c = cached
+        c.response = HTTPCacheRules.storable(c.response)
+        if c.storedDate == nil { c.storedDate = Date() }
+        let names = Self.varyNames(c.response)
+        var vary: [String: String] = [:]
+        for n in names { vary[n] = Self.value(request, n) }
+        vary[Self.partitionField] = request.cachePartition
+        let key = Self.key(request.url)
+        insertInMemory(key: key, vary: vary, cached: c)
+        if c.storagePolicy == .allowed { disk?.store(key: key, vary: vary, cached: c) }
+    }
+
+    private func insertInMemory(key: String, vary: [String: String], cached c: CachedResponse) {
+        let size = c.data.count + 512
+        guard size <= memoryCapacity / 4 else { return }   // one entry never takes over the memory tier
+        lock.withLock {
+            tick += 1
+            var list = entries[key] ?? []
+            if let i = list.firstIndex(where: { $0.varyValues == vary }) {
+                bytes -= list[i].size
+                list.remove(at: i)
+            }
+            list.append(Variant(cached: c, varyValues: vary, lastUsed: tick, size: size))
+            bytes += size
+            entries[key] = list
+            while bytes > memoryCapacity, let victim = leastRecentlyUsed() {
+                bytes -= entries[victim.0]![victim.1].size
+                entries[victim.0]!.remove(at: victim.1)
+                if entries[victim.0]!.isEmpty { entries[victim.0] = nil }
+            }
+        }
+    }
+
+    /// Under the lock.
+    private func leastRecentlyUsed() -> (String, Int)? {
+        var best: (String, Int, UInt64)?
+        for (k, list) in entries {
+            for (i, v) in list.enumerated() where best == nil || v.lastUsed < best!.2 { best = (k, i, v.lastUsed) }
+        }
+        return best.map { ($0.0, $0.1) }
+    }
+
+    public func removeCachedResponse(for request: Request) {
+        let key = Self.key(request.url)
+        lock.withLock {
+            if let list = entries.removeValue(forKey: key) { bytes -= list.reduce(0) { $0 + $1.size } }
+        }
+        disk?.remove(key: key)
+    }
+
+    public func removeAllCachedResponses() {
+        lock.withLock { entries.removeAll(); bytes = 0 }
+        disk?.removeAll()
+    }
+}

@@ -1,0 +1,100 @@
+import Foundation
+import PorterCore
+
+/// Loads a resource into memory, or hands it to the data delegate as it arrives.
+public class DataTask: SessionTask, @unchecked Sendable {
+    /// Where the body goes.
+    enum Sink {
+        /// Collect it for a completion handler.
+        case completion(@Sendable (Data?, Response?, PorterError?) -> Void)
+        /// Hand chunks to the session's data delegate (or drop them without one).
+        case delegate
+        /// Feed an `AsyncBytes` sequence; it reports consumption itself.
+        case stream(ByteStreamBuffer)
+    }
+
+    private let sink: Sink
+    private var body = Data()          // on the delegate queue only
+    private var cacheBody: Data? = nil  // body kept for the cache in delegate mode
+
+    init(session: Session, identifier: Int, request: Request, sink: Sink) {
+        self.sink = sink
+        var asks = false
+        if case .delegate = sink { asks = session.dataDelegate != nil }
+        super.init(session: session, identifier: identifier, request: request, asksResponseDisposition: asks)
+    }
+
+    override func sinkResponse(_ response: Response, driver: TaskDriver) {
+        super.sinkResponse(response, driver: driver)
+        switch sink {
+        case .completion:
+            if response.expectedContentLength > 0 && response.expectedContentLength < 64 << 20 {
+                body.reserveCapacity(Int(response.expectedContentLength))
+            }
+        case .delegate:
+            if wantsCaching(driver) { cacheBody = Data() }
+        case .stream(let buffer):
+            buffer.deliver(response: response)
+        }
+    }
+
+    override func sinkData(_ data: Data, driver: TaskDriver) {
+        super.sinkData(data, driver: driver)
+        switch sink {
+        case .completion:
+            body.append(data)
+            driver.consumed(data.count)
+        case .delegate:
+            if cacheBody != nil {
+                if cacheBody!.count + data.count <= DataTask.cacheBodyLimit { cacheBody!.append(data) } else { cacheBody = nil }
+            }
+            session.dataDelegate?.dataTask(self, didReceive: data)
+            driver.consumed(data.count)
+        case .stream(let buffer):
+            buffer.append(data)
+        }
+    }
+
+    static let cacheBodyLimit = 16 << 20
+
+    private func wantsCaching(_ driver: TaskDriver) -> Bool {
+        session.configuration.responseCache != nil && driver.cacheCandidateStoragePolicy != .notAllowed
+            && driver.currentRequest.method == "GET"
+    }
+
+    override func sinkComplete(_ error: PorterError?, driver: TaskDriver) {
+        super.sinkComplete(error, driver: driver)
+        switch sink {
+        case .completion(let handler):
+            if error == nil, let response = self.response {
+                storeInCache(response: response, data: body, driver: driver, ask: false)
+            }
+            handler(error == nil ? body : nil, response, error)
+            body = Data()
+        case .delegate:
+            if error == nil, let response = self.response, let kept = cacheBody {
+                storeInCache(response: response, data: kept, driver: driver, ask: true)
+            }
+            cacheBody = nil
+            session.taskDelegate?.task(self, didCompleteWithError: error)
+        case .stream(let buffer):
+            buffer.finish(error)
+        }
+    }
+
+    private func storeInCache(response: Response, data: Data, driver: TaskDriver, ask: Bool) {
+        guard let cache = session.configuration.responseCache, wantsCaching(driver) else { return }
+        let request = driver.cacheKeyRequest ?? driver.currentRequest
+        let proposed = CachedResponse(response: response, data: data, storagePolicy: driver.cacheCandidateStoragePolicy)
+        guard ask, let delegate = session.dataDelegate else {
+            cache.storeCachedResponse(proposed, for: request)
+            return
+        }
+        delegate.dataTask(self, willCacheResponse: proposed) { chosen in
+            if let chosen, chosen.storagePolicy != .notAllowed { cache.storeCachedResponse(chosen, for: request) }
+        }
+    }
+}
+
+/// A data task that sends a body (from data, a file or a stream).
+public final class UploadTask: DataTask, @unchecked Sendable {}

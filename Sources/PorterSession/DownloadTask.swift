@@ -1,0 +1,194 @@
+import Foundation
+import PorterCore
+
+/// Loads a resource into a temporary file. The file is the delegate's (or the
+/// completion handler's) to move during the call that hands it over; Porter removes
+/// it afterwards. A failed or cancelled download leaves no file behind, except the
+/// partial file named by resume data when resume data was produced.
+public final class DownloadTask: SessionTask, @unchecked Sendable {
+    enum Sink {
+        case completion(@Sendable (URL?, Response?, PorterError?) -> Void)
+        case delegate
+    }
+
+    private let sink: Sink
+    // On the delegate queue only:
+    private var fd: Int32 = -1
+    private var path: String?
+    private var written: Int64 = 0
+    private var writeFailed = false
+    private let resumeFrom: ResumeData?
+    /// The resumed load failed before touching the partial file: hand its resume data back.
+    private var keepsResumeFrom = false
+    private let resumeCallback = Locked<(@Sendable (Data?) -> Void)?>(nil)
+
+    init(session: Session, identifier: Int, request: Request, resume: ResumeData?, sink: Sink) {
+        self.sink = sink
+        var request = request
+        var usable: ResumeData?
+        if let resume, let size = DownloadTask.fileSize(resume.partialFilePath), size == resume.bytesReceived, size > 0 {
+            request.resumeRange = ResumeRange(offset: size, validator: resume.validator)
+            usable = resume
+        }
+        self.resumeFrom = usable
+        super.init(session: session, identifier: identifier, request: request, asksResponseDisposition: false)
+    }
+
+    init(session: Session, adopting driver: TaskDriver, from dataTask: DataTask) {
+        self.sink = .delegate
+        self.resumeFrom = nil
+        super.init(session: session, adopting: driver, from: dataTask)
+    }
+
+    /// Cancels and hands back resume data (nil when the download cannot be resumed:
+    /// nothing received yet, or the resource has no validator).
+    public func cancel(byProducingResumeData completion: @escaping @Sendable (Data?) -> Void) {
+        resumeCallback.withLock { $0 = completion }
+        driver.wantsResumeData = true
+        if state == .completed || state == .canceling {
+            resumeCallback.withLock { $0 = nil }
+            completion(nil)
+            return
+        }
+        cancel()
+    }
+
+    static func fileSize(_ path: String) -> Int64? {
+        var st = stat()
+        guard stat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { return nil }
+        return Int64(st.st_size)
+    }
+
+    override func sinkResponse(_ response: Response, driver: TaskDriver) {
+        super.sinkResponse(response, driver: driver)
+        if let resume = resumeFrom, let offset = response.resumeOffset, offset != resume.bytesReceived {
+            // A 206 for another range than the one asked: appending it would make a wrong
+            // file. Fail, and leave the partial file (and the resume data) as they were.
+            keepsResumeFrom = true
+            writeFailed = true
+            driver.abort(PorterError(.resumeFailed,
+                "the server resumed at byte \(offset), not at byte \(resume.bytesReceived) as asked; the partial file is kept",
+                url: response.url))
+            return
+        }
+        if let resume = resumeFrom, response.resumeOffset == resume.bytesReceived {
+            fd = open(resume.partialFilePath, O_WRONLY | O_APPEND | O_CLOEXEC)
+            path = resume.partialFilePath
+            written = resume.bytesReceived
+            if fd >= 0 {
+                let total = response.expectedContentLength >= 0 ? response.expectedContentLength + written : -1
+                session.downloadDelegate?.downloadTask(self, didResumeAtOffset: written, expectedTotalBytes: total)
+                return
+            }
+        }
+        written = 0
+        if let resume = resumeFrom {
+            // The handler started over: reuse the partial file's name, from zero.
+            fd = open(resume.partialFilePath, O_WRONLY | O_TRUNC | O_CLOEXEC)
+            path = resume.partialFilePath
+        }
+        if fd < 0 {
+            var template = Array(((session.configuration.downloadDirectory ?? Session.temporaryDirectory) + "/.porter-download-XXXXXX").utf8CString)
+            fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+            if fd >= 0 { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+            path = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+        }
+        if fd < 0 {
+            let err = errno
+            path = nil
+            writeFailed = true
+            driver.abort(PorterError(.cannotCreateFile, "cannot create the download's temporary file",
+                                     url: response.url, cause: .errno(err)))
+        }
+    }
+
+    override func sinkData(_ data: Data, driver: TaskDriver) {
+        super.sinkData(data, driver: driver)
+        defer { driver.consumed(data.count) }
+        guard !writeFailed, fd >= 0 else { return }
+        let ok = data.withUnsafeBytes { raw -> Bool in
+            var offset = 0
+            while offset < raw.count {
+                let n = write(fd, raw.baseAddress! + offset, raw.count - offset)
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    return false
+                }
+                offset += n
+            }
+            return true
+        }
+        guard ok else {
+            let err = errno
+            writeFailed = true
+            driver.abort(PorterError(.cannotWriteToFile, "cannot write the download's temporary file",
+                                     url: response?.url, cause: .errno(err)))
+            return
+        }
+        written += Int64(data.count)
+        let expected = countOfBytesExpectedToReceive
+        session.downloadDelegate?.downloadTask(self, didWriteData: Int64(data.count), totalBytesWritten: written,
+                                               totalBytesExpectedToWrite: expected)
+    }
+
+    override func sinkComplete(_ error: PorterError?, driver: TaskDriver) {
+        var error = error
+        if fd >= 0 {
+            if close(fd) != 0 && error == nil {
+                error = PorterError(.cannotWriteToFile, "cannot finish writing the download", url: response?.url,
+                                    cause: .errno(errno))
+            }
+            fd = -1
+        }
+        var resumeData: Data?
+        if var failure = error {
+            if let made = makeResumeData(for: failure, driver: driver) {
+                resumeData = made.encoded()
+                failure.resumeData = resumeData
+            } else if let path, path != resumeFrom?.partialFilePath || response != nil {
+                unlink(path)
+            }
+            if resumeData == nil, response == nil || keepsResumeFrom, let resumeFrom {
+                // Failed before anything new arrived: the caller's partial file is untouched.
+                resumeData = resumeFrom.encoded()
+                failure.resumeData = resumeData
+            }
+            error = failure
+        }
+        super.sinkComplete(error, driver: driver)
+        if let callback = resumeCallback.withLock({ c -> (@Sendable (Data?) -> Void)? in let v = c; c = nil; return v }) {
+            callback(error?.code == .cancelled ? resumeData : nil)
+        }
+        let location = error == nil ? path.map { URL(fileURLWithPath: $0) } : nil
+        // The file is the callee's only during the call that hands it over.
+        switch sink {
+        case .completion(let handler):
+            handler(location, response, error)
+            if let location { unlink(location.path) }
+        case .delegate:
+            if let location {
+                session.downloadDelegate?.downloadTask(self, didFinishDownloadingTo: location)
+                unlink(location.path)
+            }
+            session.taskDelegate?.task(self, didCompleteWithError: error)
+        }
+    }
+
+    private func makeResumeData(for error: PorterError, driver: TaskDriver) -> ResumeData? {
+        guard let path, let response, let validator = response.validator, written > 0 else { return nil }
+        switch error.code {
+        case .cancelled:
+            guard driver.wantsResumeData else { return nil }
+        case .networkConnectionLost, .timedOut, .cannotConnectToHost, .resourceUnavailable:
+            break
+        default:
+            return nil
+        }
+        let request = driver.currentRequest
+        return ResumeData(url: request.url, method: request.method,
+                          headers: ResumeData.shareableHeaders(request.headerFields),
+                          validator: validator, bytesReceived: written,
+                          expectedTotalBytes: countOfBytesExpectedToReceive, partialFilePath: path,
+                          properties: request.properties.compactMapValues { $0 as? String })
+    }
+}

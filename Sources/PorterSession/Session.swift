@@ -1,0 +1,275 @@
+import Foundation
+import PorterCore
+import HTTPTypes
+
+/// A set of tasks sharing a configuration and a delegate: Porter's URLSession.
+///
+/// Delegate methods and completion handlers run on `delegateQueue`, a serial queue
+/// of the session's own, so the calls for one task arrive in order and never at the
+/// same time.
+public final class Session: @unchecked Sendable {
+    /// A session with the default configuration and no delegate.
+    public static let shared = Session(configuration: .default)
+
+    public let configuration: SessionConfiguration
+    public let delegateQueue: DispatchQueue
+    /// Unique per session in this process (`SessionContext.sessionIdentifier`).
+    public let identifier: UInt64 = Session.identifiers.next()
+    private static let identifiers = AtomicCounter()
+    public var sessionDescription: String? {
+        get { state.withLock { $0.description } }
+        set { state.withLock { $0.description = newValue } }
+    }
+
+    private struct State {
+        var tasks: [Int: SessionTask] = [:]
+        var nextIdentifier = 1
+        var invalidated = false
+        var invalidationReported = false
+        var delegate: (any SessionDelegate)?
+        var description: String?
+    }
+    private let state: Locked<State>
+    private let isShared: Bool
+    /// One timer for the idle and total timeouts of all running tasks.
+    lazy var timeouts = TimeoutWatch(queue: delegateQueue)
+
+    public init(configuration: SessionConfiguration, delegate: (any SessionDelegate)? = nil,
+                delegateQueue: DispatchQueue? = nil) {
+        self.configuration = configuration
+        self.delegateQueue = delegateQueue ?? DispatchQueue(label: "porter.session.delegate")
+        var s = State()
+        s.delegate = delegate
+        self.state = Locked(s)
+        self.isShared = false
+        if case .background(let id) = configuration.kind {
+            configuration.logger.warning("background session '\(id)': not supported yet; its tasks will fail")
+        }
+    }
+
+    private init(configuration: SessionConfiguration) {
+        self.configuration = configuration
+        self.delegateQueue = DispatchQueue(label: "porter.session.shared")
+        self.state = Locked(State())
+        self.isShared = true
+    }
+
+    public var delegate: (any SessionDelegate)? { state.withLock { $0.delegate } }
+    var taskDelegate: (any TaskDelegate)? { delegate as? any TaskDelegate }
+    var dataDelegate: (any DataDelegate)? { delegate as? any DataDelegate }
+    var downloadDelegate: (any DownloadDelegate)? { delegate as? any DownloadDelegate }
+
+    /// Tasks not yet completed.
+    public var allTasks: [SessionTask] { state.withLock { Array($0.tasks.values) }.sorted { $0.taskIdentifier < $1.taskIdentifier } }
+
+    // MARK: - making tasks
+
+    private func register<T: SessionTask>(_ make: (Int) -> T) -> T {
+        let (id, invalid) = state.withLock { s -> (Int, Bool) in
+            let id = s.nextIdentifier
+            s.nextIdentifier += 1
+            return (id, s.invalidated)
+        }
+        let task = make(id)
+        if invalid {
+            task.driver.abortBeforeStart(PorterError(.sessionInvalidated, "the session was invalidated",
+                                                     url: task.originalRequest.url))
+            return task
+        }
+        state.withLock { $0.tasks[id] = task }
+        if let delegate = self.delegate { delegateQueue.async { delegate.session(self, didCreateTask: task) } }
+        return task
+    }
+
+    public func dataTask(with request: Request) -> DataTask {
+        register { DataTask(session: self, identifier: $0, request: request, sink: .delegate) }
+    }
+    public func dataTask(with url: URL) -> DataTask { dataTask(with: Request(url: url)) }
+    public func dataTask(with request: Request,
+                         completionHandler: @escaping @Sendable (Data?, Response?, PorterError?) -> Void) -> DataTask {
+        register { DataTask(session: self, identifier: $0, request: request, sink: .completion(completionHandler)) }
+    }
+    public func dataTask(with url: URL,
+                         completionHandler: @escaping @Sendable (Data?, Response?, PorterError?) -> Void) -> DataTask {
+        dataTask(with: Request(url: url), completionHandler: completionHandler)
+    }
+
+    func streamTask(with request: Request, buffer: ByteStreamBuffer) -> DataTask {
+        register { DataTask(session: self, identifier: $0, request: request, sink: .stream(buffer)) }
+    }
+
+    private static func uploadRequest(_ request: Request, body: RequestBody?) -> Request {
+        var r = request
+        if let body { r.body = body }
+        if r.method == "GET" { r.method = "PUT" }
+        return r
+    }
+
+    /// Uploads `data`. A request whose method is GET is sent as PUT.
+    public func uploadTask(with request: Request, from data: Data) -> UploadTask {
+        let r = Session.uploadRequest(request, body: .data(data))
+        return register { UploadTask(session: self, identifier: $0, request: r, sink: .delegate) }
+    }
+    public func uploadTask(with request: Request, from data: Data,
+                           completionHandler: @escaping @Sendable (Data?, Response?, PorterError?) -> Void) -> UploadTask {
+        let r = Session.uploadRequest(request, body: .data(data))
+        return register { UploadTask(session: self, identifier: $0, request: r, sink: .completion(completionHandler)) }
+    }
+    public func uploadTask(with request: Request, fromFile file: URL) -> UploadTask {
+        let r = Session.uploadRequest(request, body: .file(file))
+        return register { UploadTask(session: self, identifier: $0, request: r, sink: .delegate) }
+    }
+    public func uploadTask(with request: Request, fromFile file: URL,
+                           completionHandler: @escaping @Sendable (Data?, Response?, PorterError?) -> Void) -> UploadTask {
+        let r = Session.uploadRequest(request, body: .file(file))
+        return register { UploadTask(session: self, identifier: $0, request: r, sink: .completion(completionHandler)) }
+    }
+    /// Uploads from the request's `.stream` body, or, when it has none, from a stream the
+    /// task delegate gives in `task(_:needNewBodyStream:)`.
+    public func uploadTask(withStreamedRequest request: Request) -> UploadTask {
+        let r = Session.uploadRequest(request, body: nil)
+        let task = register { UploadTask(session: self, identifier: $0, request: r, sink: .delegate) }
+        if r.body == nil { task.driver.needsBodyStreamBeforeStart = true }
+        return task
+    }
+
+    public func downloadTask(with request: Request) -> DownloadTask {
+        register { DownloadTask(session: self, identifier: $0, request: request, resume: nil, sink: .delegate) }
+    }
+    public func downloadTask(with url: URL) -> DownloadTask { downloadTask(with: Request(url: url)) }
+    public func downloadTask(with request: Request,
+                             completionHandler: @escaping @Sendable (URL?, Response?, PorterError?) -> Void) -> DownloadTask {
+        register { DownloadTask(session: self, identifier: $0, request: request, resume: nil, sink: .completion(completionHandler)) }
+    }
+
+    /// Continues a download from `cancel(byProducingResumeData:)` or a failed task's
+    /// `PorterError.resumeData`. Invalid resume data fails the task with `.resumeFailed`.
+    public func downloadTask(withResumeData data: Data) -> DownloadTask {
+        makeResumedTask(data, sink: .delegate)
+    }
+    public func downloadTask(withResumeData data: Data,
+                             completionHandler: @escaping @Sendable (URL?, Response?, PorterError?) -> Void) -> DownloadTask {
+        makeResumedTask(data, sink: .completion(completionHandler))
+    }
+
+    private func makeResumedTask(_ data: Data, sink: DownloadTask.Sink) -> DownloadTask {
+        do {
+            let resume = try ResumeData(data: data)
+            let request = Self.request(resuming: resume)
+            return register { DownloadTask(session: self, identifier: $0, request: request, resume: resume, sink: sink) }
+        } catch {
+            let bad = Request(url: URL(string: "about:resume-data")!)
+            let task = register { DownloadTask(session: self, identifier: $0, request: bad, resume: nil, sink: sink) }
+            task.driver.abortBeforeStart((error as? PorterError) ?? PorterError(.resumeFailed, "\(error)"))
+            return task
+        }
+    }
+
+    /// The request a download resumes with. Resume data is input like any other: names
+    /// that are not tokens are skipped, and so are fields past the first 10,000 (more
+    /// than HTTPFields holds would trap).
+    static func request(resuming resume: ResumeData) -> Request {
+        var request = Request(url: resume.url, method: resume.method)
+        for pair in resume.headers where pair.count == 2 && request.headerFields.count < 10_000 {
+            if let name = HTTPField.Name(pair[0]) { request.headerFields.append(HTTPField(name: name, value: pair[1])) }
+        }
+        for (key, value) in resume.properties ?? [:] { request.setProperty(value, forKey: key) }
+        return request
+    }
+
+    // MARK: - invalidation
+
+    /// New tasks fail; running ones finish; then the delegate hears
+    /// `didBecomeInvalidWithError(nil)` and is released. No effect on `shared`.
+    public func finishTasksAndInvalidate() {
+        guard !isShared else { return }
+        state.withLock { $0.invalidated = true }
+        reportInvalidIfDone()
+    }
+
+    /// Like `finishTasksAndInvalidate`, and cancels every running task.
+    public func invalidateAndCancel() {
+        guard !isShared else { return }
+        let tasks = state.withLock { s -> [SessionTask] in
+            s.invalidated = true
+            return Array(s.tasks.values)
+        }
+        tasks.forEach { $0.cancel() }
+        reportInvalidIfDone()
+    }
+
+    public var isInvalidated: Bool { state.withLock { $0.invalidated } }
+
+    func taskDidComplete(_ task: SessionTask) {
+        state.withLock { s in
+            if s.tasks[task.taskIdentifier] === task { s.tasks[task.taskIdentifier] = nil }
+        }
+        reportInvalidIfDone()
+    }
+
+    func adopt(_ task: SessionTask, replacing old: SessionTask) {
+        state.withLock { $0.tasks[task.taskIdentifier] = task }
+    }
+
+    private func reportInvalidIfDone() {
+        let delegate = state.withLock { s -> (any SessionDelegate)?? in
+            guard s.invalidated, s.tasks.isEmpty, !s.invalidationReported else { return nil }
+            s.invalidationReported = true
+            let d = s.delegate
+            return .some(d)
+        }
+        guard let delegate else { return }
+        state.withLock { $0.delegate = nil }
+        delegateQueue.async {
+            delegate?.session(self, didBecomeInvalidWithError: nil)
+        }
+    }
+
+    static let temporaryDirectory: String = {
+        let env = ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp"
+        return env.hasSuffix("/") && env.count > 1 ? String(env.dropLast()) : env
+    }()
+}
+
+/// Checks the timeouts of a session's running tasks from one repeating timer on the
+/// delivery queue; the timer exists only while some task is running.
+final class TimeoutWatch: @unchecked Sendable {
+    private let queue: DispatchQueue
+    private let lock = NSLock()
+    private var drivers: [ObjectIdentifier: TaskDriver] = [:]
+    private var timer: DispatchSourceTimer?
+    private var tick: TimeInterval = 1
+
+    init(queue: DispatchQueue) { self.queue = queue }
+
+    func watch(_ driver: TaskDriver, tick wanted: TimeInterval) {
+        lock.lock()
+        defer { lock.unlock() }
+        drivers[ObjectIdentifier(driver)] = driver
+        if timer == nil || wanted < tick - 0.001 {
+            timer?.cancel()
+            tick = wanted
+            let t = DispatchSource.makeTimerSource(queue: queue)
+            t.schedule(deadline: .now() + wanted, repeating: wanted, leeway: .milliseconds(5))
+            t.setEventHandler { [weak self] in self?.fire() }
+            timer = t
+            t.resume()
+        }
+    }
+
+    func unwatch(_ driver: TaskDriver) {
+        lock.lock()
+        defer { lock.unlock() }
+        drivers[ObjectIdentifier(driver)] = nil
+        if drivers.isEmpty {
+            timer?.cancel()
+            timer = nil
+            tick = 1
+        }
+    }
+
+    private func fire() {
+        let all = lock.withLock { Array(drivers.values) }
+        for d in all { d.checkTimeouts() }
+    }
+}

@@ -1,0 +1,129 @@
+import Foundation
+import PorterCore
+
+/// Progress of a task's transfer, as a value.
+public struct TaskProgress: Sendable, Equatable {
+    public var completedUnitCount: Int64
+    /// -1 when unknown.
+    public var totalUnitCount: Int64
+    public var fractionCompleted: Double {
+        totalUnitCount > 0 ? min(1, Double(completedUnitCount) / Double(totalUnitCount)) : 0
+    }
+}
+
+/// A task of a session: created suspended, started by `resume()`.
+public class SessionTask: @unchecked Sendable, CustomStringConvertible {
+    public let session: Session
+    public let taskIdentifier: Int
+    public let originalRequest: Request
+    /// Set in every initialiser (phase two, as it needs `self`); never changes after.
+    private(set) var driver: TaskDriver!
+    private let info = Locked(Info())
+    private struct Info {
+        var description: String?
+        var priority: Float = 0.5
+        var received: Int64 = 0
+        var expectedToReceive: Int64 = -1
+        var sent: Int64 = 0
+        var expectedToSend: Int64 = -1
+        var response: Response?
+        var error: PorterError?
+        var detachedState: TaskState?
+        var currentRequest: Request?
+    }
+
+    init(session: Session, identifier: Int, request: Request, asksResponseDisposition: Bool) {
+        self.session = session
+        self.taskIdentifier = identifier
+        self.originalRequest = request
+        self.driver = TaskDriver(session: session, request: request, owner: self,
+                                 asksResponseDisposition: asksResponseDisposition)
+        info.withLock { $0.expectedToSend = request.body?.knownLength ?? -1 }
+    }
+
+    /// Makes a task that takes over a running load (a data task that became a download).
+    init(session: Session, adopting driver: TaskDriver, from other: SessionTask) {
+        self.session = session
+        self.taskIdentifier = other.taskIdentifier
+        self.originalRequest = other.originalRequest
+        self.driver = driver
+        let snapshot = other.info.current
+        info.withLock {
+            $0.received = snapshot.received
+            $0.expectedToReceive = snapshot.expectedToReceive
+            $0.response = snapshot.response
+            $0.description = snapshot.description
+        }
+    }
+
+    // MARK: public state
+
+    public var taskDescription: String? {
+        get { info.withLock { $0.description } }
+        set { info.withLock { $0.description = newValue } }
+    }
+    /// 0 (low) to 1 (high); a hint handlers may use.
+    public var priority: Float {
+        get { info.withLock { $0.priority } }
+        set { info.withLock { $0.priority = min(1, max(0, newValue)) } }
+    }
+    public var state: TaskState { info.withLock { $0.detachedState } ?? driver.state }
+    /// The request being loaded now (after redirects).
+    public var currentRequest: Request? { info.withLock { $0.currentRequest } ?? originalRequest }
+    public var response: Response? { info.withLock { $0.response } }
+    public var error: PorterError? { info.withLock { $0.error } }
+    public var countOfBytesReceived: Int64 { info.withLock { $0.received } }
+    public var countOfBytesExpectedToReceive: Int64 { info.withLock { $0.expectedToReceive } }
+    public var countOfBytesSent: Int64 { info.withLock { $0.sent } }
+    public var countOfBytesExpectedToSend: Int64 { info.withLock { $0.expectedToSend } }
+    public var progress: TaskProgress {
+        info.withLock { i in
+            if i.expectedToSend > 0 && i.received == 0 && i.sent < i.expectedToSend {
+                return TaskProgress(completedUnitCount: i.sent, totalUnitCount: i.expectedToSend)
+            }
+            let total = i.expectedToReceive
+            return TaskProgress(completedUnitCount: i.received,
+                                totalUnitCount: i.detachedState == .completed || driver.state == .completed ? max(total, i.received) : total)
+        }
+    }
+    /// Received bytes not yet taken by the consumer (back-pressure diagnostics).
+    public var bufferedByteCount: Int { driver.bufferedByteCount }
+
+    public var description: String {
+        "\(type(of: self))(\(taskIdentifier) \(originalRequest.url.absoluteString) \(state))"
+    }
+
+    public func resume() { driver.decide(.resume) }
+    public func suspend() { driver.decide(.suspend) }
+    public func cancel() { driver.decide(.cancel) }
+
+    // MARK: - delivery from the driver (on the delegate queue); subclasses extend
+
+    func sinkResponse(_ response: Response, driver: TaskDriver) {
+        info.withLock {
+            $0.response = response
+            $0.currentRequest = driver.currentRequest
+            $0.expectedToReceive = response.expectedContentLength >= 0
+                ? response.expectedContentLength + (response.resumeOffset ?? 0) : -1
+            if let offset = response.resumeOffset { $0.received = offset } else { $0.received = 0 }
+        }
+    }
+
+    func sinkData(_ data: Data, driver: TaskDriver) {
+        info.withLock { $0.received += Int64(data.count) }
+    }
+
+    func sinkComplete(_ error: PorterError?, driver: TaskDriver) {
+        info.withLock { $0.error = error }
+    }
+
+    func noteSent(total: Int64, expected: Int64) {
+        info.withLock {
+            $0.sent = total
+            if expected >= 0 { $0.expectedToSend = expected }
+        }
+    }
+
+    func detach() { info.withLock { $0.detachedState = .completed } }
+}
+
