@@ -31,6 +31,9 @@ public protocol ProtocolHandler: AnyObject {
     /// (Porter then buffers what arrives).
     func pauseDelivery()
     func resumeDelivery()
+    /// The executor the task's life cycle should run on (the thread of this handler's
+    /// I/O, so its reports need no thread hop); nil for a serial queue of the session's.
+    static func executor(for request: Request, context: SessionContext) -> (any TaskExecutor)?
 }
 
 extension ProtocolClient {
@@ -45,6 +48,7 @@ extension ProtocolHandler {
     }
     public func pauseDelivery() {}
     public func resumeDelivery() {}
+    public static func executor(for request: Request, context: SessionContext) -> (any TaskExecutor)? { nil }
 }
 
 /// What a handler may know of the session it loads for (URLProtocol reaches the same
@@ -163,10 +167,13 @@ public protocol ProtocolHandlerFactory: Sendable {
     /// application allows the scheme (`allowedRedirectSchemes`). Default true; a plugin
     /// says so with PORTER_SCHEME_REDIRECT_TARGET.
     var mayBeRedirectTarget: Bool { get }
+    /// The executor for a task whose first request this factory's handler loads.
+    func executor(for request: Request, context: SessionContext) -> (any TaskExecutor)?
 }
 
 extension ProtocolHandlerFactory {
     public var mayBeRedirectTarget: Bool { true }
+    public func executor(for request: Request, context: SessionContext) -> (any TaskExecutor)? { nil }
 }
 
 /// The factory for a `ProtocolHandler` type.
@@ -180,6 +187,9 @@ public struct TypeHandlerFactory: ProtocolHandlerFactory, @unchecked Sendable {
     public func requestIsCacheEquivalent(_ a: Request, _ b: Request) -> Bool { type.requestIsCacheEquivalent(a, b) }
     public func makeHandler(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) -> any ProtocolHandler {
         type.init(request: request, cachedResponse: cachedResponse, client: client)
+    }
+    public func executor(for request: Request, context: SessionContext) -> (any TaskExecutor)? {
+        type.executor(for: request, context: context)
     }
 }
 

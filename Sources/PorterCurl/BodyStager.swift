@@ -159,7 +159,7 @@ public final class CurlLoadState: @unchecked Sendable {
     /// and whatever `stager` holds are dropped on the loop.
     public func stopLoading(on loop: CurlLoop, stager: BodyStager) {
         stop()
-        loop.execute { [self] in
+        loop.enqueue { [self] in
             transfer?.cancel()
             transfer = nil
             closeUpload()
@@ -170,7 +170,7 @@ public final class CurlLoadState: @unchecked Sendable {
     /// `resumeDelivery`: lets libcurl deliver again.
     public func resumeDelivery(on loop: CurlLoop) {
         setPaused(false)
-        loop.execute { [self] in transfer?.resume() }
+        loop.enqueue { [self] in transfer?.resume() }
     }
 
     public var isStopped: Bool { lock.withLock { stopped } }
@@ -187,7 +187,7 @@ public final class CurlLoadState: @unchecked Sendable {
         if let stream = self.body?.stream {
             pump = StreamPump(stream) { [weak self] in
                 guard let self, let loop = self.loop else { return }
-                loop.execute { [weak self] in
+                loop.enqueue { [weak self] in
                     guard let self else { return }
                     self.transfer?.resumeUpload(keepReceivePaused: self.wantsPause)
                 }

@@ -6,7 +6,10 @@ import PorterCore
 /// loop happens on its thread; other threads hand it work with `execute` and wake it
 /// with `curl_multi_wakeup`. Connections, DNS results and TLS sessions are cached by the
 /// multi handle and reused by every transfer on the loop.
-public final class CurlLoop: @unchecked Sendable {
+///
+/// It is the `TaskExecutor` of the tasks whose handlers it serves: their life cycle runs
+/// on its thread, in the callbacks of their transfers.
+public final class CurlLoop: TaskExecutor, @unchecked Sendable {
     /// The loop for sessions without TLS settings of their own.
     public static let shared = CurlLoop(name: "porter.curl")
 
@@ -38,6 +41,15 @@ public final class CurlLoop: @unchecked Sendable {
     }
 
     private let multi: UnsafeMutableRawPointer?
+    /// The loop's thread (set once, before it starts).
+    private var thread: Thread?
+
+    /// True on the loop's thread.
+    public var isCurrent: Bool { thread.map { Thread.current === $0 } ?? false }
+
+    public func execute(_ work: @escaping @Sendable () -> Void) {
+        enqueue(work)
+    }
     /// False when libcurl could not make the multi handle: transfers then fail to start.
     var isUsable: Bool { multi != nil }
 
@@ -84,13 +96,14 @@ public final class CurlLoop: @unchecked Sendable {
         let thread = Thread { [unowned self] in self.run() }
         thread.name = name
         thread.stackSize = 1 << 20
+        self.thread = thread
         thread.start()
     }
 
     private static let globalInit: Void = { curl_global_init(porter_global_default) }()
 
     /// Runs `work` on the loop thread, soon.
-    public func execute(_ work: @escaping () -> Void) {
+    public func enqueue(_ work: @escaping () -> Void) {
         guard let multi else {
             work()  // no loop thread (libcurl had no memory): transfers fail as they start
             return

@@ -16,6 +16,10 @@ import PorterCurl
 /// - Passive mode (EPSV, then PASV).
 public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
     public static var schemes: Set<String> { ["ftp", "ftps"] }
+    /// The task's life cycle runs on the libcurl loop that carries the transfer.
+    public static func executor(for request: Request, context: SessionContext) -> (any TaskExecutor)? {
+        CurlLoop.loop(for: context.configuration)
+    }
 
     private var request: Request  // loop thread after init
     private let client: any ProtocolClient
@@ -43,7 +47,7 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
 
     private var isStopped: Bool { state.isStopped }
 
-    public func startLoading() { loop.execute { [self] in begin() } }
+    public func startLoading() { loop.enqueue { [self] in begin() } }
 
     public func stopLoading() { state.stopLoading(on: loop, stager: stager) }
     public func pauseDelivery() { state.setPaused(true) }
@@ -194,7 +198,7 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
         }
         let challenge = AuthenticationChallenge(protectionSpace: space, proposedCredential: proposed,
                                                 previousFailureCount: failures, error: failure) { [self] disposition in
-            loop.execute { [self] in
+            loop.enqueue { [self] in
                 guard !isStopped else { return }
                 switch disposition {
                 case .useCredential(let c) where c.user != nil:

@@ -19,6 +19,10 @@ import PorterCurl
 /// - Back-pressure pauses libcurl (`CURL_WRITEFUNC_PAUSE`) until resumed.
 public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     public static var schemes: Set<String> { ["http", "https"] }
+    /// The task's life cycle runs on the libcurl loop that carries the transfer.
+    public static func executor(for request: Request, context: SessionContext) -> (any TaskExecutor)? {
+        CurlLoop.loop(for: context.configuration)
+    }
     public static let defaultUserAgent = "Porter/\(porterVersion)"
 
     /// The request being sent; an authentication retry may give it a fresh body stream.
@@ -121,7 +125,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
                 revalidating = true
             }
         }
-        loop.execute { [self] in begin() }
+        loop.enqueue { [self] in begin() }
     }
 
     /// A fresh stored response answers: as it is; as a 304 when the client's own
@@ -490,7 +494,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         }
         let challenge = AuthenticationChallenge(protectionSpace: space, proposedCredential: proposed,
                                                 previousFailureCount: failures, failureResponse: response) { [self] disposition in
-            loop.execute { [self] in answer(disposition, method: method, response: response, body: kept) }
+            loop.enqueue { [self] in answer(disposition, method: method, response: response, body: kept) }
         }
         client.didReceive(challenge)
     }
@@ -509,7 +513,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             failures += 1
             if case .stream = request.body {
                 client.needNewBodyStream { [self] stream in
-                    loop.execute { [self] in
+                    loop.enqueue { [self] in
                         guard let stream else {
                             client.didFail(with: PorterError(.requestBodyStreamExhausted,
                                 "authentication needs the body again and no new stream was given", url: request.url))
@@ -565,7 +569,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
                                         authenticationMethod: .serverTrust, serverTrust: trust)
             let challenge = AuthenticationChallenge(protectionSpace: space, proposedCredential: nil, previousFailureCount: 0,
                                                     error: failure) { [self] disposition in
-                loop.execute { [self] in
+                loop.enqueue { [self] in
                     guard !isStopped else { return }
                     switch disposition {
                     case .useCredential(let c):

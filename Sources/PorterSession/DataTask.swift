@@ -5,8 +5,9 @@ import PorterCore
 public class DataTask: SessionTask, @unchecked Sendable {
     /// Where the body goes.
     enum Sink {
-        /// Collect it for a completion handler.
-        case completion(@Sendable (Data?, Response?, PorterError?) -> Void)
+        /// Collect it for a completion handler: an application's (called on the delegate
+        /// queue) or Porter's own async wrapper (`inline`: called on the executor).
+        case completion(@Sendable (Data?, Response?, PorterError?) -> Void, inline: Bool)
         /// Hand chunks to the session's data delegate (or drop them without one).
         case delegate
         /// Feed an `AsyncBytes` sequence; it reports consumption itself.
@@ -14,7 +15,7 @@ public class DataTask: SessionTask, @unchecked Sendable {
     }
 
     private let sink: Sink
-    private var body = Data()          // on the delegate queue only
+    private var body = Data()          // on the executor only
     private var cacheBody: Data? = nil  // body kept for the cache in delegate mode
 
     init(session: Session, identifier: Int, request: Request, sink: Sink) {
@@ -48,8 +49,14 @@ public class DataTask: SessionTask, @unchecked Sendable {
             if cacheBody != nil {
                 if cacheBody!.count + data.count <= DataTask.cacheBodyLimit { cacheBody!.append(data) } else { cacheBody = nil }
             }
-            session.dataDelegate?.dataTask(self, didReceive: data)
-            driver.consumed(data.count)
+            if let delegate = session.dataDelegate {
+                session.deliver {
+                    if !self.isCancelRequested { delegate.dataTask(self, didReceive: data) }
+                    driver.consumed(data.count)
+                }
+            } else {
+                driver.consumed(data.count)
+            }
         case .stream(let buffer):
             buffer.append(data)
         }
@@ -65,18 +72,22 @@ public class DataTask: SessionTask, @unchecked Sendable {
     override func sinkComplete(_ error: PorterError?, driver: TaskDriver) {
         super.sinkComplete(error, driver: driver)
         switch sink {
-        case .completion(let handler):
+        case .completion(let handler, let inline):
             if error == nil, let response = self.response {
                 storeInCache(response: response, data: body, driver: driver, ask: false)
             }
-            handler(error == nil ? body : nil, response, error)
+            let result = error == nil ? body : nil
+            let response = self.response
             body = Data()
+            // Porter's own wrapper completes on the executor, unless a delegate has
+            // callbacks queued that must come first (metrics).
+            if inline, session.delegate == nil { handler(result, response, error) } else { session.deliver { handler(result, response, error) } }
         case .delegate:
             if error == nil, let response = self.response, let kept = cacheBody {
                 storeInCache(response: response, data: kept, driver: driver, ask: true)
             }
             cacheBody = nil
-            session.taskDelegate?.task(self, didCompleteWithError: error)
+            if let delegate = session.taskDelegate { session.deliver { delegate.task(self, didCompleteWithError: error) } }
         case .stream(let buffer):
             buffer.finish(error)
         }
@@ -90,8 +101,10 @@ public class DataTask: SessionTask, @unchecked Sendable {
             cache.storeCachedResponse(proposed, for: request)
             return
         }
-        delegate.dataTask(self, willCacheResponse: proposed) { chosen in
-            if let chosen, chosen.storagePolicy != .notAllowed { cache.storeCachedResponse(chosen, for: request) }
+        session.deliver {
+            delegate.dataTask(self, willCacheResponse: proposed) { chosen in
+                if let chosen, chosen.storagePolicy != .notAllowed { cache.storeCachedResponse(chosen, for: request) }
+            }
         }
     }
 }

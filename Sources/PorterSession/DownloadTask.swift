@@ -7,12 +7,14 @@ import PorterCore
 /// partial file named by resume data when resume data was produced.
 public final class DownloadTask: SessionTask, @unchecked Sendable {
     enum Sink {
-        case completion(@Sendable (URL?, Response?, PorterError?) -> Void)
+        /// An application's handler (on the delegate queue), or Porter's async wrapper
+        /// (`inline`: on the executor).
+        case completion(@Sendable (URL?, Response?, PorterError?) -> Void, inline: Bool)
         case delegate
     }
 
     private let sink: Sink
-    // On the delegate queue only:
+    // On the executor only:
     private var fd: Int32 = -1
     private var path: String?
     private var written: Int64 = 0
@@ -44,13 +46,16 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
     /// nothing received yet, or the resource has no validator).
     public func cancel(byProducingResumeData completion: @escaping @Sendable (Data?) -> Void) {
         resumeCallback.withLock { $0 = completion }
-        driver.wantsResumeData = true
-        if state == .completed || state == .canceling {
-            resumeCallback.withLock { $0 = nil }
-            completion(nil)
-            return
+        cancelRequested.store(true, ordering: .releasing)
+        let callback = resumeCallback
+        let session = self.session
+        driver.cancelProducingResumeData {
+            // The task had ended: its completion already took (and answers) the callback,
+            // or it was set too late for it; answer after the completion's callbacks.
+            session.deliver {
+                if let late = callback.withLock({ c -> (@Sendable (Data?) -> Void)? in let v = c; c = nil; return v }) { late(nil) }
+            }
         }
-        cancel()
     }
 
     static func fileSize(_ path: String) -> Int64? {
@@ -77,7 +82,10 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
             written = resume.bytesReceived
             if fd >= 0 {
                 let total = response.expectedContentLength >= 0 ? response.expectedContentLength + written : -1
-                session.downloadDelegate?.downloadTask(self, didResumeAtOffset: written, expectedTotalBytes: total)
+                let offset = written
+                if let delegate = session.downloadDelegate {
+                    session.deliver { delegate.downloadTask(self, didResumeAtOffset: offset, expectedTotalBytes: total) }
+                }
                 return
             }
         }
@@ -104,7 +112,8 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
 
     override func sinkData(_ data: Data, driver: TaskDriver) {
         super.sinkData(data, driver: driver)
-        defer { driver.consumed(data.count) }
+        var handedToDelegate = false
+        defer { if !handedToDelegate { driver.consumed(data.count) } }
         guard !writeFailed, fd >= 0 else { return }
         let ok = data.withUnsafeBytes { raw -> Bool in
             var offset = 0
@@ -126,9 +135,20 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
             return
         }
         written += Int64(data.count)
-        let expected = countOfBytesExpectedToReceive
-        session.downloadDelegate?.downloadTask(self, didWriteData: Int64(data.count), totalBytesWritten: written,
-                                               totalBytesExpectedToWrite: expected)
+        if let delegate = session.downloadDelegate {
+            // The bytes count as taken once the delegate has heard of them: a slow
+            // delegate slows the transfer, and a cancel it makes from its progress
+            // callback finds the transfer about where the callback said it was.
+            handedToDelegate = true
+            let expected = countOfBytesExpectedToReceive
+            let total = written
+            session.deliver {
+                if !self.isCancelRequested {
+                    delegate.downloadTask(self, didWriteData: Int64(data.count), totalBytesWritten: total, totalBytesExpectedToWrite: expected)
+                }
+                driver.consumed(data.count)
+            }
+        }
     }
 
     override func sinkComplete(_ error: PorterError?, driver: TaskDriver) {
@@ -156,21 +176,31 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
             error = failure
         }
         super.sinkComplete(error, driver: driver)
-        if let callback = resumeCallback.withLock({ c -> (@Sendable (Data?) -> Void)? in let v = c; c = nil; return v }) {
-            callback(error?.code == .cancelled ? resumeData : nil)
-        }
+        let resumeCallback = resumeCallback.withLock { c -> (@Sendable (Data?) -> Void)? in let v = c; c = nil; return v }
         let location = error == nil ? path.map { URL(fileURLWithPath: $0) } : nil
+        let response = self.response
+        let finalError = error
+        let handBack = finalError?.code == .cancelled ? resumeData : nil
         // The file is the callee's only during the call that hands it over.
         switch sink {
-        case .completion(let handler):
-            handler(location, response, error)
-            if let location { unlink(location.path) }
-        case .delegate:
-            if let location {
-                session.downloadDelegate?.downloadTask(self, didFinishDownloadingTo: location)
-                unlink(location.path)
+        case .completion(let handler, let inline):
+            let complete: @Sendable () -> Void = {
+                resumeCallback?(handBack)
+                handler(location, response, finalError)
+                if let location { unlink(location.path) }
             }
-            session.taskDelegate?.task(self, didCompleteWithError: error)
+            if inline, session.delegate == nil { complete() } else { session.deliver(complete) }
+        case .delegate:
+            let downloadDelegate = session.downloadDelegate
+            let taskDelegate = session.taskDelegate
+            session.deliver {
+                resumeCallback?(handBack)
+                if let location {
+                    downloadDelegate?.downloadTask(self, didFinishDownloadingTo: location)
+                    unlink(location.path)
+                }
+                taskDelegate?.task(self, didCompleteWithError: finalError)
+            }
         }
     }
 

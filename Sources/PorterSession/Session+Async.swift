@@ -22,7 +22,7 @@ extension Session {
         let box = TaskBox()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (cont: CheckedContinuation<(Data, Response), Error>) in
-                let task = dataTask(with: request) { data, response, error in
+                let task = inlineDataTask(with: request, upload: nil) { data, response, error in
                     Session.resume(cont, data ?? Data(), response, error, url: request.url)
                 }
                 box.set(task)
@@ -37,15 +37,15 @@ extension Session {
 
     /// Sends `body` (a GET request is sent as PUT) and returns the response body.
     public func upload(for request: Request, from body: Data) async throws -> (Data, Response) {
-        try await upload(request) { self.uploadTask(with: request, from: body, completionHandler: $0) }
+        try await upload(request) { self.inlineDataTask(with: request, upload: .data(body), completion: $0) }
     }
 
     public func upload(for request: Request, fromFile file: URL) async throws -> (Data, Response) {
-        try await upload(request) { self.uploadTask(with: request, fromFile: file, completionHandler: $0) }
+        try await upload(request) { self.inlineDataTask(with: request, upload: .file(file), completion: $0) }
     }
 
     private func upload(_ request: Request,
-                        make: (@escaping @Sendable (Data?, Response?, PorterError?) -> Void) -> UploadTask) async throws -> (Data, Response) {
+                        make: (@escaping @Sendable (Data?, Response?, PorterError?) -> Void) -> DataTask) async throws -> (Data, Response) {
         let box = TaskBox()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (cont: CheckedContinuation<(Data, Response), Error>) in
@@ -61,7 +61,7 @@ extension Session {
     /// Downloads to a file the caller owns (in the temporary directory): move or
     /// delete it when done. On failure no file is left behind.
     public func download(for request: Request) async throws -> (URL, Response) {
-        try await download(url: request.url) { self.downloadTask(with: request, completionHandler: $0) }
+        try await download(url: request.url) { self.inlineDownloadTask(with: request, resumeData: nil, completion: $0) }
     }
 
     public func download(from url: URL) async throws -> (URL, Response) {
@@ -70,7 +70,9 @@ extension Session {
 
     /// Continues a download from resume data.
     public func download(resumeFrom resumeData: Data) async throws -> (URL, Response) {
-        try await download(url: nil) { self.downloadTask(withResumeData: resumeData, completionHandler: $0) }
+        try await download(url: nil) {
+            self.inlineDownloadTask(with: Request(url: URL(string: "about:resume-data")!), resumeData: resumeData, completion: $0)
+        }
     }
 
     private func download(url: URL?,

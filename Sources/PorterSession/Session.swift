@@ -32,7 +32,12 @@ public final class Session: @unchecked Sendable {
     private let state: Locked<State>
     private let isShared: Bool
     /// One timer for the idle and total timeouts of all running tasks.
-    lazy var timeouts = TimeoutWatch(queue: delegateQueue)
+    let timeouts = TimeoutWatch(queue: DispatchQueue.global(qos: .utility))
+    /// Where the life cycle of tasks runs whose handler names no executor of its own.
+    let workExecutor: any TaskExecutor = QueueExecutor(label: "porter.session.tasks")
+
+    /// Runs an application callback on the delegate queue, after those given before it.
+    func deliver(_ work: @escaping @Sendable () -> Void) { delegateQueue.async(execute: work) }
 
     public init(configuration: SessionConfiguration, delegate: (any SessionDelegate)? = nil,
                 delegateQueue: DispatchQueue? = nil) {
@@ -87,11 +92,29 @@ public final class Session: @unchecked Sendable {
     public func dataTask(with url: URL) -> DataTask { dataTask(with: Request(url: url)) }
     public func dataTask(with request: Request,
                          completionHandler: @escaping @Sendable (Data?, Response?, PorterError?) -> Void) -> DataTask {
-        register { DataTask(session: self, identifier: $0, request: request, sink: .completion(completionHandler)) }
+        register { DataTask(session: self, identifier: $0, request: request, sink: .completion(completionHandler, inline: false)) }
     }
     public func dataTask(with url: URL,
                          completionHandler: @escaping @Sendable (Data?, Response?, PorterError?) -> Void) -> DataTask {
         dataTask(with: Request(url: url), completionHandler: completionHandler)
+    }
+
+    /// A data (or upload) task whose completion is Porter's own async wrapper: called on
+    /// the task's executor, without a hop to the delegate queue.
+    func inlineDataTask(with request: Request, upload body: RequestBody?,
+                        completion: @escaping @Sendable (Data?, Response?, PorterError?) -> Void) -> DataTask {
+        guard let body else {
+            return register { DataTask(session: self, identifier: $0, request: request, sink: .completion(completion, inline: true)) }
+        }
+        let r = Session.uploadRequest(request, body: body)
+        return register { UploadTask(session: self, identifier: $0, request: r, sink: .completion(completion, inline: true)) }
+    }
+
+    /// A download task whose completion is Porter's own async wrapper (on the executor).
+    func inlineDownloadTask(with request: Request, resumeData: Data?,
+                            completion: @escaping @Sendable (URL?, Response?, PorterError?) -> Void) -> DownloadTask {
+        if let resumeData { return makeResumedTask(resumeData, sink: .completion(completion, inline: true)) }
+        return register { DownloadTask(session: self, identifier: $0, request: request, resume: nil, sink: .completion(completion, inline: true)) }
     }
 
     func streamTask(with request: Request, buffer: ByteStreamBuffer) -> DataTask {
@@ -113,7 +136,7 @@ public final class Session: @unchecked Sendable {
     public func uploadTask(with request: Request, from data: Data,
                            completionHandler: @escaping @Sendable (Data?, Response?, PorterError?) -> Void) -> UploadTask {
         let r = Session.uploadRequest(request, body: .data(data))
-        return register { UploadTask(session: self, identifier: $0, request: r, sink: .completion(completionHandler)) }
+        return register { UploadTask(session: self, identifier: $0, request: r, sink: .completion(completionHandler, inline: false)) }
     }
     public func uploadTask(with request: Request, fromFile file: URL) -> UploadTask {
         let r = Session.uploadRequest(request, body: .file(file))
@@ -122,7 +145,7 @@ public final class Session: @unchecked Sendable {
     public func uploadTask(with request: Request, fromFile file: URL,
                            completionHandler: @escaping @Sendable (Data?, Response?, PorterError?) -> Void) -> UploadTask {
         let r = Session.uploadRequest(request, body: .file(file))
-        return register { UploadTask(session: self, identifier: $0, request: r, sink: .completion(completionHandler)) }
+        return register { UploadTask(session: self, identifier: $0, request: r, sink: .completion(completionHandler, inline: false)) }
     }
     /// Uploads from the request's `.stream` body, or, when it has none, from a stream the
     /// task delegate gives in `task(_:needNewBodyStream:)`.
@@ -139,7 +162,7 @@ public final class Session: @unchecked Sendable {
     public func downloadTask(with url: URL) -> DownloadTask { downloadTask(with: Request(url: url)) }
     public func downloadTask(with request: Request,
                              completionHandler: @escaping @Sendable (URL?, Response?, PorterError?) -> Void) -> DownloadTask {
-        register { DownloadTask(session: self, identifier: $0, request: request, resume: nil, sink: .completion(completionHandler)) }
+        register { DownloadTask(session: self, identifier: $0, request: request, resume: nil, sink: .completion(completionHandler, inline: false)) }
     }
 
     /// Continues a download from `cancel(byProducingResumeData:)` or a failed task's
@@ -149,7 +172,7 @@ public final class Session: @unchecked Sendable {
     }
     public func downloadTask(withResumeData data: Data,
                              completionHandler: @escaping @Sendable (URL?, Response?, PorterError?) -> Void) -> DownloadTask {
-        makeResumedTask(data, sink: .completion(completionHandler))
+        makeResumedTask(data, sink: .completion(completionHandler, inline: false))
     }
 
     private func makeResumedTask(_ data: Data, sink: DownloadTask.Sink) -> DownloadTask {

@@ -1,5 +1,6 @@
 import Foundation
 import PorterCore
+import Synchronization
 
 /// Progress of a task's transfer, as a value.
 public struct TaskProgress: Sendable, Equatable {
@@ -93,11 +94,20 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
         "\(type(of: self))(\(taskIdentifier) \(originalRequest.url.absoluteString) \(state))"
     }
 
-    public func resume() { driver.decide(.resume) }
-    public func suspend() { driver.decide(.suspend) }
-    public func cancel() { driver.decide(.cancel) }
+    public func resume() { driver.send(.resume) }
+    public func suspend() { driver.send(.suspend) }
+    public func cancel() {
+        cancelRequested.store(true, ordering: .releasing)
+        driver.send(.cancel(producingResumeData: false))
+    }
 
-    // MARK: - delivery from the driver (on the delegate queue); subclasses extend
+    /// Set by `cancel()` before it returns: progress and data callbacks already queued
+    /// for the delegate are not made after it (the completion still is).
+    let cancelRequested = Atomic<Bool>(false)
+    var isCancelRequested: Bool { cancelRequested.load(ordering: .acquiring) }
+
+    // MARK: - delivery from the driver (on its executor); subclasses extend. Application
+    // callbacks go through `session.deliver`.
 
     func sinkResponse(_ response: Response, driver: TaskDriver) {
         info.withLock {

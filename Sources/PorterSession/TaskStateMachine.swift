@@ -1,3 +1,4 @@
+import Foundation
 import PorterCore
 
 /// The public life-cycle state of a task.
@@ -13,21 +14,39 @@ public enum TaskState: Int, Sendable, CustomStringConvertible {
     }
 }
 
-/// The whole life cycle of one task as a value: an event goes in, one action comes
-/// out; no I/O, no callbacks, no clocks. `TaskDriver` performs the actions.
+/// What a handler said, with what it said it with. Kept by the state machine until
+/// the machine lets it through.
+enum HandlerReport: @unchecked Sendable {
+    case response(Response, CacheStoragePolicy)
+    case data(Data)
+    case redirect(Request, Response)
+    case finish
+    case fail(PorterError)
+    case challenge(AuthenticationChallenge)
+    case challengeWithdrawn(AuthenticationChallenge)
+    /// `cachedResponseIsValid()`, or its variant with the head to serve.
+    case cachedResponseValid(serving: Response?, revalidated: Bool)
+}
+
+/// The whole life cycle of one task as a value: an event goes in, one action with
+/// everything needed to perform it comes out; no I/O, no callbacks, no clocks.
+/// `TaskDriver` performs the actions and feeds back what happened.
 ///
 /// Guarantees, by construction:
 /// - exactly one `complete` / `stopAndComplete` action per task, whatever arrives;
 /// - nothing after it (every event in `.completed` or `.canceling` yields `.none`);
-/// - handler events of an earlier handler (before a redirect) are dropped by generation;
-/// - handler events that arrive while a delegate decision is pending, or while the task
-///   is suspended, are deferred and replayed in order (`canProcessHandlerEvents`);
-///   only a withdrawn challenge goes straight through, as it ends the wait.
+/// - reports of an earlier handler (before a redirect) are dropped by generation;
+/// - reports that arrive while a delegate decision is pending or while the task is
+///   suspended are kept here, with their payloads, and let through in order by
+///   `nextDeferredAction()` (only a withdrawn challenge jumps the line, as it ends a wait);
+/// - the handler is paused exactly while the task is suspended or its consumer holds
+///   more than the flow limit (`flowPaused`), and resumed when neither holds;
+/// - a redirect is followed only within `RedirectPolicy` (count, schemes), with the
+///   credentials stripped when it leaves the origin.
 struct TaskStateMachine: Sendable {
-    enum Outcome: Equatable, Sendable {
+    enum Outcome: Sendable {
         case finished
-        /// The handler failed; the driver holds its error.
-        case failed
+        case failed(PorterError)
         case cancelled
         /// A failure the machine itself decided.
         case error(PorterError.Code, String)
@@ -35,62 +54,63 @@ struct TaskStateMachine: Sendable {
 
     enum Wait: Equatable, Sendable {
         case none
+        /// `start` was performed; the driver reports `loadPlanned`.
+        case plan
         case responseDisposition
         case redirectDecision
         case challengeDecision(UInt64)
     }
 
-    enum HandlerEvent: Equatable, Sendable {
-        case response
-        case data
-        /// `allowed` is the session's scheme policy for the new URL.
-        case redirect(allowed: Bool)
-        case finish
-        case fail
-        case challenge(UInt64)
-        case challengeWithdrawn(UInt64)
-        case cachedResponseValid
-    }
-
-    enum Event: Equatable, Sendable {
+    enum Event: Sendable {
         case resume
         case suspend
-        case cancel
-        case handler(generation: UInt64, HandlerEvent)
+        case cancel(producingResumeData: Bool)
+        /// The driver prepared the request and looked it up in the cache (`CacheStep`).
+        case loadPlanned(Request, CacheStep.Lookup)
+        /// The driver could not prepare the load (no handler, no body stream, ...).
+        case startFailed(PorterError)
+        case handler(generation: UInt64, HandlerReport)
         case responseDecision(ResponseDisposition)
-        case redirectDecision(follow: Bool)
-        case challengeDecision(UInt64, cancel: Bool)
+        /// The delegate's choice: the request to load next, or nil to stop here.
+        case redirectDecision(Request?)
+        case challengeDecision(UInt64, ChallengeDisposition)
+        /// The consumer holds more received bytes than the flow limit.
+        case backlog
+        /// The consumer is back under the flow limit's low-water mark.
+        case drained
         case timeout
         case completionDelivered
     }
 
-    enum Action: Equatable, Sendable {
+    enum Action: Sendable {
         case none
-        /// Make a handler for the current request and start it (generation is current).
-        case start
-        case pauseDelivery
-        /// Resume delivery and replay deferred events.
-        case resumeDelivery
-        /// Keep the event; replay it when `canProcessHandlerEvents`.
-        case deferEvent
-        /// Deliver the response to the sink without asking.
-        case deliverResponse
-        case askResponseDisposition
-        /// The delegate allowed the response: replay deferred events.
-        case continueAfterDecision
-        case becomeDownload
-        case deliverData
-        case askRedirect
-        /// Stop the old handler, start one for the new request (generation already bumped).
-        case followRedirect
-        /// Stop the handler; the redirect response is the task's final response.
-        case completeWithRedirectResponse
-        case askChallenge(UInt64)
-        /// Pass the delegate's disposition to the handler, then replay deferred events.
-        case replyChallenge(UInt64)
-        /// The handler withdrew the pending challenge: forget it, replay deferred events.
-        case forgetChallenge(UInt64)
-        case deliverCachedResponse
+        /// Prepare `request` (headers, cookies, a body stream) and look it up in the cache,
+        /// then report `loadPlanned`.
+        case start(Request)
+        /// Make a handler for `request` (generation is current) and start it; pause it at
+        /// once when `paused`.
+        case load(Request, cachedResponse: CachedResponse?, paused: Bool)
+        /// Deliver the stored response as a handler's reports (`serving`: the head to
+        /// deliver instead of the stored one; `revalidated`: store it back).
+        case serveCached(CachedResponse, serving: Response?, revalidated: Bool)
+        case pauseHandler
+        case resumeHandler
+        /// Hand the response to the task without asking.
+        case deliverResponse(Response, CacheStoragePolicy)
+        case askResponseDisposition(Response, CacheStoragePolicy)
+        /// The delegate allowed the response: hand it to the task.
+        case continueAfterDecision(Response)
+        case becomeDownload(Response)
+        case deliverData(Data)
+        /// Ask the delegate about `request` (already stripped of credentials when it
+        /// leaves the origin).
+        case askRedirect(Request, Response)
+        /// Stop the handler; start loading `request` (generation already bumped).
+        case followRedirect(Request)
+        /// Stop the handler; `response` (a redirect) is the task's final response.
+        case completeWithRedirectResponse(Response)
+        case askChallenge(UInt64, AuthenticationChallenge)
+        case replyChallenge(AuthenticationChallenge, ChallengeDisposition)
         /// A handler broke the contract in a harmless way; log it and carry on.
         case ignoreViolation(String)
         case complete(Outcome)
@@ -103,17 +123,35 @@ struct TaskStateMachine: Sendable {
     private(set) var responseReceived = false
     private(set) var redirectCount = 0
     private(set) var generation: UInt64 = 0
-    let maximumRedirects: Int
+    /// The request of the current hop, as the delegate chose it.
+    private(set) var request: Request
+    /// The consumer holds more than the flow limit.
+    private(set) var flowPaused = false
+    /// `cancel(byProducingResumeData:)` asked for resume data.
+    private(set) var wantsResumeData = false
+    /// The stored response the current load may answer with (the cache step's).
+    private(set) var cachedResponse: CachedResponse?
+    let redirectPolicy: RedirectPolicy
     /// True when the data delegate is asked about the response.
     let asksResponseDisposition: Bool
 
-    init(maximumRedirects: Int, asksResponseDisposition: Bool) {
-        self.maximumRedirects = maximumRedirects
+    private var deferred: [(UInt64, HandlerReport)] = []
+    private var deferredHead = 0
+    private var pendingResponse: (Response, CacheStoragePolicy)?
+    private var pendingRedirect: Response?
+    private var pendingChallenge: AuthenticationChallenge?
+
+    init(request: Request, redirectPolicy: RedirectPolicy, asksResponseDisposition: Bool) {
+        self.request = request
+        self.redirectPolicy = redirectPolicy
         self.asksResponseDisposition = asksResponseDisposition
     }
 
     var isFinal: Bool { lifecycle == .completed || lifecycle == .canceling }
     var canProcessHandlerEvents: Bool { lifecycle == .running && wait == .none }
+    /// The handler should not deliver now.
+    var handlerPaused: Bool { lifecycle == .suspended || flowPaused }
+    var deferredCount: Int { deferred.count - deferredHead }
 
     mutating func handle(_ event: Event) -> Action {
         switch event {
@@ -122,113 +160,276 @@ struct TaskStateMachine: Sendable {
             case .suspended where !started:
                 lifecycle = .running
                 started = true
-                return .start
+                wait = .plan
+                return .start(request)
             case .suspended:
                 lifecycle = .running
-                return .resumeDelivery
+                return flowPaused ? .none : toHandler(.resumeHandler)
             default: return .none
             }
         case .suspend:
             guard lifecycle == .running else { return .none }
             lifecycle = .suspended
-            return .pauseDelivery
-        case .cancel:
+            return flowPaused ? .none : toHandler(.pauseHandler)
+        case .cancel(let producingResumeData):
             guard lifecycle == .running || lifecycle == .suspended else { return .none }
+            if producingResumeData { wantsResumeData = true }
             lifecycle = .canceling
-            return .stopAndComplete(.cancelled)
+            return finish(.stopAndComplete(.cancelled))
         case .completionDelivered:
             if lifecycle == .canceling { lifecycle = .completed }
             return .none
         case .timeout:
             guard !isFinal, started else { return .none }
             return end(.stopAndComplete(.error(.timedOut, "the request timed out")))
+        case .backlog:
+            guard !isFinal, !flowPaused else { return .none }
+            flowPaused = true
+            return lifecycle == .running ? toHandler(.pauseHandler) : .none
+        case .drained:
+            guard !isFinal, flowPaused else { return .none }
+            flowPaused = false
+            return lifecycle == .running ? toHandler(.resumeHandler) : .none
+        case .loadPlanned(let prepared, let lookup):
+            guard !isFinal, wait == .plan else { return .none }
+            wait = .none
+            request = prepared
+            switch CacheStep.decide(lookup) {
+            case .serve(let hit):
+                cachedResponse = hit
+                return .serveCached(hit, serving: nil, revalidated: false)
+            case .load(let candidate):
+                cachedResponse = candidate
+                return .load(prepared, cachedResponse: candidate, paused: handlerPaused)
+            case .fail(let code, let message):
+                return end(.stopAndComplete(.error(code, message)))
+            }
+        case .startFailed(let error):
+            guard !isFinal, wait == .plan else { return .none }
+            wait = .none
+            return end(.stopAndComplete(.failed(error)))
         case .responseDecision(let disposition):
-            guard !isFinal, wait == .responseDisposition else { return .none }
+            guard !isFinal, wait == .responseDisposition, let (response, _) = pendingResponse else { return .none }
             wait = .none
+            pendingResponse = nil
             switch disposition {
-            case .allow: return .continueAfterDecision
+            case .allow: return .continueAfterDecision(response)
             case .cancel: return end(.stopAndComplete(.cancelled))
-            case .becomeDownload: return .becomeDownload
+            case .becomeDownload: return .becomeDownload(response)
             }
-        case .redirectDecision(let follow):
-            guard !isFinal, wait == .redirectDecision else { return .none }
+        case .redirectDecision(let chosen):
+            guard !isFinal, wait == .redirectDecision, let redirectResponse = pendingRedirect else { return .none }
             wait = .none
-            if follow {
-                redirectCount += 1
-                generation += 1
-                responseReceived = false
-                return .followRedirect
+            pendingRedirect = nil
+            guard let chosen else {
+                responseReceived = true
+                return end(.completeWithRedirectResponse(redirectResponse))
             }
-            responseReceived = true
-            return end(.completeWithRedirectResponse)
-        case .challengeDecision(let id, let cancel):
-            guard !isFinal, wait == .challengeDecision(id) else { return .none }
+            redirectCount += 1
+            generation += 1
+            responseReceived = false
+            flowPaused = false
+            cachedResponse = nil
+            clearDeferred()
+            request = chosen
+            wait = .plan
+            return .followRedirect(chosen)
+        case .challengeDecision(let id, let disposition):
+            guard !isFinal, wait == .challengeDecision(id), let challenge = pendingChallenge else { return .none }
             wait = .none
-            if cancel { return end(.stopAndComplete(.error(.userCancelledAuthentication, "authentication was cancelled"))) }
-            return .replyChallenge(id)
-        case .handler(let gen, let hev):
+            pendingChallenge = nil
+            if disposition == .cancelAuthenticationChallenge {
+                return end(.stopAndComplete(.error(.userCancelledAuthentication, "authentication was cancelled")))
+            }
+            return .replyChallenge(challenge, disposition)
+        case .handler(let gen, let report):
             guard !isFinal, gen == generation else { return .none }
-            return handle(hev)
+            if case .challengeWithdrawn(let challenge) = report {
+                // Ends the wait for that challenge at once, even behind kept reports.
+                if wait == .challengeDecision(challenge.identifier) {
+                    wait = .none
+                    pendingChallenge = nil
+                }
+                return .none
+            }
+            // Everything else, a failure included, keeps its place in line: the delegate
+            // sees the response and the data that came before a failure, then the failure.
+            guard canProcessHandlerEvents, deferredCount == 0 else {
+                deferred.append((gen, report))
+                return .none
+            }
+            return process(report)
         }
+    }
+
+    /// The next kept report's action, when the machine lets it through now; nil when
+    /// none is kept or the task waits (suspended, or for the delegate).
+    mutating func nextDeferredAction() -> Action? {
+        while canProcessHandlerEvents, deferredHead < deferred.count {
+            let (gen, report) = deferred[deferredHead]
+            deferredHead += 1
+            if deferredHead == deferred.count { clearDeferred() }
+            guard gen == generation else { continue }
+            return process(report)
+        }
+        return nil
+    }
+
+    private mutating func clearDeferred() {
+        deferred.removeAll(keepingCapacity: true)
+        deferredHead = 0
+    }
+
+    /// A pause or resume for the handler, when there is one: between `start` (or a
+    /// followed redirect) and `load` there is none, and `load` carries the state.
+    private func toHandler(_ action: Action) -> Action {
+        started && wait != .plan ? action : .none
     }
 
     private mutating func end(_ action: Action) -> Action {
         if lifecycle != .canceling { lifecycle = .completed }
+        return finish(action)
+    }
+
+    private mutating func finish(_ action: Action) -> Action {
+        clearDeferred()
+        pendingResponse = nil
+        pendingRedirect = nil
+        pendingChallenge = nil
         return action
     }
 
-    private mutating func handle(_ event: HandlerEvent) -> Action {
-        if case .challengeWithdrawn(let id) = event {
-            if wait == .challengeDecision(id) {
-                wait = .none
-                return .forgetChallenge(id)
-            }
-            return .none
-        }
-        // Everything else, a failure included, keeps its place in line: the delegate sees
-        // the response and the data that came before a failure, then the failure.
-        guard canProcessHandlerEvents else { return .deferEvent }
-        switch event {
-        case .fail:
-            return end(.stopAndComplete(.failed))
-        case .response:
+    private mutating func process(_ report: HandlerReport) -> Action {
+        switch report {
+        case .fail(let error):
+            return end(.stopAndComplete(.failed(error)))
+        case .response(let response, let policy):
             if responseReceived { return .ignoreViolation("a second response was dropped") }
             responseReceived = true
             if asksResponseDisposition {
                 wait = .responseDisposition
-                return .askResponseDisposition
+                pendingResponse = (response, policy)
+                return .askResponseDisposition(response, policy)
             }
-            return .deliverResponse
-        case .data:
+            return .deliverResponse(response, policy)
+        case .data(let data):
             guard responseReceived else {
                 return end(.stopAndComplete(.error(.protocolViolation, "the handler delivered data before a response")))
             }
-            return .deliverData
-        case .redirect(let allowed):
+            return .deliverData(data)
+        case .redirect(let proposed, let redirectResponse):
             guard !responseReceived else {
                 return end(.stopAndComplete(.error(.protocolViolation, "the handler redirected after a response")))
             }
-            guard allowed else {
+            guard redirectPolicy.allows(from: request, to: proposed) else {
                 return end(.stopAndComplete(.error(.redirectNotAllowed, "redirect to a scheme this session does not allow")))
             }
-            guard redirectCount < maximumRedirects else {
-                return end(.stopAndComplete(.error(.tooManyRedirects, "more than \(maximumRedirects) redirects")))
+            guard redirectCount < redirectPolicy.maximumRedirects else {
+                return end(.stopAndComplete(.error(.tooManyRedirects, "more than \(redirectPolicy.maximumRedirects) redirects")))
             }
             wait = .redirectDecision
-            return .askRedirect
+            pendingRedirect = redirectResponse
+            return .askRedirect(RedirectPolicy.prepare(proposed, from: request), redirectResponse)
         case .finish:
             guard responseReceived else {
                 return end(.stopAndComplete(.error(.protocolViolation, "the handler finished without a response")))
             }
             return end(.complete(.finished))
-        case .challenge(let id):
-            wait = .challengeDecision(id)
-            return .askChallenge(id)
-        case .cachedResponseValid:
+        case .challenge(let challenge):
+            wait = .challengeDecision(challenge.identifier)
+            pendingChallenge = challenge
+            return .askChallenge(challenge.identifier, challenge)
+        case .cachedResponseValid(let served, let revalidated):
             if responseReceived { return .ignoreViolation("cachedResponseIsValid after a response was dropped") }
-            return .deliverCachedResponse
+            guard let hit = cachedResponse else {
+                return end(.stopAndComplete(.error(.protocolViolation, "cachedResponseIsValid without a cached response")))
+            }
+            // The stored response is served through this machine as a handler's reports.
+            cachedResponse = nil
+            return .serveCached(hit, serving: served, revalidated: revalidated)
         case .challengeWithdrawn:
-            return .none  // handled above
+            return .none  // handled in `handle`
+        }
+    }
+}
+
+/// Which redirects a task follows, as pure functions.
+struct RedirectPolicy: Sendable {
+    var maximumRedirects: Int
+    /// Schemes a redirect may lead to when it changes scheme.
+    var allowedSchemes: Set<String>
+    /// Whether the handler for a request agrees to be a redirect target (a plugin
+    /// without the flag does not); asked only for a scheme change the session allows.
+    var targetAccepts: @Sendable (Request) -> Bool
+
+    init(maximumRedirects: Int, allowedSchemes: Set<String>,
+         targetAccepts: @escaping @Sendable (Request) -> Bool = { _ in true }) {
+        self.maximumRedirects = maximumRedirects
+        self.allowedSchemes = allowedSchemes
+        self.targetAccepts = targetAccepts
+    }
+
+    /// Same scheme: yes. Another scheme: only one the session allows and whose handler
+    /// accepts redirects.
+    func allows(from old: Request, to new: Request) -> Bool {
+        let scheme = new.scheme
+        if scheme == old.scheme { return true }
+        return allowedSchemes.contains(scheme) && targetAccepts(new)
+    }
+
+    static func sameOrigin(_ a: URL, _ b: URL) -> Bool {
+        a.scheme?.lowercased() == b.scheme?.lowercased() && a.host?.lowercased() == b.host?.lowercased() && a.port == b.port
+    }
+
+    /// Drops `Authorization`, `Cookie` and `Proxy-Authorization` when the redirect
+    /// leaves the origin, so credentials never travel to another host; keeps the main
+    /// document URL.
+    static func prepare(_ proposed: Request, from current: Request) -> Request {
+        var next = proposed
+        if !sameOrigin(current.url, next.url) {
+            next.headerFields[.authorization] = nil
+            next.headerFields[.cookie] = nil
+            next.headerFields[.proxyAuthorization] = nil
+        }
+        if next.mainDocumentURL == nil { next.mainDocumentURL = current.mainDocumentURL }
+        return next
+    }
+}
+
+/// The cache step of a load, as a pure function of the request's cache policy and what
+/// the cache had (URLRequest.CachePolicy's meanings).
+enum CacheStep {
+    struct Lookup: Sendable {
+        /// The request's policy with `.useProtocolCachePolicy` resolved to the session's.
+        var policy: CachePolicy
+        /// A stored response the handler calls cache-equivalent; nil without a cache.
+        var hit: CachedResponse?
+        init(policy: CachePolicy, hit: CachedResponse?) {
+            self.policy = policy
+            self.hit = hit
+        }
+    }
+
+    enum Decision {
+        /// Answer from the cache without a handler.
+        case serve(CachedResponse)
+        /// Start a handler, handing it `candidate` to revalidate or serve.
+        case load(candidate: CachedResponse?)
+        case fail(PorterError.Code, String)
+    }
+
+    static func decide(_ lookup: Lookup) -> Decision {
+        switch lookup.policy {
+        case .reloadIgnoringLocalCacheData:
+            return .load(candidate: nil)
+        case .returnCacheDataElseLoad:
+            if let hit = lookup.hit { return .serve(hit) }
+            return .load(candidate: nil)
+        case .returnCacheDataDontLoad:
+            if let hit = lookup.hit { return .serve(hit) }
+            return .fail(.resourceUnavailable, "no cached response and the cache policy forbids loading")
+        case .useProtocolCachePolicy, .reloadRevalidatingCacheData:
+            return .load(candidate: lookup.hit)
         }
     }
 }

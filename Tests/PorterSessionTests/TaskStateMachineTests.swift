@@ -1,253 +1,492 @@
+import Foundation
+import HTTPTypes
 import XCTest
 @testable import PorterCore
 @testable import PorterSession
 
+/// The task state machine on its own: events in, payload-carrying actions out.
 final class TaskStateMachineTests: XCTestCase {
     typealias M = TaskStateMachine
 
-    private func running(asks: Bool = false, maxRedirects: Int = 20) -> M {
-        var m = M(maximumRedirects: maxRedirects, asksResponseDisposition: asks)
-        XCTAssertEqual(m.handle(.resume), .start)
+    static let url = URL(string: "http://a.example/start")!
+    let request = Request(url: TaskStateMachineTests.url)
+    let response = Response(url: TaskStateMachineTests.url, mimeType: "text/plain", expectedContentLength: 3, statusCode: 200)
+    let chunk = Data("abc".utf8)
+
+    func policy(max: Int = 20, allowed: Set<String> = ["http", "https"], accepts: Bool = true) -> RedirectPolicy {
+        RedirectPolicy(maximumRedirects: max, allowedSchemes: allowed) { _ in accepts }
+    }
+
+    func challenge() -> AuthenticationChallenge {
+        AuthenticationChallenge(protectionSpace: ProtectionSpace(host: "a.example", port: 80, protocol: "http", realm: "r",
+                                                                 authenticationMethod: .httpBasic),
+                                proposedCredential: nil, previousFailureCount: 0) { _ in }
+    }
+
+    func redirect(to target: String) -> HandlerReport {
+        var next = request
+        next.url = URL(string: target)!
+        let r = Response(url: request.url, mimeType: nil, expectedContentLength: 0, statusCode: 302, headerFields: [.location: target])
+        return .redirect(next, r)
+    }
+
+    /// A short name for an action and what it carries.
+    func tag(_ a: M.Action) -> String {
+        func outcome(_ o: M.Outcome) -> String {
+            switch o {
+            case .finished: return "finished"
+            case .cancelled: return "cancelled"
+            case .failed(let e): return "failed(\(e.code))"
+            case .error(let code, _): return "error(\(code))"
+            }
+        }
+        switch a {
+        case .none: return "none"
+        case .start(let r): return "start(\(r.url.absoluteString))"
+        case .load(let r, let cached, let paused):
+            return "load(\(r.url.absoluteString)\(cached != nil ? ",cached" : "")\(paused ? ",paused" : ""))"
+        case .serveCached(_, let served, let revalidated): return "serveCached(\(served != nil),\(revalidated))"
+        case .pauseHandler: return "pauseHandler"
+        case .resumeHandler: return "resumeHandler"
+        case .deliverResponse(let r, _): return "deliverResponse(\(r.statusCode ?? 0))"
+        case .askResponseDisposition: return "askResponseDisposition"
+        case .continueAfterDecision: return "continueAfterDecision"
+        case .becomeDownload: return "becomeDownload"
+        case .deliverData(let d): return "deliverData(\(d.count))"
+        case .askRedirect(let r, _): return "askRedirect(\(r.url.absoluteString))"
+        case .followRedirect(let r): return "followRedirect(\(r.url.absoluteString))"
+        case .completeWithRedirectResponse: return "completeWithRedirectResponse"
+        case .askChallenge(let id, let c): return id == c.identifier ? "askChallenge" : "askChallenge(mismatch)"
+        case .replyChallenge(_, let d): return "replyChallenge(\(d))"
+        case .ignoreViolation: return "ignoreViolation"
+        case .complete(let o): return "complete(\(outcome(o)))"
+        case .stopAndComplete(let o): return "stopAndComplete(\(outcome(o)))"
+        }
+    }
+
+    func step(_ m: inout M, _ e: M.Event) -> String { tag(m.handle(e)) }
+    func report(_ m: inout M, _ r: HandlerReport) -> String { tag(m.handle(.handler(generation: m.generation, r))) }
+    /// The actions of the kept reports the machine now lets through.
+    func drain(_ m: inout M) -> [String] {
+        var out: [String] = []
+        while let a = m.nextDeferredAction() { out.append(tag(a)) }
+        return out
+    }
+
+    func planned(_ r: Request, policy: CachePolicy = .useProtocolCachePolicy, hit: CachedResponse? = nil) -> M.Event {
+        .loadPlanned(r, CacheStep.Lookup(policy: policy, hit: hit))
+    }
+
+    private func running(asks: Bool = false, policy p: RedirectPolicy? = nil) -> M {
+        var m = M(request: request, redirectPolicy: p ?? policy(), asksResponseDisposition: asks)
+        XCTAssertEqual(step(&m, .resume), "start(http://a.example/start)")
+        XCTAssertEqual(step(&m, planned(request)), "load(http://a.example/start)")
         return m
     }
 
-    private func h(_ m: M, _ e: M.HandlerEvent) -> M.Event { .handler(generation: m.generation, e) }
-
-    func testStartsSuspendedAndStartsOnce() {
-        var m = M(maximumRedirects: 20, asksResponseDisposition: false)
+    func testStartsSuspendedPlansThenLoadsOnce() {
+        var m = M(request: request, redirectPolicy: policy(), asksResponseDisposition: false)
         XCTAssertEqual(m.lifecycle, .suspended)
-        XCTAssertEqual(m.handle(.resume), .start)
+        XCTAssertEqual(step(&m, .resume), "start(http://a.example/start)")
         XCTAssertEqual(m.lifecycle, .running)
-        XCTAssertEqual(m.handle(.resume), .none)
-        XCTAssertEqual(m.handle(.suspend), .pauseDelivery)
+        XCTAssertEqual(step(&m, .resume), "none")
+        XCTAssertEqual(report(&m, .response(response, .allowed)), "none", "nothing from a handler before the load is planned")
+        XCTAssertEqual(step(&m, planned(request)), "load(http://a.example/start)")
+        XCTAssertEqual(step(&m, planned(request)), "none", "a second plan is ignored")
+        XCTAssertEqual(drain(&m), ["deliverResponse(200)"], "the early report was kept, not lost")
+        XCTAssertEqual(step(&m, .suspend), "pauseHandler")
         XCTAssertEqual(m.lifecycle, .suspended)
-        XCTAssertEqual(m.handle(.suspend), .none)
-        XCTAssertEqual(m.handle(.resume), .resumeDelivery, "a second resume after suspend resumes, never restarts")
+        XCTAssertEqual(step(&m, .suspend), "none")
+        XCTAssertEqual(step(&m, .resume), "resumeHandler", "a second resume after suspend resumes, never restarts")
     }
 
-    func testHappyPath() {
+    func testSuspendedWhilePlanningLoadsPaused() {
+        var m = M(request: request, redirectPolicy: policy(), asksResponseDisposition: false)
+        _ = m.handle(.resume)
+        XCTAssertEqual(step(&m, .suspend), "none", "no handler yet")
+        XCTAssertEqual(step(&m, .backlog), "none")
+        XCTAssertEqual(step(&m, planned(request)), "load(http://a.example/start,paused)")
+    }
+
+    func testHappyPathCarriesThePayloads() {
         var m = running()
-        XCTAssertEqual(m.handle(h(m, .response)), .deliverResponse)
-        XCTAssertEqual(m.handle(h(m, .data)), .deliverData)
-        XCTAssertEqual(m.handle(h(m, .data)), .deliverData)
-        XCTAssertEqual(m.handle(h(m, .finish)), .complete(.finished))
+        XCTAssertEqual(report(&m, .response(response, .allowed)), "deliverResponse(200)")
+        XCTAssertEqual(report(&m, .data(chunk)), "deliverData(3)")
+        guard case .deliverData(let d) = m.handle(.handler(generation: m.generation, .data(Data("xy".utf8)))) else {
+            return XCTFail("data must be delivered")
+        }
+        XCTAssertEqual(d, Data("xy".utf8), "the action carries the very bytes")
+        XCTAssertEqual(report(&m, .finish), "complete(finished)")
         XCTAssertEqual(m.lifecycle, .completed)
     }
 
     func testExactlyOneCompletionWhateverTheHandlerDoes() {
         var m = running()
-        _ = m.handle(h(m, .response))
-        XCTAssertEqual(m.handle(h(m, .finish)), .complete(.finished))
-        for e: M.HandlerEvent in [.finish, .data, .fail, .response, .redirect(allowed: true), .challenge(1), .cachedResponseValid] {
-            XCTAssertEqual(m.handle(h(m, e)), .none, "\(e) after completion must do nothing")
-        }
-        XCTAssertEqual(m.handle(.cancel), .none)
-        XCTAssertEqual(m.handle(.timeout), .none)
-        XCTAssertEqual(m.handle(.resume), .none)
+        _ = report(&m, .response(response, .allowed))
+        XCTAssertEqual(report(&m, .finish), "complete(finished)")
+        let late: [HandlerReport] = [.finish, .data(chunk), .fail(PorterError(.unknown, "x")), .response(response, .allowed),
+                                     redirect(to: "http://b.example/"), .challenge(challenge()),
+                                     .cachedResponseValid(serving: nil, revalidated: false)]
+        for r in late { XCTAssertEqual(report(&m, r), "none", "\(r) after completion must do nothing") }
+        XCTAssertEqual(step(&m, .cancel(producingResumeData: false)), "none")
+        XCTAssertEqual(step(&m, .timeout), "none")
+        XCTAssertEqual(step(&m, .resume), "none")
+        XCTAssertEqual(step(&m, .backlog), "none")
+        XCTAssertNil(m.nextDeferredAction())
     }
 
     func testCancelCompletesAtOnceAndIgnoresTheRest() {
         var m = running()
-        XCTAssertEqual(m.handle(.cancel), .stopAndComplete(.cancelled))
+        XCTAssertEqual(step(&m, .cancel(producingResumeData: true)), "stopAndComplete(cancelled)")
+        XCTAssertTrue(m.wantsResumeData)
         XCTAssertEqual(m.lifecycle, .canceling)
-        XCTAssertEqual(m.handle(.cancel), .none, "a second cancel is a no-op")
-        XCTAssertEqual(m.handle(h(m, .response)), .none)
-        XCTAssertEqual(m.handle(h(m, .finish)), .none)
-        XCTAssertEqual(m.handle(.completionDelivered), .none)
+        XCTAssertEqual(step(&m, .cancel(producingResumeData: false)), "none", "a second cancel is a no-op")
+        XCTAssertEqual(report(&m, .response(response, .allowed)), "none")
+        XCTAssertEqual(step(&m, .completionDelivered), "none")
         XCTAssertEqual(m.lifecycle, .completed)
     }
 
     func testCancelBeforeResume() {
-        var m = M(maximumRedirects: 20, asksResponseDisposition: false)
-        XCTAssertEqual(m.handle(.cancel), .stopAndComplete(.cancelled))
-        XCTAssertEqual(m.handle(.resume), .none, "a cancelled task never starts")
+        var m = M(request: request, redirectPolicy: policy(), asksResponseDisposition: false)
+        XCTAssertEqual(step(&m, .cancel(producingResumeData: false)), "stopAndComplete(cancelled)")
+        XCTAssertEqual(step(&m, .resume), "none", "a cancelled task never starts")
     }
 
-    func testDataBeforeResponseIsAViolationThatEndsTheTask() {
+    func testStartFailureOnlyWhilePlanning() {
+        var m = M(request: request, redirectPolicy: policy(), asksResponseDisposition: false)
+        XCTAssertEqual(step(&m, .startFailed(PorterError(.unsupportedURL, "x"))), "none", "not started: nothing to fail")
+        _ = m.handle(.resume)
+        XCTAssertEqual(step(&m, .startFailed(PorterError(.unsupportedURL, "x"))), "stopAndComplete(failed(unsupportedURL))")
+        var loaded = running()
+        XCTAssertEqual(step(&loaded, .startFailed(PorterError(.unsupportedURL, "x"))), "none")
+    }
+
+    func testDataBeforeResponseAndFinishWithoutResponseAreViolations() {
         var m = running()
-        guard case .stopAndComplete(.error(.protocolViolation, _)) = m.handle(h(m, .data)) else {
-            return XCTFail("data before response must fail the task")
-        }
+        XCTAssertEqual(report(&m, .data(chunk)), "stopAndComplete(error(protocolViolation))")
         XCTAssertEqual(m.lifecycle, .completed)
-    }
-
-    func testFinishWithoutResponseFails() {
-        var m = running()
-        guard case .stopAndComplete(.error(.protocolViolation, _)) = m.handle(h(m, .finish)) else {
-            return XCTFail("finish without response must fail")
-        }
+        var f = running()
+        XCTAssertEqual(report(&f, .finish), "stopAndComplete(error(protocolViolation))")
     }
 
     func testSecondResponseIsDropped() {
         var m = running()
-        _ = m.handle(h(m, .response))
-        guard case .ignoreViolation = m.handle(h(m, .response)) else { return XCTFail() }
-        XCTAssertEqual(m.handle(h(m, .data)), .deliverData)
+        _ = report(&m, .response(response, .allowed))
+        XCTAssertEqual(report(&m, .response(response, .allowed)), "ignoreViolation")
+        XCTAssertEqual(report(&m, .data(chunk)), "deliverData(3)")
     }
 
-    func testSuspendDefersHandlerEventsUntilResume() {
+    func testSuspendKeepsReportsWithTheirPayloadsUntilResume() {
         var m = running()
         _ = m.handle(.suspend)
-        XCTAssertEqual(m.handle(h(m, .response)), .deferEvent)
+        XCTAssertEqual(report(&m, .response(response, .allowed)), "none")
+        XCTAssertEqual(report(&m, .data(chunk)), "none")
+        XCTAssertEqual(m.deferredCount, 2)
         XCTAssertFalse(m.canProcessHandlerEvents)
-        XCTAssertEqual(m.handle(.resume), .resumeDelivery)
-        XCTAssertTrue(m.canProcessHandlerEvents)
-        XCTAssertEqual(m.handle(h(m, .response)), .deliverResponse)
+        XCTAssertEqual(drain(&m), [], "nothing leaves while suspended")
+        XCTAssertEqual(step(&m, .resume), "resumeHandler")
+        XCTAssertEqual(drain(&m), ["deliverResponse(200)", "deliverData(3)"])
+        XCTAssertEqual(report(&m, .data(chunk)), "deliverData(3)")
+    }
+
+    func testAReportBehindKeptOnesWaitsItsTurn() {
+        var m = running()
+        _ = m.handle(.suspend)
+        _ = report(&m, .response(response, .allowed))
+        _ = m.handle(.resume)
+        // Not drained yet: a new report must not overtake the kept response.
+        XCTAssertEqual(report(&m, .data(chunk)), "none")
+        XCTAssertEqual(drain(&m), ["deliverResponse(200)", "deliverData(3)"])
     }
 
     func testFailKeepsItsPlaceBehindAPendingDecision() {
         var m = running(asks: true)
-        XCTAssertEqual(m.handle(h(m, .response)), .askResponseDisposition)
-        XCTAssertEqual(m.handle(h(m, .data)), .deferEvent)
-        XCTAssertEqual(m.handle(h(m, .fail)), .deferEvent, "the data before the failure is delivered first")
-        XCTAssertEqual(m.handle(.responseDecision(.allow)), .continueAfterDecision)
-        XCTAssertEqual(m.handle(h(m, .data)), .deliverData)
-        XCTAssertEqual(m.handle(h(m, .fail)), .stopAndComplete(.failed))
-        XCTAssertEqual(m.handle(.responseDecision(.allow)), .none, "a late decision finds the task completed")
+        XCTAssertEqual(report(&m, .response(response, .allowed)), "askResponseDisposition")
+        XCTAssertEqual(report(&m, .data(chunk)), "none")
+        XCTAssertEqual(report(&m, .fail(PorterError(.networkConnectionLost, "x"))), "none",
+                       "the data before the failure is delivered first")
+        XCTAssertEqual(step(&m, .responseDecision(.allow)), "continueAfterDecision")
+        XCTAssertEqual(drain(&m), ["deliverData(3)", "stopAndComplete(failed(networkConnectionLost))"])
+        XCTAssertEqual(step(&m, .responseDecision(.allow)), "none", "a late decision finds the task completed")
     }
 
     func testCancelStillEndsASuspendedTaskAtOnce() {
         var m = running()
         _ = m.handle(.suspend)
-        XCTAssertEqual(m.handle(h(m, .fail)), .deferEvent)
-        XCTAssertEqual(m.handle(.cancel), .stopAndComplete(.cancelled))
+        XCTAssertEqual(report(&m, .fail(PorterError(.unknown, "x"))), "none")
+        XCTAssertEqual(step(&m, .cancel(producingResumeData: false)), "stopAndComplete(cancelled)")
+        XCTAssertEqual(m.deferredCount, 0, "kept reports go with the task")
     }
 
     func testResponseDisposition() {
         var m = running(asks: true)
-        XCTAssertEqual(m.handle(h(m, .response)), .askResponseDisposition)
-        XCTAssertEqual(m.handle(h(m, .data)), .deferEvent, "no data reaches anyone before the decision")
-        XCTAssertEqual(m.handle(h(m, .finish)), .deferEvent)
-        XCTAssertEqual(m.handle(.responseDecision(.allow)), .continueAfterDecision)
-        XCTAssertEqual(m.handle(h(m, .data)), .deliverData)
+        XCTAssertEqual(report(&m, .response(response, .allowed)), "askResponseDisposition")
+        XCTAssertEqual(report(&m, .data(chunk)), "none", "no data reaches anyone before the decision")
+        XCTAssertEqual(report(&m, .finish), "none")
+        XCTAssertEqual(step(&m, .responseDecision(.allow)), "continueAfterDecision")
+        XCTAssertEqual(drain(&m), ["deliverData(3)", "complete(finished)"])
 
         var c = running(asks: true)
-        _ = c.handle(h(c, .response))
-        XCTAssertEqual(c.handle(.responseDecision(.cancel)), .stopAndComplete(.cancelled))
+        _ = report(&c, .response(response, .allowed))
+        XCTAssertEqual(step(&c, .responseDecision(.cancel)), "stopAndComplete(cancelled)")
 
         var d = running(asks: true)
-        _ = d.handle(h(d, .response))
-        XCTAssertEqual(d.handle(.responseDecision(.becomeDownload)), .becomeDownload)
-        XCTAssertEqual(d.handle(h(d, .data)), .deliverData)
-        XCTAssertEqual(d.handle(.responseDecision(.allow)), .none, "a decision nobody asked for is ignored")
+        _ = report(&d, .response(response, .allowed))
+        XCTAssertEqual(step(&d, .responseDecision(.becomeDownload)), "becomeDownload")
+        XCTAssertEqual(report(&d, .data(chunk)), "deliverData(3)")
+        XCTAssertEqual(step(&d, .responseDecision(.allow)), "none", "a decision nobody asked for is ignored")
+    }
+
+    func testFlowPauseAndSuspendCombine() {
+        var m = running()
+        _ = report(&m, .response(response, .allowed))
+        XCTAssertEqual(step(&m, .backlog), "pauseHandler")
+        XCTAssertEqual(step(&m, .backlog), "none")
+        XCTAssertEqual(step(&m, .suspend), "none", "already paused by the consumer")
+        XCTAssertEqual(step(&m, .drained), "none", "still suspended: the handler stays paused")
+        XCTAssertEqual(step(&m, .resume), "resumeHandler")
+        XCTAssertEqual(step(&m, .backlog), "pauseHandler")
+        XCTAssertEqual(step(&m, .resume), "none", "resume of a running task changes nothing")
+        XCTAssertEqual(step(&m, .suspend), "none")
+        XCTAssertEqual(step(&m, .resume), "none", "resumed, but the consumer still holds too much")
+        XCTAssertTrue(m.handlerPaused)
+        XCTAssertEqual(step(&m, .drained), "resumeHandler")
+        XCTAssertFalse(m.handlerPaused)
+        XCTAssertEqual(step(&m, .drained), "none")
+        XCTAssertEqual(report(&m, .data(chunk)), "deliverData(3)", "flow pause does not hold reports back")
     }
 
     func testRedirectFollowBumpsGenerationAndDropsTheOldHandler() {
         var m = running()
         let old = m.generation
-        XCTAssertEqual(m.handle(h(m, .redirect(allowed: true))), .askRedirect)
-        XCTAssertEqual(m.handle(h(m, .data)), .deferEvent)
-        XCTAssertEqual(m.handle(.redirectDecision(follow: true)), .followRedirect)
+        XCTAssertEqual(report(&m, redirect(to: "http://a.example/next")), "askRedirect(http://a.example/next)")
+        XCTAssertEqual(report(&m, .data(chunk)), "none")
+        var chosen = Request(url: URL(string: "http://a.example/chosen")!)
+        chosen.method = "GET"
+        XCTAssertEqual(step(&m, .redirectDecision(chosen)), "followRedirect(http://a.example/chosen)",
+                       "the delegate's choice is what is loaded")
         XCTAssertEqual(m.redirectCount, 1)
         XCTAssertNotEqual(m.generation, old)
-        XCTAssertEqual(m.handle(.handler(generation: old, .finish)), .none, "the old handler is not heard any more")
-        XCTAssertEqual(m.handle(h(m, .response)), .deliverResponse)
+        XCTAssertEqual(m.deferredCount, 0, "the old handler's kept reports are dropped")
+        XCTAssertEqual(tag(m.handle(.handler(generation: old, .finish))), "none", "the old handler is not heard any more")
+        XCTAssertEqual(step(&m, planned(chosen)), "load(http://a.example/chosen)")
+        XCTAssertEqual(report(&m, .response(response, .allowed)), "deliverResponse(200)")
     }
 
     func testRedirectRefusedByDelegateCompletesWithTheRedirectResponse() {
         var m = running()
-        _ = m.handle(h(m, .redirect(allowed: true)))
-        XCTAssertEqual(m.handle(.redirectDecision(follow: false)), .completeWithRedirectResponse)
+        _ = report(&m, redirect(to: "http://a.example/next"))
+        XCTAssertEqual(step(&m, .redirectDecision(nil)), "completeWithRedirectResponse")
         XCTAssertEqual(m.lifecycle, .completed)
     }
 
-    func testRedirectLimitAndScheme() {
-        var m = running(maxRedirects: 2)
-        for _ in 0..<2 {
-            XCTAssertEqual(m.handle(h(m, .redirect(allowed: true))), .askRedirect)
-            XCTAssertEqual(m.handle(.redirectDecision(follow: true)), .followRedirect)
+    func testRedirectLimitSchemesAndOrder() {
+        var m = running(policy: policy(max: 2))
+        for i in 0..<2 {
+            XCTAssertEqual(report(&m, redirect(to: "http://a.example/\(i)")), "askRedirect(http://a.example/\(i))")
+            let next = Request(url: URL(string: "http://a.example/\(i)")!)
+            XCTAssertEqual(step(&m, .redirectDecision(next)), "followRedirect(http://a.example/\(i))")
+            _ = m.handle(planned(next))
         }
-        guard case .stopAndComplete(.error(.tooManyRedirects, _)) = m.handle(h(m, .redirect(allowed: true))) else {
-            return XCTFail("third redirect must exceed the limit")
-        }
-        var s = running()
-        guard case .stopAndComplete(.error(.redirectNotAllowed, _)) = s.handle(h(s, .redirect(allowed: false))) else {
-            return XCTFail("refused scheme")
-        }
+        XCTAssertEqual(report(&m, redirect(to: "http://a.example/3")), "stopAndComplete(error(tooManyRedirects))")
+
+        var s = running(policy: policy(allowed: ["http", "https"]))
+        XCTAssertEqual(report(&s, redirect(to: "file:///etc/passwd")), "stopAndComplete(error(redirectNotAllowed))")
+        var p = running(policy: policy(allowed: ["http", "https", "gopher"], accepts: false))
+        XCTAssertEqual(report(&p, redirect(to: "gopher://h/")), "stopAndComplete(error(redirectNotAllowed))",
+                       "an allowed scheme whose handler refuses to be a target")
+        var ok = running(policy: policy(allowed: ["http", "https"]))
+        XCTAssertEqual(report(&ok, redirect(to: "https://a.example/")), "askRedirect(https://a.example/)")
+
         var after = running()
-        _ = after.handle(h(after, .response))
-        guard case .stopAndComplete(.error(.protocolViolation, _)) = after.handle(h(after, .redirect(allowed: true))) else {
-            return XCTFail("redirect after a response is a violation")
+        _ = report(&after, .response(response, .allowed))
+        XCTAssertEqual(report(&after, redirect(to: "http://a.example/x")), "stopAndComplete(error(protocolViolation))")
+    }
+
+    func testRedirectToAnotherOriginLosesTheCredentials() {
+        var start = request
+        start.headerFields[.authorization] = "Basic c2VjcmV0"
+        start.headerFields[.cookie] = "a=b"
+        start.headerFields[.proxyAuthorization] = "Basic eA=="
+        var m = M(request: start, redirectPolicy: policy(), asksResponseDisposition: false)
+        _ = m.handle(.resume)
+        _ = m.handle(planned(start))
+        for (target, keeps) in [("http://a.example/same", true), ("http://A.EXAMPLE/case", true),
+                                ("http://b.example/other", false), ("https://a.example/scheme", false),
+                                ("http://a.example:8080/port", false)] {
+            var copy = m
+            var proposed = start
+            proposed.url = URL(string: target)!
+            let r = Response(url: start.url, mimeType: nil, expectedContentLength: 0, statusCode: 302, headerFields: [.location: target])
+            guard case .askRedirect(let prepared, _) = copy.handle(.handler(generation: copy.generation, .redirect(proposed, r))) else {
+                return XCTFail("\(target) must be asked about")
+            }
+            XCTAssertEqual(prepared.headerFields[.authorization] != nil, keeps, target)
+            XCTAssertEqual(prepared.headerFields[.cookie] != nil, keeps, target)
+            XCTAssertEqual(prepared.headerFields[.proxyAuthorization] != nil, keeps, target)
         }
     }
 
     func testChallengeWaitsAndRepliesOrCancels() {
         var m = running()
-        XCTAssertEqual(m.handle(h(m, .challenge(7))), .askChallenge(7))
-        XCTAssertEqual(m.handle(h(m, .response)), .deferEvent)
-        XCTAssertEqual(m.handle(.challengeDecision(8, cancel: false)), .none, "an answer to another challenge is ignored")
-        XCTAssertEqual(m.handle(.challengeDecision(7, cancel: false)), .replyChallenge(7))
-        XCTAssertEqual(m.handle(h(m, .response)), .deliverResponse)
-
-        var c = running()
-        _ = c.handle(h(c, .challenge(1)))
-        guard case .stopAndComplete(.error(.userCancelledAuthentication, _)) = c.handle(.challengeDecision(1, cancel: true)) else {
-            return XCTFail()
+        let c = challenge()
+        XCTAssertEqual(report(&m, .challenge(c)), "askChallenge")
+        XCTAssertEqual(report(&m, .response(response, .allowed)), "none")
+        XCTAssertEqual(step(&m, .challengeDecision(c.identifier + 1000, .performDefaultHandling)), "none",
+                       "an answer to another challenge is ignored")
+        guard case .replyChallenge(let replied, _) = m.handle(.challengeDecision(c.identifier, .performDefaultHandling)) else {
+            return XCTFail("the answer goes to the handler")
         }
+        XCTAssertEqual(replied.identifier, c.identifier, "the reply carries the challenge it answers")
+        XCTAssertEqual(drain(&m), ["deliverResponse(200)"])
+
+        var k = running()
+        let c2 = challenge()
+        _ = report(&k, .challenge(c2))
+        XCTAssertEqual(step(&k, .challengeDecision(c2.identifier, .cancelAuthenticationChallenge)),
+                       "stopAndComplete(error(userCancelledAuthentication))")
     }
 
     func testCancelDuringChallenge() {
         var m = running()
-        _ = m.handle(h(m, .challenge(3)))
-        XCTAssertEqual(m.handle(.cancel), .stopAndComplete(.cancelled))
-        XCTAssertEqual(m.handle(.challengeDecision(3, cancel: false)), .none)
+        let c = challenge()
+        _ = report(&m, .challenge(c))
+        XCTAssertEqual(step(&m, .cancel(producingResumeData: false)), "stopAndComplete(cancelled)")
+        XCTAssertEqual(step(&m, .challengeDecision(c.identifier, .performDefaultHandling)), "none")
     }
 
-    func testWithdrawnChallenge() {
+    func testWithdrawnChallengeJumpsTheLine() {
         var m = running()
-        _ = m.handle(h(m, .challenge(3)))
-        XCTAssertEqual(m.handle(h(m, .challengeWithdrawn(3))), .forgetChallenge(3))
-        XCTAssertEqual(m.handle(.challengeDecision(3, cancel: false)), .none, "the answer to a withdrawn challenge is dropped")
-        XCTAssertEqual(m.handle(h(m, .challengeWithdrawn(9))), .none)
+        let c = challenge()
+        _ = report(&m, .challenge(c))
+        _ = report(&m, .response(response, .allowed))
+        XCTAssertEqual(report(&m, .challengeWithdrawn(c)), "none")
+        XCTAssertEqual(m.wait, .none, "the wait ends although a report is kept ahead of the withdrawal")
+        XCTAssertEqual(step(&m, .challengeDecision(c.identifier, .performDefaultHandling)), "none",
+                       "the answer to a withdrawn challenge is dropped")
+        XCTAssertEqual(drain(&m), ["deliverResponse(200)"])
+        XCTAssertEqual(report(&m, .challengeWithdrawn(challenge())), "none")
     }
 
     func testTimeoutOnlyWhileActive() {
-        var idle = M(maximumRedirects: 20, asksResponseDisposition: false)
-        XCTAssertEqual(idle.handle(.timeout), .none, "a task never started cannot time out")
+        var idle = M(request: request, redirectPolicy: policy(), asksResponseDisposition: false)
+        XCTAssertEqual(step(&idle, .timeout), "none", "a task never started cannot time out")
         var m = running()
-        guard case .stopAndComplete(.error(.timedOut, _)) = m.handle(.timeout) else { return XCTFail() }
-        XCTAssertEqual(m.handle(.timeout), .none)
+        XCTAssertEqual(step(&m, .timeout), "stopAndComplete(error(timedOut))")
+        XCTAssertEqual(step(&m, .timeout), "none")
+    }
+
+    func testCacheStep() {
+        let stored = CachedResponse(response: response, data: chunk)
+        func first(_ policy: CachePolicy, hit: CachedResponse?) -> String {
+            var m = M(request: request, redirectPolicy: self.policy(), asksResponseDisposition: false)
+            _ = m.handle(.resume)
+            return step(&m, planned(request, policy: policy, hit: hit))
+        }
+        XCTAssertEqual(first(.useProtocolCachePolicy, hit: stored), "load(http://a.example/start,cached)")
+        XCTAssertEqual(first(.reloadRevalidatingCacheData, hit: stored), "load(http://a.example/start,cached)")
+        XCTAssertEqual(first(.reloadIgnoringLocalCacheData, hit: stored), "load(http://a.example/start)")
+        XCTAssertEqual(first(.returnCacheDataElseLoad, hit: stored), "serveCached(false,false)")
+        XCTAssertEqual(first(.returnCacheDataElseLoad, hit: nil), "load(http://a.example/start)")
+        XCTAssertEqual(first(.returnCacheDataDontLoad, hit: stored), "serveCached(false,false)")
+        XCTAssertEqual(first(.returnCacheDataDontLoad, hit: nil), "stopAndComplete(error(resourceUnavailable))")
     }
 
     func testCachedResponseValid() {
-        var m = running()
-        XCTAssertEqual(m.handle(h(m, .cachedResponseValid)), .deliverCachedResponse)
-        _ = m.handle(h(m, .response))
-        guard case .ignoreViolation = m.handle(h(m, .cachedResponseValid)) else { return XCTFail() }
+        var m = M(request: request, redirectPolicy: policy(), asksResponseDisposition: false)
+        _ = m.handle(.resume)
+        _ = m.handle(planned(request, hit: CachedResponse(response: response, data: chunk)))
+        XCTAssertEqual(report(&m, .cachedResponseValid(serving: response, revalidated: true)), "serveCached(true,true)")
+        XCTAssertEqual(report(&m, .cachedResponseValid(serving: nil, revalidated: false)),
+                       "stopAndComplete(error(protocolViolation))", "served once; a second claim has nothing to serve")
+
+        var none = running()
+        XCTAssertEqual(report(&none, .cachedResponseValid(serving: nil, revalidated: false)),
+                       "stopAndComplete(error(protocolViolation))", "no stored response was handed over")
+        var late = running()
+        _ = report(&late, .response(response, .allowed))
+        XCTAssertEqual(report(&late, .cachedResponseValid(serving: nil, revalidated: false)), "ignoreViolation")
     }
 
-    /// Every sequence of up to four events from a rich alphabet keeps the invariants:
-    /// at most one completing action, and nothing but `.none` after it.
+    /// Every sequence of four events (and of seven flow events) from a rich alphabet (kept reports let
+    /// through after each) keeps the invariants: at most one completing action, nothing
+    /// but `.none` after it, the handler paused exactly while suspended or backlogged,
+    /// and no report kept once the task is over.
     func testExhaustiveSequencesCompleteAtMostOnce() {
-        let alphabet: [(M) -> M.Event] = [
-            { _ in .resume }, { _ in .suspend }, { _ in .cancel }, { _ in .timeout },
-            { .handler(generation: $0.generation, .response) }, { .handler(generation: $0.generation, .data) },
-            { .handler(generation: $0.generation, .finish) }, { .handler(generation: $0.generation, .fail) },
-            { .handler(generation: $0.generation, .redirect(allowed: true)) },
-            { .handler(generation: $0.generation, .challenge(1)) },
-            { _ in .responseDecision(.allow) }, { _ in .redirectDecision(follow: true) },
-            { _ in .challengeDecision(1, cancel: false) }, { _ in .completionDelivered },
+        let c = challenge()
+        let full: [(M) -> M.Event] = [
+            { _ in .resume }, { _ in .suspend }, { _ in .cancel(producingResumeData: false) }, { _ in .timeout },
+            { _ in .backlog }, { _ in .drained },
+            { [request] _ in .loadPlanned(request, CacheStep.Lookup(policy: .useProtocolCachePolicy, hit: nil)) },
+            { [response] in .handler(generation: $0.generation, .response(response, .allowed)) },
+            { [chunk] in .handler(generation: $0.generation, .data(chunk)) },
+            { .handler(generation: $0.generation, .finish) },
+            { .handler(generation: $0.generation, .fail(PorterError(.unknown, "x"))) },
+            { [self] in .handler(generation: $0.generation, redirect(to: "http://a.example/r")) },
+            { .handler(generation: $0.generation, .challenge(c)) },
+            { _ in .responseDecision(.allow) }, { [request] _ in .redirectDecision(request) },
+            { _ in .challengeDecision(c.identifier, .performDefaultHandling) }, { _ in .completionDelivered },
         ]
+        var alphabet = full
         var sequences = 0
-        func walk(_ m: M, depth: Int, completed: Bool) {
+        func completes(_ a: M.Action) -> Bool {
+            switch a {
+            case .complete, .stopAndComplete, .completeWithRedirectResponse: return true
+            default: return false
+            }
+        }
+        func walk(_ m: M, depth: Int, completed: Bool, paused: Bool, trail: [M.Event]) {
             if depth == 0 { sequences += 1; return }
             for make in alphabet {
                 var next = m
-                let action = next.handle(make(next))
-                let completes: Bool
-                switch action {
-                case .complete, .stopAndComplete, .completeWithRedirectResponse: completes = true
-                default: completes = false
+                let event = make(next)
+                let trail = trail + [event]
+                var actions = [next.handle(event)]
+                while let a = next.nextDeferredAction() { actions.append(a) }
+                var done = completed
+                var handlerPaused = paused
+                for action in actions {
+                    if done { XCTAssertEqual(tag(action), "none", "action after completion") }
+                    if completes(action) {
+                        XCTAssertFalse(done, "two completions")
+                        XCTAssertTrue(next.isFinal)
+                        done = true
+                    }
+                    switch action {
+                    case .pauseHandler:
+                        XCTAssertFalse(handlerPaused, "paused twice")
+                        handlerPaused = true
+                    case .resumeHandler:
+                        XCTAssertTrue(handlerPaused, "resumed without a pause after \(trail.map { "\($0)".prefix(40) })")
+                        handlerPaused = false
+                    case .load(_, _, let p):
+                        handlerPaused = p
+                    case .followRedirect:
+                        // A new handler comes; it is made paused or not by `load`.
+                        handlerPaused = next.handlerPaused
+                    default: break
+                    }
                 }
-                if completed { XCTAssertEqual(action, .none, "action after completion") }
-                XCTAssertFalse(completed && completes, "two completions")
-                if completes { XCTAssertTrue(next.isFinal) }
-                walk(next, depth: depth - 1, completed: completed || completes)
+                // Between `start` and `load` there is no handler to pause.
+                if !next.isFinal, next.started, next.wait != .plan {
+                    XCTAssertEqual(handlerPaused, next.handlerPaused, "pause state drifted after \(trail.map { "\($0)".prefix(40) })")
+                }
+                if next.isFinal { XCTAssertEqual(next.deferredCount, 0) }
+                walk(next, depth: depth - 1, completed: done, paused: handlerPaused, trail: trail)
             }
         }
         for asks in [false, true] {
-            walk(M(maximumRedirects: 1, asksResponseDisposition: asks), depth: 5, completed: false)
+            walk(M(request: request, redirectPolicy: policy(max: 1), asksResponseDisposition: asks),
+                 depth: 4, completed: false, paused: false, trail: [])
         }
-        XCTAssertEqual(sequences, 2 * Int(pow(14.0, 5.0)))
+        XCTAssertEqual(sequences, 2 * Int(pow(Double(full.count), 4.0)))
+        // Longer runs of the events that move the pause state.
+        alphabet = [full[0], full[1], full[4], full[5], full[7], full[8], full[13]]
+        sequences = 0
+        var loaded = M(request: request, redirectPolicy: policy(max: 1), asksResponseDisposition: true)
+        _ = loaded.handle(.resume)
+        _ = loaded.handle(planned(request))
+        walk(loaded, depth: 7, completed: false, paused: false, trail: [])
+        XCTAssertEqual(sequences, Int(pow(Double(alphabet.count), 7.0)))
     }
 }

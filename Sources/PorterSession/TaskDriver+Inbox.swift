@@ -1,0 +1,159 @@
+import Foundation
+import PorterCore
+
+/// What a handler's client hands the driver, in the order it was said: life-cycle
+/// reports go through the state machine; metrics and upload progress do not, but keep
+/// their place in line.
+enum InboxItem: @unchecked Sendable {
+    case report(HandlerReport)
+    case metrics(TransactionMetrics)
+    case sent(Int64, Int64, Int64)
+}
+
+/// The client Porter hands to one handler instance. A call made on the task's executor
+/// (a libcurl handler's callbacks on its loop thread) is run there and then; a call from
+/// any other thread is queued and run on the executor, in order. Calls from a handler
+/// that was replaced (after a redirect) or whose task ended are dropped by the machine.
+final class HandlerClient: ProtocolClient, @unchecked Sendable {
+    private weak var driver: TaskDriver?
+    private let generation: UInt64
+    let context: SessionContext
+    /// The handler this client serves (for the eager pause in `didLoad`).
+    private let handler = Locked(WeakHandler())
+
+    struct WeakHandler {
+        weak var value: (any ProtocolHandler)?
+    }
+
+    func attach(_ made: any ProtocolHandler) { handler.withLock { $0.value = made } }
+
+    init(driver: TaskDriver, generation: UInt64, context: SessionContext) {
+        self.driver = driver
+        self.generation = generation
+        self.context = context
+    }
+
+    private func post(_ report: HandlerReport) { driver?.hand(generation, .report(report)) }
+
+    func didReceive(_ response: Response, cacheStoragePolicy: CacheStoragePolicy) { post(.response(response, cacheStoragePolicy)) }
+    func didLoad(_ data: Data) {
+        guard let driver, !data.isEmpty else { return }
+        // Data counts as held from the moment it is handed over. A producer on another
+        // thread that passes the flow limit is paused here and now, ahead of the
+        // machine's `backlog` decision (which always pauses, and alone decides when to
+        // resume): it cannot run on while the executor catches up.
+        if driver.hold(data.count), !driver.executor.isCurrent {
+            handler.withLock { $0.value }?.pauseDelivery()
+        }
+        post(.data(data))
+    }
+    func wasRedirected(to request: Request, redirectResponse: Response) { post(.redirect(request, redirectResponse)) }
+    func didFinishLoading() { post(.finish) }
+    func didFail(with error: PorterError) { post(.fail(error)) }
+    func didReceive(_ challenge: AuthenticationChallenge) { post(.challenge(challenge)) }
+    func didCancel(_ challenge: AuthenticationChallenge) { post(.challengeWithdrawn(challenge)) }
+    func cachedResponseIsValid() { post(.cachedResponseValid(serving: nil, revalidated: false)) }
+    func cachedResponseIsValid(serving response: Response, revalidated: Bool) {
+        post(.cachedResponseValid(serving: response, revalidated: revalidated))
+    }
+    func didSendBodyData(bytesSent: Int64, totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
+        driver?.hand(generation, .sent(bytesSent, totalBytesSent, totalBytesExpectedToSend))
+    }
+    func didCollect(_ metrics: TransactionMetrics) { driver?.hand(generation, .metrics(metrics)) }
+    func needNewBodyStream(_ completion: @escaping @Sendable ((any BodyStream)?) -> Void) {
+        guard let driver else { completion(nil); return }
+        driver.executor.execute { driver.askNewBodyStream(completion) }
+    }
+}
+
+/// Reports from threads other than the executor wait here; one drain per batch, so
+/// reports that arrive together (response, data, finish) cost one hop.
+final class Inbox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var items: [(UInt64, InboxItem)] = []
+    private var scheduled = false
+
+    /// Queues an item; true when the caller must schedule a drain.
+    func put(_ generation: UInt64, _ item: InboxItem) -> Bool {
+        lock.lock()
+        items.append((generation, item))
+        let schedule = !scheduled
+        scheduled = true
+        lock.unlock()
+        return schedule
+    }
+
+    /// Everything queued, in order; an empty batch ends the drain.
+    func take() -> [(UInt64, InboxItem)] {
+        lock.lock()
+        let batch = items
+        items.removeAll(keepingCapacity: true)
+        if batch.isEmpty { scheduled = false }
+        lock.unlock()
+        return batch
+    }
+}
+
+extension TaskDriver {
+    /// From the handler (any thread).
+    func hand(_ generation: UInt64, _ item: InboxItem) {
+        if executor.isCurrent, inboxCount.load(ordering: .acquiring) == 0 {
+            run(.item(generation, item))
+            return
+        }
+        inboxCount.add(1, ordering: .releasing)
+        if inbox.put(generation, item) { executor.execute { self.drainInbox() } }
+    }
+
+    private func drainInbox() {
+        while true {
+            let batch = inbox.take()
+            if batch.isEmpty { return }
+            inboxCount.subtract(batch.count, ordering: .releasing)
+            for (gen, item) in batch { run(.item(gen, item)) }
+        }
+    }
+
+    /// Runs one item (inside `run`).
+    func take(_ gen: UInt64, _ item: InboxItem) {
+        switch item {
+        case .report(let report):
+            if gen == machine.generation, !machine.isFinal {
+                switch report {
+                case .response(let r, _), .redirect(_, let r):
+                    storeCookies(from: r)
+                    invalidateCache(after: r)
+                default: break
+                }
+            }
+            let kept = machine.deferredCount
+            let action = machine.handle(.handler(generation: gen, report))
+            if case .data(let d) = report, machine.deferredCount == kept {
+                // Dropped (a replaced handler's, or after the end): nobody will consume it.
+                if case .deliverData = action {} else { consumed(d.count) }
+            }
+            perform(action)
+        case .metrics(let m):
+            guard machine.generation == gen, !machine.isFinal else { return }
+            transactionMetrics.append(m)
+        case .sent(let n, let total, let expected):
+            guard !machine.isFinal, machine.generation == gen, let task = owner else { return }
+            task.noteSent(total: total, expected: expected)
+            if let delegate = session.taskDelegate {
+                session.deliver {
+                    guard !task.isCancelRequested else { return }
+                    delegate.task(task, didSendBodyData: n, totalBytesSent: total, totalBytesExpectedToSend: expected)
+                }
+            }
+        }
+    }
+
+    /// Asks the task's delegate for a fresh copy of a stream body (executor).
+    func askNewBodyStream(_ completion: @escaping @Sendable ((any BodyStream)?) -> Void) {
+        guard let delegate = session.taskDelegate, let task = owner else {
+            completion(nil)
+            return
+        }
+        session.deliver { delegate.task(task, needNewBodyStream: completion) }
+    }
+}

@@ -1,0 +1,155 @@
+import Foundation
+import PorterCore
+
+/// Starting a load: the body stream, the request's final form (session headers, the
+/// timeout, the cookie step), the cache step's lookup, the handler; serving a stored
+/// response; and what responses do to the cookie store and the cache (executor).
+extension TaskDriver {
+    /// Prepares `request` and reports `loadPlanned` (or `startFailed`); with a stream
+    /// body that must be fetched again first, asks the delegate for it.
+    func begin(_ request: Request, needsStream: Bool) {
+        guard needsStream else { return plan(request) }
+        let why = machine.redirectCount == 0
+            ? "a streamed upload needs a body stream and the delegate gave none"
+            : "the redirect needs the body again and the delegate gave no new stream"
+        askNewBodyStream { stream in
+            self.executor.execute {
+                guard let stream else {
+                    self.run(.event(.startFailed(PorterError(.requestBodyStreamExhausted, why, url: request.url))))
+                    return
+                }
+                var withStream = request
+                withStream.body = .stream(stream)
+                self.plan(withStream)
+            }
+        }
+    }
+
+    private func plan(_ proposed: Request) {
+        var request = proposed
+        let config = session.configuration
+        if case .background = config.kind {
+            return run(.event(.startFailed(PorterError(.unsupportedConfiguration,
+                "background sessions are not supported yet; use .default or .ephemeral", url: request.url))))
+        }
+        guard let scheme = request.url.scheme, !scheme.isEmpty else {
+            return run(.event(.startFailed(PorterError(.unsupportedURL, "the URL has no scheme", url: request.url))))
+        }
+        guard let factory = TaskDriver.factory(for: request, in: config) else {
+            let known = Set(config.registry.schemes + config.handlers.flatMap(\.schemes)).sorted()
+            return run(.event(.startFailed(PorterError(.unsupportedURL,
+                "no handler for scheme '\(scheme)'; registered schemes: \(known.isEmpty ? "none" : known.joined(separator: ", "))",
+                url: request.url))))
+        }
+        for field in config.additionalHeaders where request.headerFields[field.name] == nil {
+            request.headerFields.append(field)
+        }
+        if request.timeoutInterval <= 0 { request.timeoutInterval = config.timeoutIntervalForRequest }
+        request.cachePartition = config.cachePartition
+        applyCookies(to: &request)
+        currentRequest = request
+        plannedFactory = factory
+
+        // URLProtocol's two class methods: the handler's canonical form of the request is
+        // what the cache is keyed by (for storing too), and a stored response answers only
+        // a request the handler calls cache-equivalent to the one it was stored for.
+        var lookup = CacheStep.Lookup(policy: .useProtocolCachePolicy, hit: nil)
+        cacheKeyRequest = nil
+        if let cache = config.responseCache {
+            let key = factory.canonicalRequest(for: request)
+            cacheKeyRequest = key
+            lookup.policy = request.cachePolicy == .useProtocolCachePolicy ? config.requestCachePolicy : request.cachePolicy
+            if lookup.policy != .reloadIgnoringLocalCacheData, let hit = cache.cachedResponse(for: key),
+               factory.requestIsCacheEquivalent(key, Request(url: hit.response.url)) {
+                lookup.hit = hit
+            }
+        }
+        run(.event(.loadPlanned(request, lookup)))
+    }
+
+    /// Makes the handler for the current request and starts it.
+    func load(_ request: Request, cachedResponse: CachedResponse?, paused: Bool) {
+        guard let factory = plannedFactory else { return }
+        logger.debug("start \(request) with \(factory.name)")
+        let client = HandlerClient(driver: self, generation: machine.generation,
+                                   context: SessionContext(configuration: session.configuration, sessionIdentifier: session.identifier))
+        let made = factory.makeHandler(request: request, cachedResponse: cachedResponse, client: client)
+        handler = made
+        client.attach(made)
+        made.startLoading()
+        if paused { made.pauseDelivery() }
+    }
+
+    /// Serves a stored response through the machine, as a handler's reports.
+    func serveCached(_ stored: CachedResponse, serving served: Response?, revalidated: Bool) {
+        // The handler (if any) is done; it stays referenced until the task ends.
+        handler?.stopLoading()
+        var hit = stored
+        var fetchType = "localCache"
+        if let served {
+            hit.response = served
+            if revalidated {
+                fetchType = "revalidated"
+                // The refreshed head (and a new storage time) replaces the stored one.
+                var refreshed = hit
+                refreshed.response.headerFields[.age] = nil
+                refreshed.storedDate = Date()
+                session.configuration.responseCache?.storeCachedResponse(refreshed, for: cacheKeyRequest ?? currentRequest)
+            }
+        }
+        var fetch = TransactionMetrics(request: currentRequest, fetchType: fetchType)
+        fetch.response = hit.response
+        transactionMetrics.append(fetch)
+        let gen = machine.generation
+        run(.event(.handler(generation: gen, .response(hit.response, .notAllowed))))
+        if !hit.data.isEmpty, currentRequest.method.uppercased() != "HEAD" {   // HEAD answered from a stored GET
+            hold(hit.data.count)
+            run(.event(.handler(generation: gen, .data(hit.data))))
+        }
+        run(.event(.handler(generation: gen, .finish)))
+    }
+
+    // MARK: - the cookie step
+
+    private var cookieStore: (any CookieStore)? {
+        let config = session.configuration
+        return config.httpShouldSetCookies ? config.cookieStore : nil
+    }
+
+    private static func carriesCookies(_ url: URL) -> Bool {
+        let scheme = url.scheme?.lowercased()
+        return scheme == "http" || scheme == "https"
+    }
+
+    /// Each hop (the first request, every redirect) gets the cookies for its own URL.
+    private func applyCookies(to request: inout Request) {
+        guard cookiesAutomatic, let store = cookieStore, Self.carriesCookies(request.url) else { return }
+        _ = request.setValue(store.cookieHeader(for: request.url, mainDocumentURL: request.mainDocumentURL),
+                             forHeader: "Cookie")
+    }
+
+    /// Set-Cookie of every response, the redirects' included.
+    func storeCookies(from response: Response) {
+        guard let store = cookieStore, Self.carriesCookies(response.url) else { return }
+        let headers = response.headerFields[values: .setCookie]
+        guard !headers.isEmpty else { return }
+        store.storeCookies(fromHeaders: headers, for: response.url, mainDocumentURL: currentRequest.mainDocumentURL)
+    }
+
+    // MARK: - cache invalidation (RFC 9111 §4.4)
+
+    /// A non-error response to an unsafe method invalidates the target URI and the
+    /// same-origin Location / Content-Location.
+    func invalidateCache(after response: Response) {
+        guard let cache = session.configuration.responseCache, let status = response.statusCode, (200..<400).contains(status),
+              !["GET", "HEAD", "OPTIONS", "TRACE"].contains(currentRequest.method.uppercased()) else { return }
+        cache.removeCachedResponse(for: Request(url: currentRequest.url))
+        for name in ["Location", "Content-Location"] {
+            guard let value = response.value(forHeader: name),
+                  let target = URL(string: value, relativeTo: currentRequest.url)?.absoluteURL,
+                  target.scheme == currentRequest.url.scheme, target.host == currentRequest.url.host,
+                  target.port == currentRequest.url.port else { continue }
+            cache.removeCachedResponse(for: Request(url: target))
+        }
+    }
+}
