@@ -26,6 +26,10 @@ final class Transfer: @unchecked Sendable {
     /// With --concurrency > 1, a body to stdout waits here (an unlinked temporary file,
     /// so memory stays flat however large the body) until its transfer ends.
     var spool: Int32 = -1
+    /// The first `Transfer.memorySpoolLimit` bytes of such a body wait in memory: a small
+    /// response costs no temporary file.
+    var memorySpool = Data()
+    static let memorySpoolLimit = 256 * 1024
     var bar: ProgressBar?
     /// Called once when the transfer has ended (frees its slot).
     var onDone: @Sendable () -> Void = {}
@@ -65,6 +69,8 @@ func copySpool(_ spool: Int32, to fd: Int32) -> Bool {
 final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
     let options: Fetch
     private let lock = NSLock()
+    /// Held while a finished body is copied to the output, and for -w lines.
+    private let outputLock = NSLock()
     private var transfers: [ObjectIdentifier: Transfer] = [:]
     private var sessions: [String: Session] = [:]
     private let credential: Credential?
@@ -197,7 +203,9 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             if let p = options.proxy, let url = URL(string: p.contains("://") ? p : "http://" + p) {
                 config.proxies = ProxyConfiguration(httpProxy: url, httpsProxy: url, allProxy: url)
             }
-            let s = Session(configuration: config, delegate: self)
+            // The runner's callbacks are quick and keep their state per transfer: they run
+            // where each transfer runs, with no hop to a delegate queue.
+            let s = Session(configuration: config, delegateOnLoadingThread: self)
             sessions[key] = s
             return s
         }
@@ -443,17 +451,28 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             }
         }
         if t.httpFailed, !options.silent, let s = t.response?.statusCode { note("porter: the server answered \(s)") }
-        if t.spool >= 0 {
-            if t.error == nil, !copySpool(t.spool, to: t.fd) { t.writeFailed = true }
-            close(t.spool)
+        if t.spool >= 0 || !t.memorySpool.isEmpty {
+            // Transfers end on several threads: one body goes to stdout at a time.
+            outputLock.withLock {
+                if t.error == nil {
+                    if t.spool >= 0 {
+                        if !copySpool(t.spool, to: t.fd) { t.writeFailed = true }
+                    } else if !writeAll(t.fd, t.memorySpool) {
+                        t.writeFailed = true
+                    }
+                }
+            }
+            if t.spool >= 0 { close(t.spool) }
             t.spool = -1
+            t.memorySpool = Data()
         }
         if t.ownsFD {
             if close(t.fd) != 0, t.error == nil { t.writeFailed = true }
             t.ownsFD = false
         }
         if let format = options.writeOut {
-            _ = writeAll(1, WriteOut.render(format == "json" ? "%{json}\n" : format, WriteOut.values(for: t)))
+            let line = WriteOut.render(format == "json" ? "%{json}\n" : format, WriteOut.values(for: t))
+            outputLock.withLock { _ = writeAll(1, line) }
         }
     }
 
@@ -488,7 +507,18 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         t.bytes += Int64(data.count)
         if options.head { return }
         if buffered, t.fd == 1 {
-            if t.spool < 0 { t.spool = makeSpool() }
+            if t.spool < 0, t.memorySpool.count + data.count <= Transfer.memorySpoolLimit {
+                t.memorySpool.append(data)
+                return
+            }
+            if t.spool < 0 {
+                t.spool = makeSpool()
+                if t.spool >= 0, !t.memorySpool.isEmpty, !writeAll(t.spool, t.memorySpool) {
+                    close(t.spool)
+                    t.spool = -1
+                }
+                t.memorySpool = Data()
+            }
             if t.spool >= 0, writeAll(t.spool, data) { return }
             t.writeFailed = true
             task.cancel()
@@ -542,11 +572,13 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             if let line = response.statusLine { note("< \(line)") }
             for f in response.headerFields { note("< \(f.name.rawName): \(Runner.masked(f.name.rawName, f.value))") }
         }
-        if let dumpFD { _ = writeAll(dumpFD, responseHead(response)) }
-        if options.include || options.head {
-            return writeAll(1, responseHead(response))
+        return outputLock.withLock {
+            if let dumpFD { _ = writeAll(dumpFD, responseHead(response)) }
+            if options.include || options.head {
+                return writeAll(1, responseHead(response))
+            }
+            return true
         }
-        return true
     }
 
     /// curl's --retry: a timeout or one of these statuses is transient.
@@ -630,6 +662,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         t.response = nil
         t.bytes = 0
         if t.spool >= 0 { close(t.spool); t.spool = -1 }
+        t.memorySpool = Data()
         DispatchQueue.global().asyncAfter(deadline: .now() + wait) { [self] in
             if let failure = start(t) {
                 t.error = failure

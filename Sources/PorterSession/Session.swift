@@ -36,13 +36,40 @@ public final class Session: @unchecked Sendable {
     /// Where the life cycle of tasks runs whose handler names no executor of its own.
     let workExecutor: any TaskExecutor = QueueExecutor(label: "porter.session.tasks")
 
-    /// Runs an application callback on the delegate queue, after those given before it.
-    func deliver(_ work: @escaping @Sendable () -> Void) { delegateQueue.async(execute: work) }
+    /// Application callbacks run on the task's executor (`init(configuration:delegateOnLoadingThread:)`).
+    let deliversInline: Bool
+
+    /// Runs an application callback (on a task's executor): on the delegate queue after
+    /// those given before it, or at once for a session that delivers inline.
+    func deliver(_ work: @escaping @Sendable () -> Void) {
+        if deliversInline { work() } else { delegateQueue.async(execute: work) }
+    }
 
     public init(configuration: SessionConfiguration, delegate: (any SessionDelegate)? = nil,
                 delegateQueue: DispatchQueue? = nil) {
         self.configuration = configuration
         self.delegateQueue = delegateQueue ?? DispatchQueue(label: "porter.session.delegate")
+        self.deliversInline = false
+        var s = State()
+        s.delegate = delegate
+        self.state = Locked(s)
+        self.isShared = false
+        if case .background(let id) = configuration.kind {
+            configuration.logger.warning("background session '\(id)': not supported yet; its tasks will fail")
+        }
+    }
+
+    /// A session whose delegate is called on the thread that runs each task (its
+    /// executor: libcurl's loop thread for http and ftp) instead of a delegate queue: no
+    /// thread hop per callback, which is what a program moving many small responses
+    /// wants. The callbacks of one task come in order, but those of different tasks may
+    /// run at the same time on different threads, and a callback that blocks holds up
+    /// every transfer on its thread: the delegate must be thread-safe and quick.
+    /// `delegateQueue` is then used only for what has no task (invalidation).
+    public init(configuration: SessionConfiguration, delegateOnLoadingThread delegate: any SessionDelegate) {
+        self.configuration = configuration
+        self.delegateQueue = DispatchQueue(label: "porter.session.delegate")
+        self.deliversInline = true
         var s = State()
         s.delegate = delegate
         self.state = Locked(s)
@@ -54,6 +81,7 @@ public final class Session: @unchecked Sendable {
 
     private init(configuration: SessionConfiguration) {
         self.configuration = configuration
+        self.deliversInline = false
         self.delegateQueue = DispatchQueue(label: "porter.session.shared")
         self.state = Locked(State())
         self.isShared = true

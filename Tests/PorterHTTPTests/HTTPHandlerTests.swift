@@ -960,3 +960,21 @@ final class HTTPHandlerTests: XCTestCase {
         XCTAssertTrue(parser.fields.isEmpty)
     }
 }
+
+/// The libcurl loop is the executor of its tasks: it knows its own thread.
+final class CurlLoopExecutorTests: XCTestCase {
+    func testTheLoopKnowsItsThreadAndRunsWorkInOrder() {
+        let loop = CurlLoop(name: "porter.curl.test")
+        XCTAssertFalse(loop.isCurrent)
+        let seen = Locked<[Int]>([])
+        let done = DispatchSemaphore(value: 0)
+        for i in 0..<100 {
+            loop.execute {
+                seen.withLock { $0.append(loop.isCurrent ? i : -1) }
+                if i == 99 { done.signal() }
+            }
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(seen.current, Array(0..<100), "in order, each on the loop's own thread")
+    }
+}
