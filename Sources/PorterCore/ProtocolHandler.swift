@@ -59,8 +59,13 @@ public struct SessionContext: Sendable {
     /// Unique per session in this process: a key for per-session state such as a
     /// connection pool.
     public let sessionIdentifier: UInt64
+    /// The executor the task's life cycle runs on (the one `executor(for:context:)`
+    /// named, or the session's queue): a handler that does its work there reports with
+    /// no thread hop.
+    public let executor: (any TaskExecutor)?
 
-    public init(configuration: SessionConfiguration, sessionIdentifier: UInt64) {
+    public init(configuration: SessionConfiguration, sessionIdentifier: UInt64, executor: (any TaskExecutor)? = nil) {
+        self.executor = executor
         self.configuration = configuration
         self.sessionIdentifier = sessionIdentifier
     }

@@ -72,7 +72,8 @@ extension TaskDriver {
         guard let factory = plannedFactory else { return }
         logger.debug("start \(request) with \(factory.name)")
         let client = HandlerClient(driver: self, generation: machine.generation,
-                                   context: SessionContext(configuration: session.configuration, sessionIdentifier: session.identifier))
+                                   context: SessionContext(configuration: session.configuration, sessionIdentifier: session.identifier,
+                                                           executor: executor))
         let made = factory.makeHandler(request: request, cachedResponse: cachedResponse, client: client)
         handler = made
         client.attach(made)
