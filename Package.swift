@@ -92,7 +92,7 @@ let package = Package(
         .target(name: "PorterTestSupport", dependencies: ["PorterCore", "PorterSession"], path: "Tests/PorterTestSupport", swiftSettings: strict),
         .testTarget(name: "PorterDataTests", dependencies: ["PorterData", "PorterSession"], swiftSettings: strict),
         .testTarget(name: "PorterFileTests", dependencies: ["Porter", "PorterFile", "PorterTestSupport"], swiftSettings: strict),
-        .testTarget(name: "PorterCLITests", dependencies: ["Porter", "PorterTestSupport"], swiftSettings: strict),
+        .testTarget(name: "PorterCLITests", dependencies: ["Porter", "PorterCLI", "PorterTestSupport"], swiftSettings: strict),
         .testTarget(
             name: "PorterPluginsTests", dependencies: ["Porter", "PorterPlugins", "PorterTestSupport"],
             exclude: ["Fixtures"], swiftSettings: strict),

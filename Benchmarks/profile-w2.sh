@@ -38,4 +38,4 @@ count() {  # count NAME CMD...: total instructions of every thread
 }
 count curl-multi "$out/curl-multi" many "$H/1k.bin" 32 "$N"
 count curl curl -s --parallel --parallel-max 32 -K "$work/curl.conf"
-count porter sh -c 'exec "$0" -s --url-list "$1" --concurrency 32 > /dev/null' "$P" "$work/urls.txt"
+count porter "$P" -s --url-list "$work/urls.txt" --concurrency 32

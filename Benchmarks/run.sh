@@ -56,17 +56,8 @@ measure() {
     done
     echo "$name $bestt $maxm $status"
 }
-rows=()
-rows+=("$(measure "cat > file" sh -c 'cat "$0" > "$1"' "$src" "$work/dst")")
-rows+=("$(measure "porter -o file" "$P" -s -o "$work/dst" "file://$src")")
-rows+=("$(measure "curl -o file" curl -s -o "$work/dst" "file://$src")")
-rows+=("$(measure "Foundation URLSession download" "$B" foundation-file "file://$src" "$work/dst")")
-rows+=("$(measure "cat > /dev/null" sh -c 'cat "$0" > /dev/null' "$src")")
-rows+=("$(measure "porter > /dev/null" sh -c '"$0" -s "$1" > /dev/null' "$P" "file://$src")")
-rows+=("$(measure "curl > /dev/null" sh -c 'curl -s "$0" > /dev/null' "file://$src")")
-baseline=$(measure "porter data:,x (start-up)" "$P" -s "data:,x")
-
 echo "http: nginx on loopback..." >&2
+cc -O2 -o "$work/curl-multi" Benchmarks/Peers/c/curl-multi.c -lcurl
 mkdir -p "$work/nginx" "$work/site"
 make_test_ca "$work/nginx"
 ln "$src" "$work/site/1g.bin" 2>/dev/null || cp "$src" "$work/site/1g.bin"
@@ -82,98 +73,132 @@ for i in $(seq 5000); do printf 'url = "%s/1k.bin"\noutput = "/dev/null"\n' "$H"
 # Foundation trusts only the system bundle: W3 gives it the test CA in a private mount namespace.
 cat /etc/ssl/certs/ca-certificates.crt "$CA" > "$work/bundle.crt"
 
-w1=(); w2=(); w3=(); w4=()
-w1+=("$(measure "curl" curl -s -o /dev/null "$H/1g.bin")")
-w1+=("$(measure "Porter" sh -c '"$0" -s "$1" > /dev/null' "$P" "$H/1g.bin")")
-w1+=("$(measure "AsyncHTTPClient" "$PEERS/ahc-client" get "$H/1g.bin")")
-w1+=("$(measure "Foundation URLSession" "$PEERS/foundation-client" get "$H/1g.bin")")
-w2+=("$(measure "curl" curl -s --parallel --parallel-max 32 -K "$work/curl-urls.conf")")
-w2+=("$(measure "Porter" sh -c '"$0" -s --url-list "$1" --concurrency 32 > /dev/null' "$P" "$work/urls.txt")")
-w2+=("$(measure "AsyncHTTPClient" "$PEERS/ahc-client" many "$H/1k.bin" 32 5000)")
-w2+=("$(measure "Foundation URLSession" "$PEERS/foundation-client" many "$H/1k.bin" 32 5000)")
-# W4: the same 1 KiB file 5,000 times with Porter's cache on (one network load, then
-# cache hits), beside curl fetching it over the network as in W2.
-w4+=("$(measure "curl (network)" curl -s --parallel --parallel-max 32 -K "$work/curl-urls.conf")")
-rm -rf "$work/xdg-cache"
-w4+=("$(measure "Porter --cache (hits)" env XDG_CACHE_HOME="$work/xdg-cache" sh -c '"$0" -s --cache --url-list "$1" --concurrency 32 > /dev/null' "$P" "$work/cached-urls.txt")")
-w3+=("$(measure "curl" curl -s --cacert "$CA" -o /dev/null "$S/1g.bin")")
-w3+=("$(measure "Porter" sh -c '"$0" -s --cacert "$1" "$2" > /dev/null' "$P" "$CA" "$S/1g.bin")")
-w3+=("$(measure "AsyncHTTPClient" env PORTER_BENCH_CA="$CA" "$PEERS/ahc-client" get "$S/1g.bin")")
-w3+=("$(measure "Foundation URLSession" unshare -m sh -c 'mount --bind "$0" /etc/ssl/certs/ca-certificates.crt && exec "$1" get "$2"' "$work/bundle.crt" "$PEERS/foundation-client" "$S/1g.bin")")
+
+# One run of every timed measurement; `print_run` writes its tables. `make bench` makes
+# BENCH_RUNS of them (2 by default): figures that do not reproduce show up side by side.
+measure_run() {
+    rows=()
+    rows+=("$(measure "cat > file" sh -c 'cat "$0" > "$1"' "$src" "$work/dst")")
+    rows+=("$(measure "porter -o file" "$P" -s -o "$work/dst" "file://$src")")
+    rows+=("$(measure "curl -o file" curl -s -o "$work/dst" "file://$src")")
+    rows+=("$(measure "Foundation URLSession download" "$B" foundation-file "file://$src" "$work/dst")")
+    rows+=("$(measure "cat > /dev/null" sh -c 'cat "$0" > /dev/null' "$src")")
+    rows+=("$(measure "porter > /dev/null" sh -c '"$0" -s "$1" > /dev/null' "$P" "file://$src")")
+    rows+=("$(measure "curl > /dev/null" sh -c 'curl -s "$0" > /dev/null' "file://$src")")
+    rows+=("$(measure "cp" cp "$src" "$work/dst")")
+    baseline=$(measure "porter data:,x (start-up)" "$P" -s "data:,x")
+    baseline_curl=$(measure "curl file: (start-up)" curl -s -o /dev/null "file:///etc/hostname")
+
+    w1=(); w2=(); w3=(); w4=()
+    w1+=("$(measure "curl" curl -s -o /dev/null "$H/1g.bin")")
+    w1+=("$(measure "libcurl C client (multi)" "$work/curl-multi" get "$H/1g.bin")")
+    w1+=("$(measure "Porter" sh -c '"$0" -s "$1" > /dev/null' "$P" "$H/1g.bin")")
+    w1+=("$(measure "AsyncHTTPClient" "$PEERS/ahc-client" get "$H/1g.bin")")
+    w1+=("$(measure "Foundation URLSession" "$PEERS/foundation-client" get "$H/1g.bin")")
+    w2+=("$(measure "curl" curl -s --parallel --parallel-max 32 -K "$work/curl-urls.conf")")
+    w2+=("$(measure "libcurl C client (multi)" "$work/curl-multi" many "$H/1k.bin" 32 5000)")
+    w2+=("$(measure "Porter" sh -c '"$0" -s --url-list "$1" --concurrency 32 > /dev/null' "$P" "$work/urls.txt")")
+    w2+=("$(measure "AsyncHTTPClient" "$PEERS/ahc-client" many "$H/1k.bin" 32 5000)")
+    w2+=("$(measure "Foundation URLSession" "$PEERS/foundation-client" many "$H/1k.bin" 32 5000)")
+    # W4: the same 1 KiB file 5,000 times with Porter's cache on (one network load, then
+    # cache hits), beside curl fetching it over the network as in W2.
+    w4+=("$(measure "curl (network)" curl -s --parallel --parallel-max 32 -K "$work/curl-urls.conf")")
+    rm -rf "$work/xdg-cache"
+    w4+=("$(measure "Porter --cache (hits)" env XDG_CACHE_HOME="$work/xdg-cache" sh -c '"$0" -s --cache --url-list "$1" --concurrency 32 > /dev/null' "$P" "$work/cached-urls.txt")")
+    w3+=("$(measure "curl" curl -s --cacert "$CA" -o /dev/null "$S/1g.bin")")
+    w3+=("$(measure "libcurl C client (multi)" env PORTER_BENCH_CA="$CA" "$work/curl-multi" get "$S/1g.bin")")
+    w3+=("$(measure "Porter" sh -c '"$0" -s --cacert "$1" "$2" > /dev/null' "$P" "$CA" "$S/1g.bin")")
+    w3+=("$(measure "AsyncHTTPClient" env PORTER_BENCH_CA="$CA" "$PEERS/ahc-client" get "$S/1g.bin")")
+    w3+=("$(measure "Foundation URLSession" unshare -m sh -c 'mount --bind "$0" /etc/ssl/certs/ca-certificates.crt && exec "$1" get "$2"' "$work/bundle.crt" "$PEERS/foundation-client" "$S/1g.bin")")
+
+}
+
+print_run() {
+        echo "## file: — 1 GiB from the page cache"
+        echo
+        echo "Seconds: best of five. Peak RSS: the highest of the five, from GNU time (\`%M\`)."
+        echo
+        echo "| command | seconds | MB/s | × cat | peak RSS (MiB) | exit |"
+        echo "|---|---:|---:|---:|---:|---:|"
+        cat_file=$(awk '{print $(NF-2)}' <<<"${rows[0]}")
+        cat_null=$(awk '{print $(NF-2)}' <<<"${rows[4]}")
+        for r in "${rows[@]}"; do
+            name=${r% * * *}; rest=${r##"$name "}
+            read -r t m x <<<"$rest"
+            ref=$cat_file; [[ "$name" == *"/dev/null"* ]] && ref=$cat_null
+            if [ "$x" = 0 ]; then
+                awk -v n="$name" -v t="$t" -v m="$m" -v x="$x" -v ref="$ref" -v b="$gib" \
+                    'BEGIN{printf "| %s | %.3f | %.0f | %.2f | %.1f | %s |\n", n, t, b/t/1e6, ref/t, m/1024, x}'
+            else
+                echo "| $name | failed | – | – | – | $x |"
+            fi
+        done
+        foundation_error=$("$B" foundation-file "file://$src" "$work/dst" 2>&1 >/dev/null | head -c 300 || true)
+        echo
+        echo "Foundation's URLSession on Linux cannot load file: URLs at all; it answered: \`${foundation_error}\`"
+        read -r _ _ _ bt bm bx <<<"$baseline"
+        read -r _ _ _ ct cm cx <<<"$baseline_curl"
+        echo
+        echo "Start-up: \`porter -s data:,x\` took $(awk -v t="$bt" 'BEGIN{printf "%.1f", t*1000}') ms and peaked at $(awk -v m="$bm" 'BEGIN{printf "%.1f", m/1024}') MiB; \`curl -s file:///etc/hostname\` took $(awk -v t="$ct" 'BEGIN{printf "%.1f", t*1000}') ms and $(awk -v m="$cm" 'BEGIN{printf "%.1f", m/1024}') MiB (best of five; targets for porter: 15 ms, 16 MiB)."
+        echo
+        # http_table TITLE UNIT ROWS...: UNIT is "MB/s" (one 1 GiB body) or "req/s" (5,000 requests)
+        http_table() {
+            local unit=$1; shift
+            local ref
+            ref=$(awk '{print $(NF-2)}' <<<"$1")
+            echo "| client | seconds | $unit | × curl | peak RSS (MiB) | exit |"
+            echo "|---|---:|---:|---:|---:|---:|"
+            for r in "$@"; do
+                local name=${r% * * *} rest t m x
+                rest=${r##"$name "}
+                read -r t m x <<<"$rest"
+                if [ "$x" = 0 ]; then
+                    awk -v n="$name" -v t="$t" -v m="$m" -v x="$x" -v ref="$ref" -v b="$gib" -v unit="$unit" \
+                        'BEGIN{v = unit == "req/s" ? 5000/t : b/t/1e6; printf "| %s | %.3f | %.0f | %.2f | %.1f | %s |\n", n, t, v, ref/t, m/1024, x}'
+                else
+                    echo "| $name | failed | – | – | – | $x |"
+                fi
+            done
+        }
+        echo "## http: — nginx on loopback, 1 worker, sharing the $(nproc) cores with the client"
+        echo
+        echo "Porter is the \`porter\` CLI as \`make install\` will ship it: release build, Swift runtime linked statically (\`--static-swift-stdlib\`). The libcurl C client is \`Benchmarks/Peers/c/curl-multi.c\` (libcurl's multi interface, no language runtime). AsyncHTTPClient and Foundation's URLSession run small clients in \`Benchmarks/Peers\` (release build). Seconds: best of five; peak RSS: the highest of the five."
+        echo
+        echo "### W1: one 1 GiB GET, body discarded"
+        echo
+        http_table "MB/s" "${w1[@]}"
+        echo
+        echo "### W2: 5,000 GETs of a 1 KiB file, 32 in flight, one session"
+        echo
+        http_table "req/s" "${w2[@]}"
+        echo
+        echo "### W3: W1 over HTTPS (HTTP/2 where the client offers it)"
+        echo
+        http_table "MB/s" "${w3[@]}"
+        echo
+        echo "### W4: 5,000 GETs of a cacheable 1 KiB file (max-age=600), 32 in flight: Porter's cache against curl over the network"
+        echo
+        echo "Porter runs with \`--cache\` (its persistent cache in a fresh folder): one network load, the rest served by the cache. Target: faster than curl fetching the file from nginx."
+        echo
+        http_table "req/s" "${w4[@]}"
+        echo
+}
 
 gib=$(( $(stat -c %s "$src") ))
+runs=${BENCH_RUNS:-2}
+: > "$work/runs.md"
+for run in $(seq "$runs"); do
+    echo "run $run of $runs..." >&2
+    measure_run
+    { echo "# Run $run of $runs"; echo; print_run; } >> "$work/runs.md"
+done
 {
     echo "# Benchmarks"
     echo
     echo "Made by \`make bench\` (\`Benchmarks/run.sh\`) on $(date -u +%Y-%m-%d), $(nproc) cores, $(uname -m), Swift $(swift --version 2>/dev/null | sed -nE 's/.*Swift version ([0-9.]+).*/\1/p' | head -1), curl $(curl --version | head -1 | cut -d' ' -f2); release build."
     echo "All figures come from one run on one machine: compare ratios, not absolute numbers across machines."
     echo
-    echo "## file: — 1 GiB from the page cache"
-    echo
-    echo "Seconds: best of five. Peak RSS: the highest of the five, from GNU time (\`%M\`)."
-    echo
-    echo "| command | seconds | MB/s | × cat | peak RSS (MiB) | exit |"
-    echo "|---|---:|---:|---:|---:|---:|"
-    cat_file=$(awk '{print $(NF-2)}' <<<"${rows[0]}")
-    cat_null=$(awk '{print $(NF-2)}' <<<"${rows[4]}")
-    for r in "${rows[@]}"; do
-        name=${r% * * *}; rest=${r##"$name "}
-        read -r t m x <<<"$rest"
-        ref=$cat_file; [[ "$name" == *"/dev/null"* ]] && ref=$cat_null
-        if [ "$x" = 0 ]; then
-            awk -v n="$name" -v t="$t" -v m="$m" -v x="$x" -v ref="$ref" -v b="$gib" \
-                'BEGIN{printf "| %s | %.3f | %.0f | %.2f | %.1f | %s |\n", n, t, b/t/1e6, ref/t, m/1024, x}'
-        else
-            echo "| $name | failed | – | – | – | $x |"
-        fi
-    done
-    foundation_error=$("$B" foundation-file "file://$src" "$work/dst" 2>&1 >/dev/null | head -c 300 || true)
-    echo
-    echo "Foundation's URLSession on Linux cannot load file: URLs at all; it answered: \`${foundation_error}\`"
-    read -r _ _ _ bt bm bx <<<"$baseline"
-    awk -v m="$bm" 'BEGIN{printf "\n`porter data:,x` alone peaks at %.1f MiB (the Swift runtime, Foundation, libcurl, OpenSSL and SQLite mapped in): the rest of porter'"'"'s figure is its 1 MiB receive buffer and the chunks in flight.\n", m/1024}'
-    echo
-    # http_table TITLE UNIT ROWS...: UNIT is "MB/s" (one 1 GiB body) or "req/s" (5,000 requests)
-    http_table() {
-        local unit=$1; shift
-        local ref
-        ref=$(awk '{print $(NF-2)}' <<<"$1")
-        echo "| client | seconds | $unit | × curl | peak RSS (MiB) | exit |"
-        echo "|---|---:|---:|---:|---:|---:|"
-        for r in "$@"; do
-            local name=${r% * * *} rest t m x
-            rest=${r##"$name "}
-            read -r t m x <<<"$rest"
-            if [ "$x" = 0 ]; then
-                awk -v n="$name" -v t="$t" -v m="$m" -v x="$x" -v ref="$ref" -v b="$gib" -v unit="$unit" \
-                    'BEGIN{v = unit == "req/s" ? 5000/t : b/t/1e6; printf "| %s | %.3f | %.0f | %.2f | %.1f | %s |\n", n, t, v, ref/t, m/1024, x}'
-            else
-                echo "| $name | failed | – | – | – | $x |"
-            fi
-        done
-    }
-    echo "## http: — nginx on loopback, 1 worker, sharing the $(nproc) cores with the client"
-    echo
-    echo "Porter is the \`porter\` CLI (release build, \`--static-swift-stdlib\`). AsyncHTTPClient and Foundation's URLSession run small clients in \`Benchmarks/Peers\` (release build). Seconds: best of five; peak RSS: the highest of the five."
-    echo
-    echo "### W1: one 1 GiB GET, body discarded"
-    echo
-    http_table "MB/s" "${w1[@]}"
-    echo
-    echo "### W2: 5,000 GETs of a 1 KiB file, 32 in flight, one session"
-    echo
-    http_table "req/s" "${w2[@]}"
-    echo
-    echo "### W3: W1 over HTTPS (HTTP/2 where the client offers it)"
-    echo
-    http_table "MB/s" "${w3[@]}"
-    echo
-    echo "### W4: 5,000 GETs of a cacheable 1 KiB file (max-age=600), 32 in flight: Porter's cache against curl over the network"
-    echo
-    echo "Porter runs with \`--cache\` (its persistent cache in a fresh folder): one network load, the rest served by the cache. Target: faster than curl fetching the file from nginx."
-    echo
-    http_table "req/s" "${w4[@]}"
-    echo
+    sed -e "s/^# Run/## Run/" -e "s/^## \([fhW]\)/### \1/" -e "s/^### \(W[0-9]\)/#### \1/" "$work/runs.md"
     echo "## data: — a 100 MB payload as a base64 data: URL"
     echo
     echo '```'

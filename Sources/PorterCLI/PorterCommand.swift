@@ -44,6 +44,30 @@ struct PluginOptions: ParsableArguments {
     func bootstrap() {
         Porter.bootstrap(pluginPaths: pluginPath)
     }
+
+    /// The schemes built into Porter, which no plugin may take over.
+    static let builtInSchemes: Set<String> = ["data", "file", "http", "https", "ftp", "ftps"]
+
+    /// Loads the plugins only when `urls` may need one: a run whose every URL names a
+    /// built-in scheme outright ("https://...", "data:...") starts without scanning,
+    /// opening and checking the plugin folders (a plugin never takes a built-in scheme,
+    /// so nothing it could do changes such a run). A URL list read from a file, a
+    /// --plugin-path, -v (which reports refused plugins) or any other URL loads them.
+    func bootstrap(forURLs urls: [String], fromList: Bool, verbose: Bool) {
+        Porter.bootstrap(pluginPaths: pluginPath,
+                         loadPlugins: PluginOptions.needsPlugins(urls: urls, fromList: fromList, verbose: verbose,
+                                                                 pluginPath: pluginPath))
+    }
+
+    static func needsPlugins(urls: [String], fromList: Bool, verbose: Bool, pluginPath: [String]) -> Bool {
+        if fromList || verbose || !pluginPath.isEmpty || urls.isEmpty { return true }
+        return !urls.allSatisfy { raw in
+            guard let colon = raw.firstIndex(of: ":") else { return false }
+            let scheme = raw[..<colon].lowercased()
+            guard builtInSchemes.contains(scheme) else { return false }
+            return raw[colon...].hasPrefix("://") || scheme == "data" || scheme == "file"
+        }
+    }
 }
 
 struct Plugins: ParsableCommand {
@@ -391,7 +415,7 @@ struct Fetch: ParsableCommand {
     @OptionGroup var plugins: PluginOptions
 
     func run() throws {
-        plugins.bootstrap()
+        plugins.bootstrap(forURLs: urls, fromList: urlList != nil, verbose: verbose)
         let refused = Porter.pluginVerdicts.compactMap(\.diagnostic)
         if verbose { for d in refused { note("* plugin \(d)") } }
         let source: URLSource

@@ -11,8 +11,6 @@ public final class BodyStager {
     public static let bufferSize = 512 * 1024
 
     private let client: any ProtocolClient
-    /// Sized so every buffer that can be in flight (the session's receive limit, plus the
-    /// one being filled) comes back for reuse.
     private let pool: BufferPool
     private var staging: UnsafeMutableRawPointer?
     private var staged = 0
@@ -21,10 +19,11 @@ public final class BodyStager {
     private var expected: Int64 = -1
     private var delivered: Int64 = 0
 
-    public init(client: any ProtocolClient) {
+    /// `loop`: the loop whose buffers the stager fills (one pool per loop, shared by its
+    /// transfers, not one per load).
+    public init(client: any ProtocolClient, loop: CurlLoop) {
         self.client = client
-        let limit = client.context.configuration.receiveBufferLimit
-        pool = BufferPool(bufferSize: BodyStager.bufferSize, keep: limit / BodyStager.bufferSize + 3)
+        pool = loop.bodyBuffers
     }
 
     deinit { drop() }

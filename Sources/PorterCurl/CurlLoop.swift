@@ -40,6 +40,10 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
         }
     }
 
+    /// The body buffers of this loop's transfers (`BodyStager`): recycled across loads, so
+    /// a warm loop allocates none per response.
+    public let bodyBuffers = BufferPool(bufferSize: BodyStager.bufferSize, keep: 8)
+
     private let multi: UnsafeMutableRawPointer?
     /// The loop's thread (set once, before it starts).
     private var thread: Thread?

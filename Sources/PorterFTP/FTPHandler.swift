@@ -41,8 +41,9 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
     public init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {
         self.request = request
         self.client = client
-        self.loop = CurlLoop.loop(for: client.context.configuration)
-        self.stager = BodyStager(client: client)
+        // The task runs on the loop executor(for:context:) named; the same one by its settings.
+        self.loop = (client.context.executor as? CurlLoop) ?? CurlLoop.loop(for: client.context.configuration)
+        self.stager = BodyStager(client: client, loop: loop)
     }
 
     private var isStopped: Bool { state.isStopped }

@@ -81,8 +81,9 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         self.request = request
         self.cached = cachedResponse
         self.client = client
-        self.loop = CurlLoop.loop(for: client.context.configuration)
-        self.stager = BodyStager(client: client)
+        // The task runs on the loop executor(for:context:) named; the same one by its settings.
+        self.loop = (client.context.executor as? CurlLoop) ?? CurlLoop.loop(for: client.context.configuration)
+        self.stager = BodyStager(client: client, loop: loop)
     }
 
     private var isStopped: Bool { state.isStopped }

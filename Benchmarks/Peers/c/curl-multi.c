@@ -2,6 +2,7 @@
  * language runtime around it. Bodies are counted and dropped.
  *   curl-multi get URL                 one transfer
  *   curl-multi many URL PARALLEL COUNT COUNT transfers of URL, PARALLEL at a time
+ * PORTER_BENCH_CA names a CA file to trust.
  * Built by Benchmarks/run.sh with: cc -O2 -o curl-multi curl-multi.c -lcurl */
 #include <curl/curl.h>
 #include <stdio.h>
@@ -21,6 +22,9 @@ static CURL *make(CURLM *multi, const char *url) {
     curl_easy_setopt(easy, CURLOPT_URL, url);
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, sink);
     curl_easy_setopt(easy, CURLOPT_PIPEWAIT, 1L);
+    /* PORTER_BENCH_CA: the test CA of the https workload. */
+    const char *ca = getenv("PORTER_BENCH_CA");
+    if (ca) curl_easy_setopt(easy, CURLOPT_CAINFO, ca);
     curl_multi_add_handle(multi, easy);
     return easy;
 }

@@ -1,0 +1,26 @@
+import Foundation
+import Porter
+@testable import PorterCLI
+import XCTest
+
+/// What a CLI run loads at start-up.
+final class StartupTests: XCTestCase {
+    /// Plugins are scanned only when a URL may need one: a plugin never takes a
+    /// built-in scheme, so a run on built-in URLs skips the folders.
+    func testPluginsAreLoadedOnlyWhenAURLMayNeedOne() {
+        func needs(_ urls: [String], list: Bool = false, verbose: Bool = false, path: [String] = []) -> Bool {
+            PluginOptions.needsPlugins(urls: urls, fromList: list, verbose: verbose, pluginPath: path)
+        }
+        XCTAssertFalse(needs(["data:,x"]))
+        XCTAssertFalse(needs(["https://a.example/", "HTTP://b.example/x", "ftp://h/f", "ftps://h/f", "file:///etc/hosts", "file:/tmp/x"]))
+        XCTAssertTrue(needs(["sftp://h/f"]), "a plugin scheme")
+        XCTAssertTrue(needs(["gopher:x"]))
+        XCTAssertTrue(needs(["localhost:8080/x"]), "a guessed URL may name a plugin's scheme")
+        XCTAssertTrue(needs(["http:no-slashes"]), "not a URL the built-ins take as written")
+        XCTAssertTrue(needs(["example.com"]))
+        XCTAssertTrue(needs(["https://a.example/"], list: true), "a list's URLs are not known up front")
+        XCTAssertTrue(needs(["https://a.example/"], verbose: true), "-v reports refused plugins")
+        XCTAssertTrue(needs(["https://a.example/"], path: ["/opt/plugins"]))
+        XCTAssertTrue(needs([]))
+    }
+}
