@@ -13,7 +13,7 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
     /// The loop for sessions without TLS settings of their own.
     public static let shared = CurlLoop(name: "porter.curl")
 
-    private static let byTrust = Locked([String: CurlLoop]())
+    private static let byTrust = Locked([LoopKey: CurlLoop]())
 
     /// The loop for a session: one per distinct TLS trust configuration (and connection
     /// limit per host, and set of pinned host names). Connections are
@@ -22,15 +22,8 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
     /// with other settings: libcurl does not compare them for every protocol (FTP with
     /// explicit TLS, for one).
     public static func loop(for configuration: SessionConfiguration) -> CurlLoop {
-        let key = [configuration.caCertificateFile ?? "", configuration.tlsVerificationDisabled ? "insecure" : "",
-                   configuration.pinnedPublicKey ?? "", configuration.clientCertificate.map { $0.certificatePath + "|" + $0.keyPath } ?? "",
-                   configuration.tlsMinimumVersion.map { "\($0.rawValue)" } ?? "",
-                   configuration.tlsMaximumVersion.map { "\($0.rawValue)" } ?? "",
-                   configuration.httpMaximumConnectionsPerHost == 6 ? "" : "\(max(1, configuration.httpMaximumConnectionsPerHost))",
-                   // Pinned names enter the loop's DNS cache: never share them with other sessions.
-                   configuration.hostOverrides.map(\.description).sorted().joined(separator: " ")]
-            .joined(separator: "\u{1}")
-        if key == [String](repeating: "", count: 8).joined(separator: "\u{1}") { return shared }
+        let key = LoopKey(configuration)
+        if key == LoopKey.plain { return shared }
         return byTrust.withLock { loops in
             if let existing = loops[key] { return existing }
             let made = CurlLoop(name: "porter.curl.\(loops.count + 1)",
@@ -38,6 +31,41 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
             loops[key] = made
             return made
         }
+    }
+
+    /// What separates loops: the trust settings, the connection limit per host and the
+    /// pinned names (a value compared field by field, built per task without strings).
+    struct LoopKey: Hashable {
+        var caFile: String?
+        var insecure: Bool
+        var pin: String?
+        var certificate: String?
+        var key: String?
+        var tlsMinimum: Int?
+        var tlsMaximum: Int?
+        var perHost: Int
+        var overrides: [HostOverride]
+
+        init(_ c: SessionConfiguration) {
+            caFile = c.caCertificateFile
+            insecure = c.tlsVerificationDisabled
+            pin = c.pinnedPublicKey
+            certificate = c.clientCertificate?.certificatePath
+            key = c.clientCertificate?.keyPath
+            tlsMinimum = c.tlsMinimumVersion.map { Int($0.rawValue) }
+            tlsMaximum = c.tlsMaximumVersion.map { Int($0.rawValue) }
+            perHost = c.httpMaximumConnectionsPerHost == 6 ? 6 : max(1, c.httpMaximumConnectionsPerHost)
+            // Pinned names enter the loop's DNS cache: never share them with other sessions.
+            overrides = c.hostOverrides.count > 1 ? c.hostOverrides.sorted { $0.description < $1.description } : c.hostOverrides
+        }
+
+        private init() {
+            insecure = false
+            perHost = 6
+            overrides = []
+        }
+
+        static let plain = LoopKey()
     }
 
     /// The body buffers of this loop's transfers (`BodyStager`): recycled across loads, so

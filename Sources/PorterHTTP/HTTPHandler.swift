@@ -260,7 +260,10 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     }
 
     private func makeResponse() -> Response {
-        let url = transfer?.info(string: CURLINFO_EFFECTIVE_URL).flatMap { URL(string: $0) } ?? request.url
+        // The effective URL is the request's unless libcurl moved (it follows no redirect
+        // itself, so almost never): parse it only then.
+        let effective = transfer?.info(string: CURLINFO_EFFECTIVE_URL)
+        let url = effective.flatMap { $0 == request.url.absoluteString ? nil : URL(string: $0) } ?? request.url
         let contentType = head.fields[.contentType].flatMap { MIMEType(parsing: $0) }
         let length = head.fields[.contentLength].flatMap { Int64($0) } ?? -1  // values arrive trimmed
         var r = Response(url: url, mimeType: contentType?.essence, expectedContentLength: length,

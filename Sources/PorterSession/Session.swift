@@ -53,6 +53,7 @@ public final class Session: @unchecked Sendable {
         var s = State()
         s.delegate = delegate
         self.state = Locked(s)
+        self.roles = Locked(Roles(delegate))
         self.isShared = false
         if case .background(let id) = configuration.kind {
             configuration.logger.warning("background session '\(id)': not supported yet; its tasks will fail")
@@ -73,6 +74,7 @@ public final class Session: @unchecked Sendable {
         var s = State()
         s.delegate = delegate
         self.state = Locked(s)
+        self.roles = Locked(Roles(delegate))
         self.isShared = false
         if case .background(let id) = configuration.kind {
             configuration.logger.warning("background session '\(id)': not supported yet; its tasks will fail")
@@ -84,13 +86,27 @@ public final class Session: @unchecked Sendable {
         self.deliversInline = false
         self.delegateQueue = DispatchQueue(label: "porter.session.shared")
         self.state = Locked(State())
+        self.roles = Locked(Roles(nil))
         self.isShared = true
     }
 
     public var delegate: (any SessionDelegate)? { state.withLock { $0.delegate } }
-    var taskDelegate: (any TaskDelegate)? { delegate as? any TaskDelegate }
-    var dataDelegate: (any DataDelegate)? { delegate as? any DataDelegate }
-    var downloadDelegate: (any DownloadDelegate)? { delegate as? any DownloadDelegate }
+    /// The delegate as each role, cast once (a conformance check per callback costs more
+    /// than the callback); nil once the session reported its invalidation.
+    var taskDelegate: (any TaskDelegate)? { roles.withLock { $0.task } }
+    var dataDelegate: (any DataDelegate)? { roles.withLock { $0.data } }
+    var downloadDelegate: (any DownloadDelegate)? { roles.withLock { $0.download } }
+    private struct Roles {
+        var task: (any TaskDelegate)?
+        var data: (any DataDelegate)?
+        var download: (any DownloadDelegate)?
+        init(_ d: (any SessionDelegate)?) {
+            task = d as? any TaskDelegate
+            data = d as? any DataDelegate
+            download = d as? any DownloadDelegate
+        }
+    }
+    private let roles: Locked<Roles>
 
     /// Tasks not yet completed.
     public var allTasks: [SessionTask] { state.withLock { Array($0.tasks.values) }.sorted { $0.taskIdentifier < $1.taskIdentifier } }
@@ -271,6 +287,7 @@ public final class Session: @unchecked Sendable {
         }
         guard let delegate else { return }
         state.withLock { $0.delegate = nil }
+        roles.withLock { $0 = Roles(nil) }
         delegateQueue.async {
             delegate?.session(self, didBecomeInvalidWithError: nil)
         }

@@ -45,7 +45,8 @@ extension TaskDriver {
             request.headerFields.append(field)
         }
         if request.timeoutInterval <= 0 { request.timeoutInterval = config.timeoutIntervalForRequest }
-        request.cachePartition = config.cachePartition
+        // The partition only keys the cache: a session without one does not pay for it.
+        if config.responseCache != nil { request.cachePartition = config.cachePartition }
         applyCookies(to: &request)
         currentRequest = request
         plannedFactory = factory
