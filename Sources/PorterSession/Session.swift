@@ -45,19 +45,9 @@ public final class Session: @unchecked Sendable {
         if deliversInline { work() } else { delegateQueue.async(execute: work) }
     }
 
-    public init(configuration: SessionConfiguration, delegate: (any SessionDelegate)? = nil,
-                delegateQueue: DispatchQueue? = nil) {
-        self.configuration = configuration
-        self.delegateQueue = delegateQueue ?? DispatchQueue(label: "porter.session.delegate")
-        self.deliversInline = false
-        var s = State()
-        s.delegate = delegate
-        self.state = Locked(s)
-        self.roles = Locked(Roles(delegate))
-        self.isShared = false
-        if case .background(let id) = configuration.kind {
-            configuration.logger.warning("background session '\(id)': not supported yet; its tasks will fail")
-        }
+    public convenience init(configuration: SessionConfiguration, delegate: (any SessionDelegate)? = nil,
+                            delegateQueue: DispatchQueue? = nil) {
+        self.init(configuration: configuration, delegate: delegate, queue: delegateQueue, inline: false)
     }
 
     /// A session whose delegate is called on the thread that runs each task (its
@@ -67,10 +57,14 @@ public final class Session: @unchecked Sendable {
     /// run at the same time on different threads, and a callback that blocks holds up
     /// every transfer on its thread: the delegate must be thread-safe and quick.
     /// `delegateQueue` is then used only for what has no task (invalidation).
-    public init(configuration: SessionConfiguration, delegateOnLoadingThread delegate: any SessionDelegate) {
+    public convenience init(configuration: SessionConfiguration, delegateOnLoadingThread delegate: any SessionDelegate) {
+        self.init(configuration: configuration, delegate: delegate, queue: nil, inline: true)
+    }
+
+    private init(configuration: SessionConfiguration, delegate: (any SessionDelegate)?, queue: DispatchQueue?, inline: Bool) {
         self.configuration = configuration
-        self.delegateQueue = DispatchQueue(label: "porter.session.delegate")
-        self.deliversInline = true
+        self.delegateQueue = queue ?? DispatchQueue(label: "porter.session.delegate")
+        self.deliversInline = inline
         var s = State()
         s.delegate = delegate
         self.state = Locked(s)

@@ -110,6 +110,14 @@ final class TaskDriver: @unchecked Sendable {
         }
     }
 
+    /// Runs `event` on the executor after what is queued there, never at once: `resume()`
+    /// called from a callback (a task that starts the next one as it completes) must not
+    /// nest that task's whole life inside the callback, or a run of tasks answered at
+    /// once (from the cache) would recurse until the stack ends.
+    func post(_ event: TaskStateMachine.Event) {
+        executor.execute { self.run(.event(event)) }
+    }
+
     /// `cancel(byProducingResumeData:)`: `alreadyOver` runs when the task had ended.
     func cancelProducingResumeData(alreadyOver: @escaping @Sendable () -> Void) {
         executor.execute {

@@ -38,6 +38,37 @@ final class SessionTests: XCTestCase {
         XCTAssertEqual(task.progress.fractionCompleted, 1.0)
     }
 
+    /// A session made with `delegateOnLoadingThread:` calls its delegate where the task
+    /// runs: a task completes, whole and in order, while the delegate queue is blocked.
+    func testDelegateOnTheLoadingThreadNeedsNoDelegateQueue() {
+        let d = RecordingDelegate()
+        let session = Session(configuration: testConfiguration(), delegateOnLoadingThread: d)
+        let unblock = DispatchSemaphore(value: 0)
+        session.delegateQueue.async { unblock.wait() }
+        defer { unblock.signal() }
+        let task = session.dataTask(with: url("chunks://h/300/333"))
+        XCTAssertTrue(d.run(task))
+        XCTAssertEqual(d.data(task), patternBytes(from: 0, count: 300 * 333))
+        XCTAssertFalse(d.overlapped)
+        XCTAssertEqual(d.events.first, "response 200")
+        XCTAssertEqual(Array(d.events.suffix(2)), ["metrics", "complete ok"])
+        XCTAssertEqual(d.completions(task), 1)
+
+        // The queued way waits for the queue.
+        let queued = RecordingDelegate()
+        let blocked = Session(configuration: testConfiguration(), delegate: queued)
+        let hold = DispatchSemaphore(value: 0)
+        blocked.delegateQueue.async { hold.wait() }
+        let waiting = blocked.dataTask(with: url("chunks://h/3/3"))
+        let sawNothing = Locked(false)
+        DispatchQueue.global().asyncAfter(deadline: .now() + 0.3) {
+            sawNothing.withLock { $0 = queued.completions(waiting) == 0 && queued.events.isEmpty }
+            hold.signal()
+        }
+        XCTAssertTrue(queued.run(waiting))
+        XCTAssertTrue(sawNothing.current, "nothing reaches a blocked delegate queue")
+    }
+
     func testManyChunksAsync() async throws {
         let session = Session(configuration: testConfiguration())
         let (data, response) = try await session.data(from: url("chunks://h/1000/100"))
@@ -620,5 +651,51 @@ final class DefaultStoreTests: XCTestCase {
         XCTAssertNil(mine.cookieStore)
         XCTAssertNil(mine.credentialStore)
         XCTAssertTrue(mine.responseCache === cache)
+    }
+}
+
+/// Answers at once, from inside startLoading.
+final class InstantHandler: ProtocolHandler, @unchecked Sendable {
+    static var schemes: Set<String> { ["instant"] }
+    let request: Request
+    let client: any ProtocolClient
+    init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {
+        self.request = request
+        self.client = client
+    }
+    func startLoading() {
+        client.didReceive(Response(url: request.url, mimeType: "text/plain", expectedContentLength: 1, statusCode: 200),
+                          cacheStoragePolicy: .notAllowed)
+        client.didLoad(Data("x".utf8))
+        client.didFinishLoading()
+    }
+    func stopLoading() {}
+}
+
+/// A delegate that starts the next task from each completion, as the CLI does.
+final class ChainDelegate: TaskDelegate, @unchecked Sendable {
+    let remaining = Locked(0)
+    let done = DispatchSemaphore(value: 0)
+    weak var session: Session?
+    func task(_ task: SessionTask, didCompleteWithError error: PorterError?) {
+        let left = remaining.withLock { n -> Int in n -= 1; return n }
+        if left == 0 { done.signal(); return }
+        session?.dataTask(with: URL(string: "instant://h/\(left)")!).resume()
+    }
+}
+
+final class TaskChainTests: XCTestCase {
+    /// Tasks answered at once, each started from the previous one's completion on the
+    /// loading thread, run one after the other, not one inside the other (50,000 deep
+    /// overflowed the stack: the CLI crashed on a list of cached URLs).
+    func testResumeFromACompletionDoesNotNest() {
+        let chain = ChainDelegate()
+        let session = Session(configuration: testConfiguration { $0.prependHandler(InstantHandler.self) },
+                              delegateOnLoadingThread: chain)
+        chain.session = session
+        chain.remaining.withLock { $0 = 50_000 }
+        session.dataTask(with: URL(string: "instant://h/start")!).resume()
+        XCTAssertEqual(chain.done.wait(timeout: .now() + 120), .success)
+        XCTAssertEqual(chain.remaining.current, 0)
     }
 }
