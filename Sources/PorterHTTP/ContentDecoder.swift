@@ -15,7 +15,10 @@ import PorterCore
 final class ContentDecoder {
     private let inflater: OpaquePointer
     private static let sliceSize = 64 * 1024
-    private let slice = UnsafeMutableRawPointer.allocate(byteCount: ContentDecoder.sliceSize, alignment: 16)
+    /// Allocated only once the init is sure to succeed: a failable init that returns nil
+    /// runs no deinit (allocated as a property default, it leaked 64 KiB per response
+    /// that had no coding to decode).
+    private let slice: UnsafeMutableRawPointer
     /// Bytes in and out, for `maximumRatio`.
     private(set) var consumed: Int64 = 0
     private(set) var produced: Int64 = 0
@@ -34,6 +37,7 @@ final class ContentDecoder {
         }
         guard let z = porter_inflater_new(gzip) else { return nil }
         inflater = z
+        slice = UnsafeMutableRawPointer.allocate(byteCount: ContentDecoder.sliceSize, alignment: 16)
         self.maximumRatio = maximumRatio
     }
 

@@ -120,7 +120,7 @@ public final class Session: @unchecked Sendable {
             return task
         }
         state.withLock { $0.tasks[id] = task }
-        if let delegate = self.delegate { delegateQueue.async { delegate.session(self, didCreateTask: task) } }
+        if let delegate = self.delegate { deliver { delegate.session(self, didCreateTask: task) } }
         return task
     }
 
