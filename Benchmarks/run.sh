@@ -86,7 +86,7 @@ measure_run() {
     rows+=("$(measure "porter > /dev/null" sh -c '"$0" -s "$1" > /dev/null' "$P" "file://$src")")
     rows+=("$(measure "curl > /dev/null" sh -c 'curl -s "$0" > /dev/null' "file://$src")")
     rows+=("$(measure "cp" cp "$src" "$work/dst")")
-    baseline=$(measure "porter data:,x (start-up)" "$P" -s "data:,x")
+    baseline=$(measure "porter data:,x (start-up)" "$P" -s -o /dev/null "data:,x")
     baseline_curl=$(measure "curl file: (start-up)" curl -s -o /dev/null "file:///etc/hostname")
 
     w1=(); w2=(); w3=(); w4=()
