@@ -1,5 +1,6 @@
 import Foundation
 import PorterCore
+import Synchronization
 
 /// Loads a resource into memory, or hands it to the data delegate as it arrives.
 public class DataTask: SessionTask, @unchecked Sendable {
@@ -15,6 +16,8 @@ public class DataTask: SessionTask, @unchecked Sendable {
     }
 
     private let sink: Sink
+    /// A data callback was held back by `cancel()` (delegate queue).
+    private let skippedData = Atomic<Bool>(false)
     private var body = Data()          // on the executor only
     private var cacheBody: Data? = nil  // body kept for the cache in delegate mode
 
@@ -51,7 +54,11 @@ public class DataTask: SessionTask, @unchecked Sendable {
             }
             if let delegate = session.dataDelegate {
                 session.deliver {
-                    if !self.isCancelRequested { delegate.dataTask(self, didReceive: data) }
+                    if self.isCancelRequested {
+                        self.skippedData.store(true, ordering: .relaxed)
+                    } else {
+                        delegate.dataTask(self, didReceive: data)
+                    }
                     driver.consumed(data.count)
                 }
             } else {
@@ -87,7 +94,16 @@ public class DataTask: SessionTask, @unchecked Sendable {
                 storeInCache(response: response, data: kept, driver: driver, ask: true)
             }
             cacheBody = nil
-            if let delegate = session.taskDelegate { session.deliver { delegate.task(self, didCompleteWithError: error) } }
+            if let delegate = session.taskDelegate {
+                let url = response?.url
+                session.deliver {
+                    // cancel() came after the load had ended but before all of it was handed
+                    // over: what was held back makes it a cancelled task, not a short success.
+                    let reported = error == nil && self.skippedData.load(ordering: .relaxed)
+                        ? PorterError(.cancelled, "the task was cancelled", url: url) : error
+                    delegate.task(self, didCompleteWithError: reported)
+                }
+            }
         case .stream(let buffer):
             buffer.finish(error)
         }

@@ -153,6 +153,10 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
 
     override func sinkComplete(_ error: PorterError?, driver: TaskDriver) {
         var error = error
+        if writeFailed, error == nil {
+            // Never hand over a file the task could not write whole.
+            error = PorterError(.cannotWriteToFile, "the download could not be written", url: response?.url)
+        }
         if fd >= 0 {
             if close(fd) != 0 && error == nil {
                 error = PorterError(.cannotWriteToFile, "cannot finish writing the download", url: response?.url,

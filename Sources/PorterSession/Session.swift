@@ -107,13 +107,16 @@ public final class Session: @unchecked Sendable {
 
     // MARK: - making tasks
 
-    private func register<T: SessionTask>(_ make: (Int) -> T) -> T {
+    /// Makes a task; `configure` finishes it before anyone else can see it (the session's
+    /// table, `didCreateTask`), so nothing the driver reads at start is written later.
+    private func register<T: SessionTask>(_ make: (Int) -> T, configure: (T) -> Void = { _ in }) -> T {
         let (id, invalid) = state.withLock { s -> (Int, Bool) in
             let id = s.nextIdentifier
             s.nextIdentifier += 1
             return (id, s.invalidated)
         }
         let task = make(id)
+        configure(task)
         if invalid {
             task.driver.abortBeforeStart(PorterError(.sessionInvalidated, "the session was invalidated",
                                                      url: task.originalRequest.url))
@@ -189,9 +192,9 @@ public final class Session: @unchecked Sendable {
     /// task delegate gives in `task(_:needNewBodyStream:)`.
     public func uploadTask(withStreamedRequest request: Request) -> UploadTask {
         let r = Session.uploadRequest(request, body: nil)
-        let task = register { UploadTask(session: self, identifier: $0, request: r, sink: .delegate) }
-        if r.body == nil { task.driver.needsBodyStreamBeforeStart = true }
-        return task
+        return register({ UploadTask(session: self, identifier: $0, request: r, sink: .delegate) }, configure: { task in
+            if r.body == nil { task.driver.needsBodyStreamBeforeStart = true }
+        })
     }
 
     public func downloadTask(with request: Request) -> DownloadTask {
@@ -220,9 +223,9 @@ public final class Session: @unchecked Sendable {
             return register { DownloadTask(session: self, identifier: $0, request: request, resume: resume, sink: sink) }
         } catch {
             let bad = Request(url: URL(string: "about:resume-data")!)
-            let task = register { DownloadTask(session: self, identifier: $0, request: bad, resume: nil, sink: sink) }
-            task.driver.abortBeforeStart((error as? PorterError) ?? PorterError(.resumeFailed, "\(error)"))
-            return task
+            let failure = (error as? PorterError) ?? PorterError(.resumeFailed, "\(error)")
+            return register({ DownloadTask(session: self, identifier: $0, request: bad, resume: nil, sink: sink) },
+                            configure: { $0.driver.abortBeforeStart(failure) })
         }
     }
 

@@ -15,7 +15,7 @@ extension TaskDriver {
         let limit = session.configuration.receiveBufferLimit
         let held = outstanding.add(count, ordering: .sequentiallyConsistent).newValue
         guard held > limit, held - count <= limit else { return false }
-        send(.backlog)
+        sendNow(.backlog)
         return true
     }
 

@@ -109,8 +109,12 @@ extension TaskDriver {
         while true {
             let batch = inbox.take()
             if batch.isEmpty { return }
-            inboxCount.subtract(batch.count, ordering: .releasing)
-            for (gen, item) in batch { run(.item(gen, item)) }
+            for (gen, item) in batch {
+                run(.item(gen, item))
+                // Counted down only once it ran: a report made on the executor meanwhile
+                // must not overtake the rest of the batch.
+                inboxCount.subtract(1, ordering: .releasing)
+            }
         }
     }
 

@@ -53,7 +53,8 @@ final class TaskDriver: @unchecked Sendable {
     var idleLimit: TimeInterval = 60
     var totalLimit: TimeInterval = 7 * 24 * 3600
     let inbox = Inbox()
-    private var running = false
+    /// Inside `run` (executor only).
+    private(set) var running = false
     private var pending: [Work] = []
 
     /// Set before the task is handed out, read on the executor at start.
@@ -101,9 +102,12 @@ final class TaskDriver: @unchecked Sendable {
     var state: TaskState { TaskState(rawValue: lifecycleMirror.load(ordering: .acquiring)) ?? .completed }
     var bufferedByteCount: Int { max(0, outstanding.load(ordering: .relaxed)) }
 
-    /// Runs `event` on the executor (at once when already there).
+    /// Runs `event` on the executor. Called from inside this task's own run (a callback
+    /// on the loading thread cancelling its task) it waits its turn there; from anywhere
+    /// else it is queued, so one task's completion never runs nested inside another
+    /// task's callback, and events keep the order they were sent in.
     func send(_ event: TaskStateMachine.Event) {
-        if executor.isCurrent {
+        if executor.isCurrent, running {
             run(.event(event))
         } else {
             executor.execute { self.run(.event(event)) }
@@ -116,6 +120,17 @@ final class TaskDriver: @unchecked Sendable {
     /// once (from the cache) would recurse until the stack ends.
     func post(_ event: TaskStateMachine.Event) {
         executor.execute { self.run(.event(event)) }
+    }
+
+    /// Runs `event` at once when on the executor (flow events from the handler's own
+    /// callbacks: the pause must take effect before the handler's next chunk), else
+    /// queues it there.
+    func sendNow(_ event: TaskStateMachine.Event) {
+        if executor.isCurrent {
+            run(.event(event))
+        } else {
+            executor.execute { self.run(.event(event)) }
+        }
     }
 
     /// `cancel(byProducingResumeData:)`: `alreadyOver` runs when the task had ended.
@@ -307,9 +322,11 @@ final class TaskDriver: @unchecked Sendable {
         session.deliver { session.taskDidComplete(task) }
     }
 
-    /// For sinks: something went wrong on our side of the delivery (a full disk).
+    /// For sinks: something went wrong on our side of the delivery (a full disk). The
+    /// failure ends the task now, ahead of any report still waiting (a `finish` behind it
+    /// would otherwise complete the task as a success).
     func abort(_ error: PorterError) {
-        run(.event(.handler(generation: machine.generation, .fail(error))))
+        perform(machine.handle(.sinkFailed(error)))
     }
 
     var cacheCandidateStoragePolicy: CacheStoragePolicy { storagePolicy }

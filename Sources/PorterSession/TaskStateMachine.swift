@@ -69,6 +69,9 @@ struct TaskStateMachine: Sendable {
         case loadPlanned(Request, CacheStep.Lookup)
         /// The driver could not prepare the load (no handler, no body stream, ...).
         case startFailed(PorterError)
+        /// The consumer could not take what was delivered (a full disk): the task ends
+        /// now, ahead of any kept report.
+        case sinkFailed(PorterError)
         case handler(generation: UInt64, HandlerReport)
         case responseDecision(ResponseDisposition)
         /// The delegate's choice: the request to load next, or nil to stop here.
@@ -204,6 +207,9 @@ struct TaskStateMachine: Sendable {
             case .fail(let code, let message):
                 return end(.stopAndComplete(.error(code, message)))
             }
+        case .sinkFailed(let error):
+            guard !isFinal, started else { return .none }
+            return end(.stopAndComplete(.failed(error)))
         case .startFailed(let error):
             guard !isFinal, wait == .plan else { return .none }
             wait = .none

@@ -699,3 +699,72 @@ final class TaskChainTests: XCTestCase {
         XCTAssertEqual(chain.remaining.current, 0)
     }
 }
+
+/// Answers at once with two chunks, from inside startLoading.
+final class TwoChunkHandler: ProtocolHandler, @unchecked Sendable {
+    static var schemes: Set<String> { ["twochunks"] }
+    let request: Request
+    let client: any ProtocolClient
+    init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {
+        self.request = request
+        self.client = client
+    }
+    func startLoading() {
+        client.didReceive(Response(url: request.url, mimeType: "text/plain", expectedContentLength: 2, statusCode: 200),
+                          cacheStoragePolicy: .notAllowed)
+        client.didLoad(Data("a".utf8))
+        client.didLoad(Data("b".utf8))
+        client.didFinishLoading()
+    }
+    func stopLoading() {}
+}
+
+final class CancelOnFirstChunk: DataDelegate, @unchecked Sendable {
+    let received = Locked(Data())
+    let outcome = Locked<PorterError??>(nil)
+    let done = DispatchSemaphore(value: 0)
+    func dataTask(_ task: DataTask, didReceive data: Data) {
+        received.withLock { $0.append(data) }
+        task.cancel()
+    }
+    func task(_ task: SessionTask, didCompleteWithError error: PorterError?) {
+        outcome.withLock { $0 = .some(error) }
+        done.signal()
+    }
+}
+
+final class LateFailureTests: XCTestCase {
+    /// A cancel made in the first data callback of a load that had already ended: the
+    /// task may succeed only with all of its data, else it is cancelled (it reported
+    /// success with the second chunk held back).
+    func testCancelAfterTheEndNeverReportsAShortSuccess() throws {
+        for _ in 0..<20 {
+            let d = CancelOnFirstChunk()
+            let session = Session(configuration: testConfiguration { $0.prependHandler(TwoChunkHandler.self) }, delegate: d)
+            session.dataTask(with: URL(string: "twochunks://h/")!).resume()
+            XCTAssertEqual(d.done.wait(timeout: .now() + 10), .success)
+            let error = try XCTUnwrap(d.outcome.current)
+            if let error {
+                XCTAssertEqual(error.code, .cancelled)
+            } else {
+                XCTAssertEqual(d.received.current, Data("ab".utf8), "a success must carry the whole body")
+            }
+        }
+    }
+
+    /// A download whose temporary file cannot be made fails, even when the handler's
+    /// data and finish are already waiting behind the response (it completed as a
+    /// success with no file).
+    func testADownloadThatCannotWriteFailsAheadOfAWaitingFinish() {
+        let config = testConfiguration {
+            $0.prependHandler(TwoChunkHandler.self)
+            $0.downloadDirectory = "/nonexistent-porter-folder"
+        }
+        let result = Completion<PorterError?>()
+        Session(configuration: config).downloadTask(with: Request(url: URL(string: "twochunks://h/")!)) { location, _, error in
+            XCTAssertNil(location)
+            result.fulfil(error)
+        }.resume()
+        XCTAssertEqual(result.wait()??.code, .cannotCreateFile)
+    }
+}
