@@ -654,7 +654,8 @@ final class DefaultStoreTests: XCTestCase {
     }
 }
 
-/// Answers at once, from inside startLoading.
+/// Answers at once, from inside startLoading: instant://N/ sends N one-byte chunks
+/// ("a", "b", ...; one when N is not a number).
 final class InstantHandler: ProtocolHandler, @unchecked Sendable {
     static var schemes: Set<String> { ["instant"] }
     let request: Request
@@ -664,9 +665,10 @@ final class InstantHandler: ProtocolHandler, @unchecked Sendable {
         self.client = client
     }
     func startLoading() {
-        client.didReceive(Response(url: request.url, mimeType: "text/plain", expectedContentLength: 1, statusCode: 200),
+        let chunks = max(1, min(26, Int(request.url.host ?? "") ?? 1))
+        client.didReceive(Response(url: request.url, mimeType: "text/plain", expectedContentLength: Int64(chunks), statusCode: 200),
                           cacheStoragePolicy: .notAllowed)
-        client.didLoad(Data("x".utf8))
+        for i in 0..<chunks { client.didLoad(Data([UInt8(0x61 + i)])) }
         client.didFinishLoading()
     }
     func stopLoading() {}
@@ -700,25 +702,6 @@ final class TaskChainTests: XCTestCase {
     }
 }
 
-/// Answers at once with two chunks, from inside startLoading.
-final class TwoChunkHandler: ProtocolHandler, @unchecked Sendable {
-    static var schemes: Set<String> { ["twochunks"] }
-    let request: Request
-    let client: any ProtocolClient
-    init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {
-        self.request = request
-        self.client = client
-    }
-    func startLoading() {
-        client.didReceive(Response(url: request.url, mimeType: "text/plain", expectedContentLength: 2, statusCode: 200),
-                          cacheStoragePolicy: .notAllowed)
-        client.didLoad(Data("a".utf8))
-        client.didLoad(Data("b".utf8))
-        client.didFinishLoading()
-    }
-    func stopLoading() {}
-}
-
 final class CancelOnFirstChunk: DataDelegate, @unchecked Sendable {
     let received = Locked(Data())
     let outcome = Locked<PorterError??>(nil)
@@ -740,8 +723,8 @@ final class LateFailureTests: XCTestCase {
     func testCancelAfterTheEndNeverReportsAShortSuccess() throws {
         for _ in 0..<20 {
             let d = CancelOnFirstChunk()
-            let session = Session(configuration: testConfiguration { $0.prependHandler(TwoChunkHandler.self) }, delegate: d)
-            session.dataTask(with: URL(string: "twochunks://h/")!).resume()
+            let session = Session(configuration: testConfiguration { $0.prependHandler(InstantHandler.self) }, delegate: d)
+            session.dataTask(with: URL(string: "instant://2/")!).resume()
             XCTAssertEqual(d.done.wait(timeout: .now() + 10), .success)
             let error = try XCTUnwrap(d.outcome.current)
             if let error {
@@ -757,11 +740,11 @@ final class LateFailureTests: XCTestCase {
     /// success with no file).
     func testADownloadThatCannotWriteFailsAheadOfAWaitingFinish() {
         let config = testConfiguration {
-            $0.prependHandler(TwoChunkHandler.self)
+            $0.prependHandler(InstantHandler.self)
             $0.downloadDirectory = "/nonexistent-porter-folder"
         }
         let result = Completion<PorterError?>()
-        Session(configuration: config).downloadTask(with: Request(url: URL(string: "twochunks://h/")!)) { location, _, error in
+        Session(configuration: config).downloadTask(with: Request(url: URL(string: "instant://2/")!)) { location, _, error in
             XCTAssertNil(location)
             result.fulfil(error)
         }.resume()
