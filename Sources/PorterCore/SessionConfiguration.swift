@@ -215,7 +215,11 @@ public struct HostOverride: Sendable, Hashable, CustomStringConvertible {
         self.addresses = addresses
     }
     /// "HOST:PORT:ADDRESS[,ADDRESS]" as curl's --resolve takes it; nil when malformed.
+    /// Printable ASCII only (host names go in their punycode form): a combining mark
+    /// after ":" or "[" would fuse with it into one Character and change how the text
+    /// splits (found by FuzzMIMEHostOverride).
     public init?(parsing text: String) {
+        guard !text.isEmpty, text.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else { return nil }
         let parts = text.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
         guard parts.count == 3, !parts[0].isEmpty, let port = Int(parts[1]), (1...65535).contains(port) else { return nil }
         var list = String(parts[2])

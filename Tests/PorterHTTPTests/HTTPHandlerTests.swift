@@ -423,6 +423,11 @@ final class HTTPHandlerTests: XCTestCase {
             XCTAssertEqual(e.code, .cannotFindHost)
         }
         XCTAssertEqual(HostOverride(parsing: "a.test:443:127.0.0.1,[::1]")?.addresses, ["127.0.0.1", "::1"])
+        // A combining mark after ":" fused with it and the printed form no longer parsed
+        // (a fuzz finding): only printable ASCII is taken.
+        XCTAssertNil(HostOverride(parsing: "host:6160:[\u{036A}5],127.0.0.1"))
+        XCTAssertNil(HostOverride(parsing: "h\u{00E9}st:80:127.0.0.1"))
+        XCTAssertNil(HostOverride(parsing: "host:80:127.0.0.1 "))
         XCTAssertNil(HostOverride(parsing: "a.test:0:127.0.0.1"))
         XCTAssertNil(HostOverride(parsing: "a.test:80"))
     }
