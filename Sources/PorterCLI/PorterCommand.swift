@@ -46,7 +46,8 @@ struct PluginOptions: ParsableArguments {
     }
 
     /// The schemes built into Porter, which no plugin may take over.
-    static let builtInSchemes: Set<String> = ["data", "file", "http", "https", "ftp", "ftps"]
+    static let builtInSchemes: Set<String> = DataHandler.schemes.union(FileHandler.schemes)
+        .union(HTTPHandler.schemes).union(FTPHandler.schemes)
 
     /// Loads the plugins only when `urls` may need one: a run whose every URL names a
     /// built-in scheme outright ("https://...", "data:...") starts without scanning,

@@ -94,7 +94,7 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
         "\(type(of: self))(\(taskIdentifier) \(originalRequest.url.absoluteString) \(state))"
     }
 
-    public func resume() { driver.post(.resume) }
+    public func resume() { driver.send(.resume) }
     public func suspend() { driver.send(.suspend) }
     public func cancel() {
         cancelRequested.store(true, ordering: .releasing)

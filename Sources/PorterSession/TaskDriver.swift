@@ -79,14 +79,10 @@ final class TaskDriver: @unchecked Sendable {
         let context = SessionContext(configuration: config, sessionIdentifier: session.identifier)
         self.executor = TaskDriver.factory(for: request, in: config)?.executor(for: request, context: context)
             ?? session.workExecutor
-        let registry = config.registry
-        let handlers = config.handlers
         let policy = RedirectPolicy(maximumRedirects: config.maximumRedirects, allowedSchemes: config.allowedRedirectSchemes) { target in
             // A handler that never wants to be a redirect target (a plugin without the
             // flag) is not reached even when the application allows the scheme.
-            let factory = handlers.first(where: { $0.schemes.contains(target.scheme) && $0.canHandle(target) })
-                ?? registry.factory(for: target)
-            return factory?.mayBeRedirectTarget ?? true
+            TaskDriver.factory(for: target, in: config)?.mayBeRedirectTarget ?? true
         }
         self.machine = TaskStateMachine(request: request, redirectPolicy: policy, asksResponseDisposition: asksResponseDisposition)
         TaskEventCenter.shared.post(.created(taskID: eventID, url: request.url))
@@ -104,22 +100,16 @@ final class TaskDriver: @unchecked Sendable {
 
     /// Runs `event` on the executor. Called from inside this task's own run (a callback
     /// on the loading thread cancelling its task) it waits its turn there; from anywhere
-    /// else it is queued, so one task's completion never runs nested inside another
-    /// task's callback, and events keep the order they were sent in.
+    /// else it is queued, so one task's life never runs nested inside another task's
+    /// callback (a `resume()` from a completion, repeated over a list of tasks answered
+    /// at once from the cache, recursed until the stack ended), and events keep the
+    /// order they were sent in.
     func send(_ event: TaskStateMachine.Event) {
         if executor.isCurrent, running {
             run(.event(event))
         } else {
             executor.execute { self.run(.event(event)) }
         }
-    }
-
-    /// Runs `event` on the executor after what is queued there, never at once: `resume()`
-    /// called from a callback (a task that starts the next one as it completes) must not
-    /// nest that task's whole life inside the callback, or a run of tasks answered at
-    /// once (from the cache) would recurse until the stack ends.
-    func post(_ event: TaskStateMachine.Event) {
-        executor.execute { self.run(.event(event)) }
     }
 
     /// Runs `event` at once when on the executor (flow events from the handler's own
