@@ -90,7 +90,7 @@ let package = Package(
                            .product(name: "HTTPTypes", package: "swift-http-types"), .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: strict),
         .target(name: "PorterTestSupport", dependencies: ["PorterCore", "PorterSession"], path: "Tests/PorterTestSupport", swiftSettings: strict),
-        .testTarget(name: "PorterDataTests", dependencies: ["PorterData", "PorterSession"], swiftSettings: strict),
+        .testTarget(name: "PorterDataTests", dependencies: ["PorterData", "PorterSession", .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),
         .testTarget(name: "PorterFileTests", dependencies: ["Porter", "PorterFile", "PorterTestSupport"], swiftSettings: strict),
         .testTarget(name: "PorterCLITests", dependencies: ["Porter", "PorterCLI", "PorterTestSupport"], swiftSettings: strict),
         .testTarget(

@@ -1,4 +1,5 @@
 #include "porter_curl.h"
+#include <sys/prctl.h>
 #include <openssl/evp.h>
 #include <openssl/x509.h>
 
@@ -134,4 +135,10 @@ int porter_tls_info(CURL *handle, char *version, char *cipher, size_t capacity) 
     snprintf(version, capacity, "%s", v ? v : "");
     snprintf(cipher, capacity, "%s", c ? c : "");
     return 0;
+}
+
+void porter_name_this_thread(const char *name) {
+    char shortened[16];
+    snprintf(shortened, sizeof shortened, "%s", name);
+    prctl(PR_SET_NAME, (unsigned long)shortened, 0, 0, 0);
 }

@@ -27,8 +27,8 @@ func responseHead(_ r: Response) -> String {
     var s = ""
     if let line = r.statusLine { s += line + "\r\n" } else if let status = r.statusCode { s += "HTTP \(status)\r\n" }
     var fields = r.headerFields
-    if fields[.contentType] == nil, let mime = r.mimeType { fields[.contentType] = mime }
-    if fields[.contentLength] == nil, r.expectedContentLength >= 0 { fields[.contentLength] = String(r.expectedContentLength) }
+    if fields.combined(.contentType) == nil, let mime = r.mimeType { fields[.contentType] = mime }
+    if fields.combined(.contentLength) == nil, r.expectedContentLength >= 0 { fields[.contentLength] = String(r.expectedContentLength) }
     for f in fields { s += "\(f.name.rawName): \(f.value)\r\n" }
     return s + "\r\n"
 }

@@ -8,7 +8,11 @@ extension Fetch {
     /// with "ftp." ("localhost:8080/x" is a host and port, not the scheme "localhost").
     /// A "scheme:" this program has a handler for (data:, file:, a plugin's) stays as it is.
     static func guessURL(_ text: String, knownSchemes: Set<String>) -> URL? {
-        if text.contains("://") { return URL(string: text) }
+        // A byte search: Foundation's String.contains(String) costs ~5k instructions per URL.
+        let u = Array(text.utf8)
+        if u.count >= 3, (0...(u.count - 3)).contains(where: { u[$0] == 0x3A && u[$0 + 1] == 0x2F && u[$0 + 2] == 0x2F }) {
+            return URL(string: text)
+        }
         if let colon = text.firstIndex(of: ":"), knownSchemes.contains(text[..<colon].lowercased()) {
             return URL(string: text)
         }

@@ -64,10 +64,47 @@ func copySpool(_ spool: Int32, to fd: Int32) -> Bool {
     }
 }
 
+/// The options read for every transfer, copied once: reading an ArgumentParser property
+/// goes through its property wrapper (~600 instructions), and a URL list reads a dozen
+/// per URL.
+struct HotOptions {
+    let head: Bool, header: [String], request: String?, remoteName: Bool, continueOffset: Int64?
+    let createDirs: Bool, uploadFile: String?, silent: Bool, verbose: Bool, writeOut: String?
+    let fail: Bool, include: Bool, remoteHeaderName: Bool, noLocation: Bool, showError: Bool
+    let retry: Int, continueAt: String?
+    /// A body option is given (-d, --data-*, -F, --json).
+    let sendsBody: Bool
+    /// -A, -e or -r is given.
+    let setsHeaders: Bool
+
+    init(_ o: Fetch) {
+        head = o.head
+        header = o.header
+        request = o.request
+        remoteName = o.remoteName
+        continueOffset = o.continueOffset
+        createDirs = o.createDirs
+        uploadFile = o.uploadFile
+        silent = o.silent
+        verbose = o.verbose
+        writeOut = o.writeOut
+        fail = o.fail
+        include = o.include
+        remoteHeaderName = o.remoteHeaderName
+        noLocation = o.noLocation
+        showError = o.showError
+        retry = o.retry
+        continueAt = o.continueAt
+        sendsBody = !o.form.isEmpty || !o.json.isEmpty || o.dataBinary != nil || !o.data.isEmpty || !o.dataUrlencode.isEmpty
+        setsHeaders = o.userAgent != nil || o.referer != nil || o.range != nil
+    }
+}
+
 /// Runs the transfers of one `porter` invocation. Delegate calls arrive on the
 /// session's serial queue, so the per-task state needs no further locking.
 final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
     let options: Fetch
+    let hot: HotOptions
     private let lock = NSLock()
     /// Held while a finished body is copied to the output, and for -w lines.
     private let outputLock = NSLock()
@@ -101,6 +138,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
 
     init(options: Fetch) throws {
         self.options = options
+        self.hot = HotOptions(options)
         if let d = options.dumpHeader {
             if d == "-" { dumpFD = 1 } else {
                 let fd = open(d, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o666)
@@ -117,7 +155,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             credential = nil
         }
         buffered = options.concurrency > 1
-        if options.verbose {
+        if hot.verbose {
             var l = Logger(label: "porter") { StreamLogHandler.standardError(label: $0) }
             l.logLevel = .debug
             logger = l
@@ -154,7 +192,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
                 }
                 let (cookies, skipped) = NetscapeCookieFile.parse(text)
                 for cookie in cookies { cookieStore.setCookie(cookie) }
-                if skipped > 0, options.verbose { note("* \(c): \(skipped) malformed line(s) skipped") }
+                if skipped > 0, hot.verbose { note("* \(c): \(skipped) malformed line(s) skipped") }
             }
         }
     }
@@ -264,7 +302,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
                 }
                 let output = i < options.output.count ? options.output[i] : nil
                 let transfer = Transfer(urlText: url, output: output)
-                transfer.retriesLeft = options.retry
+                transfer.retriesLeft = hot.retry
                 transfer.onDone = {
                     record(transfer)
                     if retire() { allDone.signal() } else { launchNext() }
@@ -320,11 +358,11 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             return PorterError(.badURL, "not a valid URL: \(t.urlText)")
         }
         var request = Request(url: url)
-        if options.head { request.method = "HEAD" }
+        if hot.head { request.method = "HEAD" }
         if let literalCookie { _ = request.setValue(literalCookie, forHeader: "Cookie") }
         // curl's -H rules: "Name: value" adds (repeats add more), "Name:" removes the field
         // (the ones Porter or libcurl add themselves too), "Name;" sends it empty.
-        for h in options.header {
+        for h in hot.header {
             guard let parsed = HeaderOption(h) else { return PorterError(.badURL, "a header needs 'Name: value': \(h)") }
             let valid: Bool
             switch parsed.action {
@@ -335,24 +373,26 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             }
             if !valid { return PorterError(.badURL, "not a valid header name: \(parsed.name)") }
         }
-        do {
-            try options.applyBody(to: &request)
-        } catch let e as PorterError {
-            return e
-        } catch {
-            return PorterError(.unknown, "\(error)")
+        if hot.sendsBody {
+            do {
+                try options.applyBody(to: &request)
+            } catch let e as PorterError {
+                return e
+            } catch {
+                return PorterError(.unknown, "\(error)")
+            }
         }
-        options.applyHeaders(to: &request, credential: credential)
-        if let m = options.request { request.method = m }
-        if t.output == nil, options.remoteName {
+        if hot.setsHeaders || credential != nil { options.applyHeaders(to: &request, credential: credential) }
+        if let m = hot.request { request.method = m }
+        if t.output == nil, hot.remoteName {
             let name = PathText.lastComponent(of: url.path)
             guard !name.isEmpty, name != "/" else { return PorterError(.badURL, "-O: the URL has no file name: \(t.urlText)") }
             t.output = name
         }
-        if let offset = options.continueOffset, t.output == nil || t.output == "-" {
+        if let offset = hot.continueOffset, t.output == nil || t.output == "-" {
             request.setValue("bytes=\(offset)-", forHeader: "Range")
         }
-        if options.createDirs, let output = t.output, output != "-" {
+        if hot.createDirs, let output = t.output, output != "-" {
             let folder = PathText.parent(of: output)
             if (try? FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)) == nil {
                 return PorterError(.cannotCreateFile, "--create-dirs: cannot create \(folder)")
@@ -379,19 +419,19 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         let dir = fileOutput.map(PathText.parent(of:))
         let session = session(downloadDirectory: dir)
         let task: SessionTask
-        if let file = options.uploadFile {
+        if let file = hot.uploadFile {
             if url.absoluteString.hasSuffix("/") {
                 request.url = url.appendingPathComponent(PathText.lastComponent(of: file))
             }
             task = session.uploadTask(with: request, fromFile: URL(fileURLWithPath: file))
         } else if let output = fileOutput {
             task = continuedDownload(session, request, into: output, directory: dir ?? ".") ?? session.downloadTask(with: request)
-            if stderrIsTTY && !options.silent { t.bar = ProgressBar() }
+            if stderrIsTTY && !hot.silent { t.bar = ProgressBar() }
         } else {
             task = session.dataTask(with: request)
         }
         lock.withLock { transfers[ObjectIdentifier(task)] = t }
-        if options.verbose {
+        if hot.verbose {
             note("> \(request.method) \(request.url.maskingPassword)")
             for field in request.headerFields {
                 note("> \(field.name.rawName): \(Runner.masked(field.name.rawName, field.value))")
@@ -421,10 +461,10 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
     /// `-C -`: continue into a copy of the existing output (the output itself is only ever
     /// replaced whole, by rename); a server that cannot resume sends it all again.
     private func continuedDownload(_ session: Session, _ request: Request, into output: String, directory: String) -> DownloadTask? {
-        guard options.continueAt != nil, let attrs = try? FileManager.default.attributesOfItem(atPath: output),
+        guard hot.continueAt != nil, let attrs = try? FileManager.default.attributesOfItem(atPath: output),
               var size = (attrs[.size] as? NSNumber)?.int64Value, size > 0 else { return nil }
         // -C N: continue from byte N (the existing file's first N bytes are kept).
-        if let offset = options.continueOffset { size = min(size, offset) }
+        if let offset = hot.continueOffset { size = min(size, offset) }
         guard size > 0 else { return nil }
         let partial = directory + "/.porter-continue-\(UUID().uuidString)"
         guard (try? FileManager.default.copyItem(atPath: output, toPath: partial)) != nil, truncate(partial, off_t(size)) == 0 else {
@@ -434,7 +474,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         let resume = ResumeData(url: request.url, method: request.method,
                                 headers: request.headerFields.map { [$0.name.rawName, $0.value] },
                                 validator: nil, bytesReceived: size, expectedTotalBytes: -1, partialFilePath: partial)
-        if options.verbose { note("* continuing \(output) from byte \(size)") }
+        if hot.verbose { note("* continuing \(output) from byte \(size)") }
         return session.downloadTask(withResumeData: resume.encoded())
     }
 
@@ -443,14 +483,14 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             if t.error == nil { bar.update(t.bytes, of: t.expected, force: true) }
             bar.finish()
         }
-        if let e = t.error, !options.silent || options.showError, !t.httpFailed {
+        if let e = t.error, !hot.silent || hot.showError, !t.httpFailed {
             note("porter: \(e.message) (\(e.code))")
             let refused = Porter.pluginVerdicts.filter { $0.diagnostic != nil }.count
             if e.code == .unsupportedURL, refused > 0 {
                 note("porter: \(refused) plugin(s) were refused at start-up; 'porter plugins' says why")
             }
         }
-        if t.httpFailed, !options.silent, let s = t.response?.statusCode { note("porter: the server answered \(s)") }
+        if t.httpFailed, !hot.silent, let s = t.response?.statusCode { note("porter: the server answered \(s)") }
         if t.spool >= 0 || !t.memorySpool.isEmpty {
             // Transfers end on several threads: one body goes to stdout at a time.
             outputLock.withLock {
@@ -470,7 +510,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             if close(t.fd) != 0, t.error == nil { t.writeFailed = true }
             t.ownsFD = false
         }
-        if let format = options.writeOut {
+        if let format = hot.writeOut {
             let line = WriteOut.render(format == "json" ? "%{json}\n" : format, WriteOut.values(for: t))
             outputLock.withLock { _ = writeAll(1, line) }
         }
@@ -489,7 +529,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             return false
         }
         if !showHead(response) { t.writeFailed = true; return false }
-        if options.fail, let s = response.statusCode, s >= 400 {
+        if hot.fail, let s = response.statusCode, s >= 400 {
             t.httpFailed = true
             return false
         }
@@ -505,7 +545,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
     func dataTask(_ task: DataTask, didReceive data: Data) {
         guard let t = transfer(for: task) else { return }
         t.bytes += Int64(data.count)
-        if options.head { return }
+        if hot.head { return }
         if buffered, t.fd == 1 {
             if t.spool < 0, t.memorySpool.count + data.count <= Transfer.memorySpoolLimit {
                 t.memorySpool.append(data)
@@ -543,7 +583,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         guard let t = transfer(for: task), var dest = t.output else { return }
         // -J: the server's Content-Disposition name, its last component only, never over an
         // existing file (curl's rule).
-        if options.remoteHeaderName, let name = task.response.flatMap(Runner.dispositionFilename) {
+        if hot.remoteHeaderName, let name = task.response.flatMap(Runner.dispositionFilename) {
             let named = PathText.parent(of: dest) + "/" + name
             if FileManager.default.fileExists(atPath: named) {
                 t.error = PorterError(.cannotCreateFile, "-J: \(named) exists already; not overwritten")
@@ -567,14 +607,14 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
 
     /// -v, -i / -I and -D for one response head (every hop of a redirect too, as curl -iL).
     private func showHead(_ response: Response) -> Bool {
-        if options.verbose {
+        if hot.verbose {
             note("< \(response)")
             if let line = response.statusLine { note("< \(line)") }
             for f in response.headerFields { note("< \(f.name.rawName): \(Runner.masked(f.name.rawName, f.value))") }
         }
         return outputLock.withLock {
             if let dumpFD { _ = writeAll(dumpFD, responseHead(response)) }
-            if options.include || options.head {
+            if hot.include || hot.head {
                 return writeAll(1, responseHead(response))
             }
             return true
@@ -587,17 +627,17 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
     func task(_ task: SessionTask, willPerformRedirection response: Response, newRequest: Request,
               completion: @escaping @Sendable (Request?) -> Void) {
         if let t = transfer(for: task), !showHead(response) { t.writeFailed = true }
-        if options.noLocation {
+        if hot.noLocation {
             completion(nil)  // the 3xx is the answer
             return
         }
-        if options.verbose { note("* redirected to \(newRequest.url.maskingPassword)") }
+        if hot.verbose { note("* redirected to \(newRequest.url.maskingPassword)") }
         completion(newRequest)
     }
 
     func task(_ task: SessionTask, didReceive challenge: AuthenticationChallenge,
               completion: @escaping @Sendable (ChallengeDisposition) -> Void) {
-        if options.verbose { note("* \(challenge)") }
+        if hot.verbose { note("* \(challenge)") }
         completion(Runner.answer(challenge, originalURL: task.originalRequest.url, user: credential, netrc: netrc))
     }
 
@@ -626,7 +666,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
 
     func task(_ task: SessionTask, didFinishCollecting metrics: TaskMetrics) {
         transfer(for: task)?.metrics = metrics
-        guard options.verbose, let last = metrics.transactionMetrics.last else { return }
+        guard hot.verbose, let last = metrics.transactionMetrics.last else { return }
         if let ip = last.remoteAddress, let port = last.remotePort {
             note("* \(last.isReusedConnection ? "Re-used connection" : "Connected") to \(last.request.url.host ?? ip) (\(ip)) port \(port)")
         }
@@ -644,9 +684,9 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
 
     /// Starts `t` again after curl's wait (1 s, doubling; a Retry-After of up to 10 minutes wins).
     private func retry(_ t: Transfer) {
-        let attempt = options.retry - t.retriesLeft
+        let attempt = hot.retry - t.retriesLeft
         let wait = min(t.retryAfter ?? Double(1 << min(attempt, 9)), 600)
-        if !options.silent || options.showError {
+        if !hot.silent || hot.showError {
             note("porter: transient problem; will retry in \(Int(wait)) s (\(t.retriesLeft) left)")
         }
         t.retriesLeft -= 1
@@ -688,7 +728,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             retry(t)
             return
         }
-        if options.verbose {
+        if hot.verbose {
             let elapsed = Double(DispatchTime.now().uptimeNanoseconds - t.start.uptimeNanoseconds) / 1e9
             note(String(format: "* %@ after %lld bytes in %.3f s", t.error == nil ? "done" : "failed", t.bytes, elapsed))
         }

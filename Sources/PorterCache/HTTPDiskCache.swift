@@ -86,7 +86,7 @@ final class HTTPDiskCache: @unchecked Sendable {
         var r = Response(url: url, mimeType: head.mimeType, expectedContentLength: head.expectedContentLength,
                          textEncodingName: head.textEncodingName, statusCode: head.statusCode, headerFields: fields)
         r.statusLine = head.statusLine
-        r.validator = fields[.eTag] ?? fields[.lastModified]
+        r.validator = fields.combined(.eTag) ?? fields.combined(.lastModified)
         return r
     }
 

@@ -270,6 +270,9 @@ public final class MemoryCookieStore: CookieStore, @unchecked Sendable {
 
     /// §5.4: the cookies for a request, longer paths first, then earlier creation.
     private func matching(_ url: URL, mainDocumentURL: URL?) -> [Cookie] {
+        // An empty jar (every request of a client that never got a cookie) answers
+        // before the host, path and site are worked out.
+        if lock.withLock({ count == 0 }) { return [] }
         defer { flushChanges() }
         guard let host = CookieRules.canonicalHost(url) else { return [] }
         let scheme = url.scheme?.lowercased() ?? ""

@@ -144,7 +144,7 @@ public enum HTTPCacheRules {
     /// Cache-Control field of its own.
     static func requestSaysNoCache(_ request: Request) -> Bool {
         if CacheControl(request.headerFields[values: .cacheControl]).noCache { return true }
-        guard request.headerFields[.cacheControl] == nil else { return false }
+        guard request.headerFields.combined(.cacheControl) == nil else { return false }
         return request.headerFields[values: HTTPField.Name("Pragma")!].contains { $0.lowercased().contains("no-cache") }
     }
 

@@ -116,7 +116,7 @@ public struct Request: Sendable, CustomStringConvertible {
     /// Reads a header by its name (case-insensitive). Invalid names return nil.
     public func value(forHeader name: String) -> String? {
         guard let n = HTTPField.Name(name) else { return nil }
-        return headerFields[n]
+        return headerFields.combined(n)
     }
 
     /// Sets or removes a header. Invalid names are ignored and return false.

@@ -39,7 +39,7 @@ public struct Response: Sendable, CustomStringConvertible {
     /// filename, the URL's last path component, or "Unknown".
     public var suggestedFilename: String {
         if let explicitFilename, !explicitFilename.isEmpty { return explicitFilename }
-        if let cd = headerFields[.contentDisposition], let name = Response.filename(fromContentDisposition: cd) {
+        if let cd = headerFields.combined(.contentDisposition), let name = Response.filename(fromContentDisposition: cd) {
             return name
         }
         let last = url.lastPathComponent
@@ -49,7 +49,7 @@ public struct Response: Sendable, CustomStringConvertible {
 
     public func value(forHeader name: String) -> String? {
         guard let n = HTTPField.Name(name) else { return nil }
-        return headerFields[n]
+        return headerFields.combined(n)
     }
 
     static func filename(fromContentDisposition value: String) -> String? {
@@ -91,5 +91,20 @@ public struct CachedResponse: Sendable {
         self.data = data
         self.storagePolicy = storagePolicy
         self.storedDate = storedDate
+    }
+}
+
+extension HTTPFields {
+    /// The value of `name` as `self[name]` gives it (several fields joined), without its
+    /// cost in the usual cases of none or one: the subscript joins through a lazy map even
+    /// for one field (~4k instructions per lookup, three or four lookups per response).
+    @inlinable
+    public func combined(_ name: HTTPField.Name) -> String? {
+        var found: String?
+        for field in self where field.name == name {
+            if found != nil { return self[name] }
+            found = field.value
+        }
+        return found
     }
 }

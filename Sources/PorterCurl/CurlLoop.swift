@@ -1,5 +1,6 @@
 import CCurl
 import Foundation
+import Synchronization
 import PorterCore
 
 /// One thread driving one libcurl multi handle. Every curl call on a handle of this
@@ -13,7 +14,11 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
     /// The loop for sessions without TLS settings of their own.
     public static let shared = CurlLoop(name: "porter.curl")
 
-    private static let byTrust = Locked([LoopKey: CurlLoop]())
+    private struct Loops {
+        var byKey: [LoopKey: CurlLoop] = [:]
+        var last: (key: LoopKey, loop: CurlLoop)?
+    }
+    private static let byTrust = Locked(Loops())
 
     /// The loop for a session: one per distinct TLS trust configuration (and connection
     /// limit per host, and set of pinned host names). Connections are
@@ -25,11 +30,19 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
         let key = LoopKey(configuration)
         if key == LoopKey.plain { return shared }
         return byTrust.withLock { loops in
-            if let existing = loops[key] { return existing }
-            let made = CurlLoop(name: "porter.curl.\(loops.count + 1)",
-                                maxConnectionsPerHost: max(1, configuration.httpMaximumConnectionsPerHost))
-            loops[key] = made
-            return made
+            // The last key asked for answers without hashing (one session asks for the
+            // same loop for every task).
+            if let last = loops.last, last.key == key { return last.loop }
+            let loop: CurlLoop
+            if let existing = loops.byKey[key] {
+                loop = existing
+            } else {
+                loop = CurlLoop(name: "porter.curl.\(loops.byKey.count + 1)",
+                                maxConnectionsPerHost: max(1, configuration.httpMaximumConnectionsPerHost), keyed: true)
+                loops.byKey[key] = loop
+            }
+            loops.last = (key, loop)
+            return loop
         }
     }
 
@@ -73,11 +86,21 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
     public let bodyBuffers = BufferPool(bufferSize: BodyStager.bufferSize, keep: 8)
 
     private let multi: UnsafeMutableRawPointer?
-    /// The loop's thread (set once, before it starts).
-    private var thread: Thread?
+    /// The loop's thread while it runs (pthread_self of it), else 0. The thread starts
+    /// with the first work and ends after `idleExit` without transfers or work, so an
+    /// idle program (or a loop made for one set of pinned names) keeps no thread.
+    private let threadID = Atomic<UInt>(0)
+    private let name: String
+    private let isKeyed: Bool
+
+    /// How long a loop without transfers keeps its thread (milliseconds; tests shorten it).
+    static let idleExitMilliseconds = Atomic<Int>(10_000)
 
     /// True on the loop's thread.
-    public var isCurrent: Bool { thread.map { Thread.current === $0 } ?? false }
+    public var isCurrent: Bool { threadID.load(ordering: .relaxed) == UInt(pthread_self()) }
+
+    /// True while the loop has a thread.
+    var hasThread: Bool { lock.withLock { threadRunning } }
 
     public func execute(_ work: @escaping @Sendable () -> Void) {
         enqueue(work)
@@ -109,6 +132,8 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
     private var commands: [() -> Void] = []
     /// The loop waits in (or is about to enter) curl_multi_poll: a command must wake it.
     private var sleeping = false
+    /// A thread runs (or is being started) for this loop.
+    private var threadRunning = false
     // Loop thread only:
     private var active: [UnsafeMutableRawPointer: CurlTransfer] = [:]
     private var flushes: [CurlTransfer] = []
@@ -119,16 +144,31 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
 
     /// `maxConnectionsPerHost`: CURLMOPT_MAX_HOST_CONNECTIONS for every transfer of
     /// this loop (a loop serves sessions whose settings agree: see `loop(for:)`).
-    public init(name: String, maxConnectionsPerHost: Int = 6) {
+    public convenience init(name: String, maxConnectionsPerHost: Int = 6) {
+        self.init(name: name, maxConnectionsPerHost: maxConnectionsPerHost, keyed: false)
+    }
+
+    private init(name: String, maxConnectionsPerHost: Int, keyed: Bool) {
         CurlLoop.globalInit
+        self.name = name
+        self.isKeyed = keyed
         multi = curl_multi_init()
         guard let multi else { return }
         _ = porter_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 64)
         _ = porter_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, maxConnectionsPerHost)
-        let thread = Thread { [unowned self] in self.run() }
+    }
+
+    deinit {
+        for handle in idleHandles.withLock({ $0 }) { curl_easy_cleanup(handle) }
+        if let multi { curl_multi_cleanup(multi) }
+    }
+
+    /// Starts the loop's thread (the caller set `threadRunning` under the lock). The
+    /// thread holds the loop until it ends.
+    private func startThread() {
+        let thread = Thread { self.run() }
         thread.name = name
         thread.stackSize = 1 << 20
-        self.thread = thread
         thread.start()
     }
 
@@ -146,8 +186,14 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
         // command before its next wait anyway, and a wake-up is a syscall.
         let wake = sleeping
         sleeping = false
+        let start = !threadRunning
+        threadRunning = true
         lock.unlock()
-        if wake { curl_multi_wakeup(multi) }
+        if start {
+            startThread()
+        } else if wake {
+            curl_multi_wakeup(multi)
+        }
     }
 
     /// Starts a configured transfer (loop thread).
@@ -169,7 +215,11 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
 
     private func run() {
         guard let multi else { return }
+        threadID.store(UInt(pthread_self()), ordering: .relaxed)
+        // Foundation's Thread.name does not reach the kernel here: name it for ps and /proc.
+        porter_name_this_thread(name)
         var running: Int32 = 0
+        var idleSince: ContinuousClock.Instant?
         while true {
             lock.lock()
             let work = commands
@@ -196,16 +246,59 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
                 flushes.removeAll(keepingCapacity: true)
                 for t in due { t.flush() }
             }
+            let limit = CurlLoop.idleExitMilliseconds.load(ordering: .relaxed)
+            if active.isEmpty && flushes.isEmpty {
+                let now = ContinuousClock.now
+                if let since = idleSince, now - since >= .milliseconds(limit) {
+                    if endThreadIfIdle() { return }
+                    idleSince = nil
+                } else if idleSince == nil {
+                    idleSince = now
+                }
+            } else {
+                idleSince = nil
+            }
             lock.lock()
             let pending = !commands.isEmpty
             sleeping = !pending
             lock.unlock()
             if !pending {
-                curl_multi_poll(multi, nil, 0, 1000, nil)
+                curl_multi_poll(multi, nil, 0, Int32(min(1000, max(10, limit))), nil)
                 lock.lock()
                 sleeping = false
                 lock.unlock()
             }
         }
     }
+
+    /// Ends the loop's thread unless work arrived (loop thread). The handles kept for
+    /// reuse go (their receive buffers are most of an idle loop's memory); a loop made for
+    /// one session's settings leaves the table, so a program that made many (one set of
+    /// pinned names per session, say) keeps none of them once they are idle.
+    private func endThreadIfIdle() -> Bool {
+        lock.lock()
+        guard commands.isEmpty else {
+            lock.unlock()
+            return false
+        }
+        threadRunning = false
+        sleeping = false
+        threadID.store(0, ordering: .relaxed)
+        lock.unlock()
+        for handle in idleHandles.withLock({ idle in defer { idle.removeAll() }; return idle }) {
+            curl_easy_cleanup(handle)
+        }
+        if isKeyed { CurlLoop.forget(self) }
+        return true
+    }
+
+    private static func forget(_ loop: CurlLoop) {
+        byTrust.withLock { loops in
+            for (key, value) in loops.byKey where value === loop { loops.byKey[key] = nil }
+            if loops.last?.loop === loop { loops.last = nil }
+        }
+    }
+
+    /// How many loops made for particular settings exist (tests).
+    static var keyedLoopCount: Int { byTrust.withLock { $0.byKey.count } }
 }

@@ -264,14 +264,14 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         // itself, so almost never): parse it only then.
         let effective = transfer?.info(string: CURLINFO_EFFECTIVE_URL)
         let url = effective.flatMap { $0 == request.url.absoluteString ? nil : URL(string: $0) } ?? request.url
-        let contentType = head.fields[.contentType].flatMap { MIMEType(parsing: $0) }
-        let length = head.fields[.contentLength].flatMap { Int64($0) } ?? -1  // values arrive trimmed
+        let contentType = head.fields.combined(.contentType).flatMap { MIMEType(parsing: $0) }
+        let length = head.fields.combined(.contentLength).flatMap { Int64($0) } ?? -1  // values arrive trimmed
         var r = Response(url: url, mimeType: contentType?.essence, expectedContentLength: length,
                          textEncodingName: contentType?.parameter("charset"), statusCode: head.status,
                          headerFields: head.fields)
-        r.validator = head.fields[.eTag] ?? head.fields[.lastModified]
+        r.validator = head.fields.combined(.eTag) ?? head.fields.combined(.lastModified)
         r.statusLine = head.line.isEmpty ? nil : head.line
-        if head.status == 206, let range = head.fields[.contentRange], let start = HTTPHandler.rangeStart(range) {
+        if head.status == 206, let range = head.fields.combined(.contentRange), let start = HTTPHandler.rangeStart(range) {
             r.resumeOffset = start
         }
         return r
@@ -290,10 +290,10 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         if tlsFacts == nil, request.url.scheme?.lowercased() == "https" { tlsFacts = transfer?.tlsInfo() }
         let response = makeResponse()
         let status = head.status
-        decoder = ContentDecoder(contentEncoding: head.fields[.contentEncoding],
+        decoder = ContentDecoder(contentEncoding: head.fields.combined(.contentEncoding),
                                  maximumRatio: client.context.configuration.maximumDecodingRatio)
         decodeError = nil
-        if [301, 302, 303, 307, 308].contains(status), head.fields[.location] != nil {
+        if [301, 302, 303, 307, 308].contains(status), head.fields.combined(.location) != nil {
             mode = .redirect(response)
             return
         }
@@ -387,7 +387,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         case .body:
             if let decoder, decoder.consumed > 0, !decoder.isFinished {
                 client.didFail(with: PorterError(.cannotDecodeContentData,
-                    "the \(head.fields[.contentEncoding] ?? "encoded") body ends before its compressed stream does", url: request.url))
+                    "the \(head.fields.combined(.contentEncoding) ?? "encoded") body ends before its compressed stream does", url: request.url))
                 return
             }
             client.didFinishLoading()
@@ -447,7 +447,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     private func decodingFailure(_ error: ContentDecoder.Failure) -> PorterError {
         switch error {
         case .damaged:
-            return PorterError(.cannotDecodeContentData, "the \(head.fields[.contentEncoding] ?? "encoded") body is damaged",
+            return PorterError(.cannotDecodeContentData, "the \(head.fields.combined(.contentEncoding) ?? "encoded") body is damaged",
                                url: request.url)
         case .ratio(let limit):
             return PorterError(.dataLengthExceedsMaximum,

@@ -1,3 +1,4 @@
+import HTTPTypes
 import XCTest
 import PorterCore
 import PorterSession
@@ -84,6 +85,30 @@ final class DataURLTests: XCTestCase {
         XCTAssertEqual(MIMEType(parsing: "a/b;c=\"\"")?.description, "a/b;c=\"\"")
         XCTAssertEqual(MIMEType(parsing: "a/b;c=\"x y\"")?.parameter("C"), "x y")
         XCTAssertEqual(MIMEType(parsing: "a/b;c=\"unterminated")?.parameter("c"), "unterminated")
+
+        // Cut at ASCII delimiters only: text beyond ASCII stays whole.
+        XCTAssertEqual(MIMEType(parsing: "a/b;c=\"\\é\\\"x\"")?.parameter("c"), "é\"x", "escapes, one before a two-byte scalar")
+        XCTAssertEqual(MIMEType(parsing: "a/b;c=\"é\";d=ü")?.parameter("c"), "é")
+        XCTAssertNil(MIMEType(parsing: "a/b;c=€")?.parameter("c"), "U+20AC is outside quoted-string's obs-text")
+        XCTAssertEqual(MIMEType(parsing: "\t A/B\t;\tcharset = x")?.description, "a/b", "'charset ' is not a token")
+        XCTAssertEqual(MIMEType(parsing: "text/html;charset=UTF-8 \t")?.parameter("charset"), "UTF-8")
+        XCTAssertEqual(MIMEType(parsing: "text/html;;;charset=a;charset=b")?.parameter("charset"), "a")
+        XCTAssertEqual(MIMEType(parsing: "text/html;x=\"a\\")?.parameter("x"), "a\\", "a backslash at the end stays")
+        XCTAssertNil(MIMEType(parsing: "té/b"))
+    }
+
+    /// One or more fields of a name: `combined` agrees with the subscript.
+    func testCombinedFieldValue() {
+        var f = HTTPFields()
+        XCTAssertNil(f.combined(.contentType))
+        f.append(HTTPField(name: .contentType, value: "text/plain"))
+        XCTAssertEqual(f.combined(.contentType), "text/plain")
+        f.append(HTTPField(name: .contentEncoding, value: "gzip"))
+        f.append(HTTPField(name: .contentEncoding, value: "br"))
+        XCTAssertEqual(f.combined(.contentEncoding), "gzip, br")
+        f.append(HTTPField(name: .cookie, value: "a=1"))
+        f.append(HTTPField(name: .cookie, value: "b=2"))
+        XCTAssertEqual(f.combined(.cookie), f[.cookie])
     }
 
     func testLargeBase64MatchesFoundation() throws {

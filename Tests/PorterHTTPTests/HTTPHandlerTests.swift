@@ -982,4 +982,63 @@ final class CurlLoopExecutorTests: XCTestCase {
         XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
         XCTAssertEqual(seen.current, Array(0..<100), "in order, each on the loop's own thread")
     }
+
+    /// Names of this process's threads that belong to keyed curl loops.
+    private func keyedLoopThreads() -> [String] {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+        return tasks.compactMap { try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8) }
+            .map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+            .filter { $0.hasPrefix("porter.curl.") && $0 != "porter.curl.te" }
+    }
+
+    private func allThreads() -> [String] {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+        return tasks.compactMap { try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8) }
+    }
+
+    private func waitUntil(_ seconds: Double, _ condition: () -> Bool) -> Bool {
+        let end = Date().addingTimeInterval(seconds)
+        while Date() < end {
+            if condition() { return true }
+            usleep(20_000)
+        }
+        return condition()
+    }
+
+    /// An idle loop ends its thread and starts a new one for the next work.
+    func testAnIdleLoopEndsItsThreadAndStartsAgain() {
+        let saved = CurlLoop.idleExitMilliseconds.exchange(300, ordering: .relaxed)
+        defer { CurlLoop.idleExitMilliseconds.store(saved, ordering: .relaxed) }
+        let loop = CurlLoop(name: "porter.curl.test")
+        XCTAssertFalse(loop.hasThread, "no thread before any work")
+        let ran = DispatchSemaphore(value: 0)
+        loop.execute { if loop.isCurrent { ran.signal() } }
+        XCTAssertEqual(ran.wait(timeout: .now() + 10), .success)
+        XCTAssertTrue(waitUntil(10) { !loop.hasThread }, "the thread ends once the loop is idle")
+        loop.execute { if loop.isCurrent { ran.signal() } }
+        XCTAssertEqual(ran.wait(timeout: .now() + 10), .success, "work after the idle end runs on a new thread")
+    }
+
+    /// A session with pinned names (curl's --resolve) gets a loop of its own; once idle,
+    /// that loop's thread ends and it leaves the table (each used to keep a thread forever).
+    func testLoopsForPinnedNamesDoNotKeepThreads() throws {
+        let saved = CurlLoop.idleExitMilliseconds.exchange(300, ordering: .relaxed)
+        defer { CurlLoop.idleExitMilliseconds.store(saved, ordering: .relaxed) }
+        var loops: [CurlLoop] = []
+        for i in 1...5 {
+            var c = SessionConfiguration.ephemeral
+            c.hostOverrides = [try XCTUnwrap(HostOverride(parsing: "pinned\(i).test:80:127.0.0.1"))]
+            let loop = CurlLoop.loop(for: c)
+            XCTAssertTrue(loop === CurlLoop.loop(for: c), "one loop per setting")
+            loops.append(loop)
+        }
+        XCTAssertEqual(Set(loops.map { ObjectIdentifier($0) }).count, 5)
+        let ran = DispatchSemaphore(value: 0)
+        for loop in loops { loop.execute { ran.signal() } }
+        for _ in loops { XCTAssertEqual(ran.wait(timeout: .now() + 10), .success) }
+        XCTAssertGreaterThanOrEqual(keyedLoopThreads().count, 5, "five loops, five threads: \(allThreads())")
+        XCTAssertTrue(waitUntil(15) { keyedLoopThreads().isEmpty }, "left: \(keyedLoopThreads())")
+        XCTAssertTrue(waitUntil(5) { CurlLoop.keyedLoopCount == 0 }, "idle keyed loops leave the table")
+        loops.removeAll()
+    }
 }

@@ -64,4 +64,7 @@ static const size_t porter_readfunc_pause = CURL_READFUNC_PAUSE;
 static const size_t porter_readfunc_abort = CURL_READFUNC_ABORT;
 static const long porter_global_default = CURL_GLOBAL_DEFAULT;
 
+/* Names the calling thread for ps and /proc (prctl is variadic); at most 15 bytes are kept. */
+void porter_name_this_thread(const char *name);
+
 #endif

@@ -6,6 +6,7 @@
  * Scheme (default "ptest", -DSCHEME="x"): ptest://h/PATH
  *   /hello          200-like response, body "hello from ptest"
  *   /big?N          N bytes ('a'..'z' repeating) in 64 KiB chunks; honours pause
+ *   /big-slow?N     the same, 5 ms between chunks (a cancel made mid-body lands mid-body)
  *   /slow           one byte, then waits until stopped
  *   /redirect       redirect to ptest://h/hello
  *   /redirect-http  redirect to the URL in the request property "target"
@@ -197,6 +198,7 @@ static void *run(void *arg) {
             for (size_t i = 0; i < n; i++) buf[i] = (char)('a' + (sent + (int64_t)i) % 26);
             host->did_load_data(l->client, buf, n);
             sent += (int64_t)n;
+            if (starts_with(path, "/big-slow")) usleep(5000);
         }
         host->did_finish(l->client);
     } else if (strcmp(path, "/slow") == 0) {
