@@ -6,7 +6,7 @@ import PorterCore
 /// their place in line.
 enum InboxItem: @unchecked Sendable {
     case report(HandlerReport)
-    case metrics(TransactionMetrics)
+    indirect case metrics(TransactionMetrics)
     case sent(Int64, Int64, Int64)
 }
 

@@ -17,15 +17,15 @@ public enum TaskState: Int, Sendable, CustomStringConvertible {
 /// What a handler said, with what it said it with. Kept by the state machine until
 /// the machine lets it through.
 enum HandlerReport: @unchecked Sendable {
-    case response(Response, CacheStoragePolicy)
+    indirect case response(Response, CacheStoragePolicy)
     case data(Data)
-    case redirect(Request, Response)
+    indirect case redirect(Request, Response)
     case finish
-    case fail(PorterError)
-    case challenge(AuthenticationChallenge)
-    case challengeWithdrawn(AuthenticationChallenge)
+    indirect case fail(PorterError)
+    indirect case challenge(AuthenticationChallenge)
+    indirect case challengeWithdrawn(AuthenticationChallenge)
     /// `cachedResponseIsValid()`, or its variant with the head to serve.
-    case cachedResponseValid(serving: Response?, revalidated: Bool)
+    indirect case cachedResponseValid(serving: Response?, revalidated: Bool)
 }
 
 /// The whole life cycle of one task as a value: an event goes in, one action with
@@ -66,17 +66,17 @@ struct TaskStateMachine: Sendable {
         case suspend
         case cancel(producingResumeData: Bool)
         /// The driver prepared the request and looked it up in the cache (`CacheStep`).
-        case loadPlanned(Request, CacheStep.Lookup)
+        indirect case loadPlanned(Request, CacheStep.Lookup)
         /// The driver could not prepare the load (no handler, no body stream, ...).
-        case startFailed(PorterError)
+        indirect case startFailed(PorterError)
         /// The consumer could not take what was delivered (a full disk): the task ends
         /// now, ahead of any kept report.
-        case sinkFailed(PorterError)
+        indirect case sinkFailed(PorterError)
         case handler(generation: UInt64, HandlerReport)
         case responseDecision(ResponseDisposition)
         /// The delegate's choice: the request to load next, or nil to stop here.
-        case redirectDecision(Request?)
-        case challengeDecision(UInt64, ChallengeDisposition)
+        indirect case redirectDecision(Request?)
+        indirect case challengeDecision(UInt64, ChallengeDisposition)
         /// The consumer holds more received bytes than the flow limit.
         case backlog
         /// The consumer is back under the flow limit's low-water mark.
@@ -89,35 +89,35 @@ struct TaskStateMachine: Sendable {
         case none
         /// Prepare `request` (headers, cookies, a body stream) and look it up in the cache,
         /// then report `loadPlanned`.
-        case start(Request)
+        indirect case start(Request)
         /// Make a handler for `request` (generation is current) and start it; pause it at
         /// once when `paused`.
-        case load(Request, cachedResponse: CachedResponse?, paused: Bool)
+        indirect case load(Request, cachedResponse: CachedResponse?, paused: Bool)
         /// Deliver the stored response as a handler's reports (`serving`: the head to
         /// deliver instead of the stored one; `revalidated`: store it back).
-        case serveCached(CachedResponse, serving: Response?, revalidated: Bool)
+        indirect case serveCached(CachedResponse, serving: Response?, revalidated: Bool)
         case pauseHandler
         case resumeHandler
         /// Hand the response to the task without asking.
-        case deliverResponse(Response, CacheStoragePolicy)
-        case askResponseDisposition(Response, CacheStoragePolicy)
+        indirect case deliverResponse(Response, CacheStoragePolicy)
+        indirect case askResponseDisposition(Response, CacheStoragePolicy)
         /// The delegate allowed the response: hand it to the task.
-        case continueAfterDecision(Response)
-        case becomeDownload(Response)
+        indirect case continueAfterDecision(Response)
+        indirect case becomeDownload(Response)
         case deliverData(Data)
         /// Ask the delegate about `request` (already stripped of credentials when it
         /// leaves the origin).
-        case askRedirect(Request, Response)
+        indirect case askRedirect(Request, Response)
         /// Stop the handler; start loading `request` (generation already bumped).
-        case followRedirect(Request)
+        indirect case followRedirect(Request)
         /// Stop the handler; `response` (a redirect) is the task's final response.
-        case completeWithRedirectResponse(Response)
-        case askChallenge(UInt64, AuthenticationChallenge)
-        case replyChallenge(AuthenticationChallenge, ChallengeDisposition)
+        indirect case completeWithRedirectResponse(Response)
+        indirect case askChallenge(UInt64, AuthenticationChallenge)
+        indirect case replyChallenge(AuthenticationChallenge, ChallengeDisposition)
         /// A handler broke the contract in a harmless way; log it and carry on.
         case ignoreViolation(String)
-        case complete(Outcome)
-        case stopAndComplete(Outcome)
+        indirect case complete(Outcome)
+        indirect case stopAndComplete(Outcome)
     }
 
     private(set) var lifecycle: TaskState = .suspended
@@ -133,16 +133,16 @@ struct TaskStateMachine: Sendable {
     /// `cancel(byProducingResumeData:)` asked for resume data.
     private(set) var wantsResumeData = false
     /// The stored response the current load may answer with (the cache step's).
-    private(set) var cachedResponse: CachedResponse?
+    @OutOfLine private(set) var cachedResponse: CachedResponse?
     let redirectPolicy: RedirectPolicy
     /// True when the data delegate is asked about the response.
     let asksResponseDisposition: Bool
 
     private var deferred: [(UInt64, HandlerReport)] = []
     private var deferredHead = 0
-    private var pendingResponse: (Response, CacheStoragePolicy)?
-    private var pendingRedirect: Response?
-    private var pendingChallenge: AuthenticationChallenge?
+    @OutOfLine private var pendingResponse: (Response, CacheStoragePolicy)?
+    @OutOfLine private var pendingRedirect: Response?
+    @OutOfLine private var pendingChallenge: AuthenticationChallenge?
 
     init(request: Request, redirectPolicy: RedirectPolicy, asksResponseDisposition: Bool) {
         self.request = request
@@ -437,5 +437,25 @@ enum CacheStep {
         case .useProtocolCachePolicy, .reloadRevalidatingCacheData:
             return .load(candidate: lookup.hit)
         }
+    }
+}
+
+/// An optional value kept out of line, in an immutable box: the machine is copied (the
+/// exhaustive test branches it, and reads through the driver's stored property may copy
+/// it), and payloads set only now and then need not make every copy hundreds of bytes
+/// longer. Value semantics hold: a box is never changed, only replaced.
+@propertyWrapper
+struct OutOfLine<Value: Sendable>: Sendable {
+    private final class Box: Sendable {
+        let value: Value
+        init(_ value: Value) { self.value = value }
+    }
+    private var box: Box?
+
+    init(wrappedValue: Value?) { box = wrappedValue.map(Box.init) }
+
+    var wrappedValue: Value? {
+        get { box?.value }
+        set { box = newValue.map(Box.init) }
     }
 }
