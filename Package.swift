@@ -25,6 +25,10 @@ let package = Package(
         .library(name: "PorterSFTP", targets: ["PorterSFTP"]),
         .library(name: "EchoPlugin", type: .dynamic, targets: ["EchoPlugin"]),
         .library(name: "PorterPluginKit", targets: ["PorterPluginKit"]),
+        // The framing both process boundaries speak (background daemon, plugin workers).
+        .library(name: "PorterIPC", targets: ["PorterIPC"]),
+        // The per-user daemon of background sessions.
+        .executable(name: "porterd", targets: ["porterd"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
@@ -43,7 +47,12 @@ let package = Package(
             ],
             swiftSettings: strict),
         // Sessions and tasks: the task state machine and the shell that performs it.
-        .target(name: "PorterSession", dependencies: ["PorterCore"], swiftSettings: strict),
+        .target(name: "PorterSession", dependencies: ["PorterCore", "PorterIPC", "CPorterIPC"], swiftSettings: strict),
+        // Versioned, bounded frames over Unix sockets; peer credentials.
+        .target(name: "CPorterIPC"),
+        .target(name: "PorterIPC", dependencies: ["CPorterIPC"], swiftSettings: strict),
+        .target(name: "PorterDaemon", dependencies: ["Porter", "PorterIPC", "PorterStorage", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
+        .executableTarget(name: "porterd", dependencies: ["PorterDaemon"], swiftSettings: strict),
         // The stores behind the protocols of PorterCore.
         .target(name: "PorterStorage", dependencies: ["PorterCore", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
         .target(name: "PorterCache", dependencies: ["PorterCore", "PorterStorage", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
@@ -96,6 +105,8 @@ let package = Package(
         .testTarget(
             name: "PorterPluginsTests", dependencies: ["Porter", "PorterPlugins", "PorterTestSupport"],
             exclude: ["Fixtures"], swiftSettings: strict),
+        .testTarget(name: "PorterIPCTests", dependencies: ["PorterIPC"], swiftSettings: strict),
+        .testTarget(name: "PorterDaemonTests", dependencies: ["Porter", "PorterIPC", "PorterTestSupport"], swiftSettings: strict),
         .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP", "PorterTestSupport"], exclude: ["misbehave.py", "ftpserver.py"], swiftSettings: strict),
     ]
 )

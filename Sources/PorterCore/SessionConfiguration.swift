@@ -156,6 +156,12 @@ public struct SessionConfiguration: Sendable {
     /// Where download tasks write their temporary files (nil: `$TMPDIR` or /tmp). Put it
     /// on the destination's file system so the final move is a rename.
     public var downloadDirectory: String? = nil
+    /// Background sessions: a command (argv, no shell) porterd runs, as this user and
+    /// with PORTER_BACKGROUND_SESSION set to the identifier, when the session has events
+    /// waiting and no process holds it (BITS' notify command line).
+    public var launchCommand: [String]? = nil
+    /// Background sessions: false keeps porterd from running `launchCommand`.
+    public var sessionSendsLaunchEvents = true
 
     init(kind: Kind) {
         self.kind = kind

@@ -28,6 +28,12 @@ public class DataTask: SessionTask, @unchecked Sendable {
         super.init(session: session, identifier: identifier, request: request, asksResponseDisposition: asks)
     }
 
+    /// A background session's upload, run by porterd.
+    override init(session: Session, remote link: BackgroundLink, snapshot: BackgroundTaskSnapshot) {
+        self.sink = .delegate
+        super.init(session: session, remote: link, snapshot: snapshot)
+    }
+
     override func sinkResponse(_ response: Response, driver: TaskDriver) {
         super.sinkResponse(response, driver: driver)
         switch sink {

@@ -19,6 +19,9 @@ public protocol SessionDelegate: AnyObject, Sendable {
     func session(_ session: Session, didReceive challenge: AuthenticationChallenge,
                  completion: @escaping @Sendable (ChallengeDisposition) -> Void)
     func session(_ session: Session, didCreateTask task: SessionTask)
+    /// A background session delivered every event porterd held for it when it connected
+    /// (the tasks that finished while no process held the session).
+    func sessionDidFinishEvents(forBackgroundSession session: Session)
 }
 
 public protocol TaskDelegate: SessionDelegate {
@@ -64,6 +67,7 @@ extension SessionDelegate {
         completion(.performDefaultHandling)
     }
     public func session(_ session: Session, didCreateTask task: SessionTask) {}
+    public func sessionDidFinishEvents(forBackgroundSession session: Session) {}
 }
 
 extension TaskDelegate {

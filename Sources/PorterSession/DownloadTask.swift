@@ -42,11 +42,19 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
         super.init(session: session, adopting: driver, from: dataTask)
     }
 
+    /// A background session's download, run by porterd.
+    override init(session: Session, remote link: BackgroundLink, snapshot: BackgroundTaskSnapshot) {
+        self.sink = .delegate
+        self.resumeFrom = nil
+        super.init(session: session, remote: link, snapshot: snapshot)
+    }
+
     /// Cancels and hands back resume data (nil when the download cannot be resumed:
     /// nothing received yet, or the resource has no validator).
     public func cancel(byProducingResumeData completion: @escaping @Sendable (Data?) -> Void) {
-        resumeCallback.withLock { $0 = completion }
         cancelRequested.store(true, ordering: .releasing)
+        if let remote { return remote.cancelProducingResumeData(taskIdentifier, completion) }
+        resumeCallback.withLock { $0 = completion }
         let callback = resumeCallback
         let session = self.session
         driver.cancelProducingResumeData {

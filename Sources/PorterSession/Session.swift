@@ -38,6 +38,8 @@ public final class Session: @unchecked Sendable {
 
     /// Application callbacks run on the task's executor (`init(configuration:delegateOnLoadingThread:)`).
     let deliversInline: Bool
+    /// A background session's connection to porterd (set once, in init).
+    private(set) var background: BackgroundLink?
 
     /// Runs an application callback (on a task's executor): on the delegate queue after
     /// those given before it, or at once for a session that delivers inline.
@@ -71,7 +73,8 @@ public final class Session: @unchecked Sendable {
         self.roles = Locked(Roles(delegate))
         self.isShared = false
         if case .background(let id) = configuration.kind {
-            configuration.logger.warning("background session '\(id)': not supported yet; its tasks will fail")
+            background = BackgroundLink(session: self, identifier: id,
+                                        launchCommand: configuration.sessionSendsLaunchEvents ? configuration.launchCommand : nil)
         }
     }
 
@@ -103,7 +106,36 @@ public final class Session: @unchecked Sendable {
     private let roles: Locked<Roles>
 
     /// Tasks not yet completed.
-    public var allTasks: [SessionTask] { state.withLock { Array($0.tasks.values) }.sorted { $0.taskIdentifier < $1.taskIdentifier } }
+    public var allTasks: [SessionTask] {
+        if let background { return background.allTasks }
+        return state.withLock { Array($0.tasks.values) }.sorted { $0.taskIdentifier < $1.taskIdentifier }
+    }
+
+    /// The session's tasks, as `allTasks` (URLSession's spelling). For a background
+    /// session: every task porterd holds for it, made by this process or an earlier one.
+    public func getAllTasks(completionHandler: @escaping @Sendable ([SessionTask]) -> Void) {
+        let tasks = allTasks
+        delegateQueue.async { completionHandler(tasks) }
+    }
+
+    /// A task porterd runs for this background session; a task that fails at once (with
+    /// the reason) when the daemon cannot take it.
+    private func backgroundTask<T: SessionTask>(_ spec: BackgroundTaskSpec, _ link: BackgroundLink, local: (Int) -> T) -> T {
+        switch link.enqueue(spec) {
+        case .success(let snapshot):
+            if let task = link.task(for: snapshot) as? T {
+                if let delegate = self.delegate { deliver { delegate.session(self, didCreateTask: task) } }
+                return task
+            }
+            return register(local, configure: { $0.driver.abortBeforeStart(PorterError(.unknown, "porterd made a task of another kind")) })
+        case .failure(let error):
+            return register(local, configure: { $0.driver.abortBeforeStart(error) })
+        }
+    }
+
+    private func refusedInBackground<T: SessionTask>(_ local: (Int) -> T, _ why: String) -> T {
+        register(local, configure: { $0.driver.abortBeforeStart(PorterError(.unsupportedConfiguration, why)) })
+    }
 
     // MARK: - making tasks
 
@@ -181,6 +213,11 @@ public final class Session: @unchecked Sendable {
     }
     public func uploadTask(with request: Request, fromFile file: URL) -> UploadTask {
         let r = Session.uploadRequest(request, body: .file(file))
+        if let background {
+            let spec = BackgroundTaskSpec(kind: .upload, url: r.url, method: r.method,
+                                          headers: ResumeData.shareableHeaders(r.headerFields), uploadFile: file.path)
+            return backgroundTask(spec, background) { UploadTask(session: self, identifier: $0, request: r, sink: .delegate) }
+        }
         return register { UploadTask(session: self, identifier: $0, request: r, sink: .delegate) }
     }
     public func uploadTask(with request: Request, fromFile file: URL,
@@ -198,18 +235,31 @@ public final class Session: @unchecked Sendable {
     }
 
     public func downloadTask(with request: Request) -> DownloadTask {
-        register { DownloadTask(session: self, identifier: $0, request: request, resume: nil, sink: .delegate) }
+        if let background {
+            let spec = BackgroundTaskSpec(kind: .download, url: request.url, method: request.method,
+                                          headers: ResumeData.shareableHeaders(request.headerFields))
+            return backgroundTask(spec, background) { DownloadTask(session: self, identifier: $0, request: request, resume: nil, sink: .delegate) }
+        }
+        return register { DownloadTask(session: self, identifier: $0, request: request, resume: nil, sink: .delegate) }
     }
     public func downloadTask(with url: URL) -> DownloadTask { downloadTask(with: Request(url: url)) }
     public func downloadTask(with request: Request,
                              completionHandler: @escaping @Sendable (URL?, Response?, PorterError?) -> Void) -> DownloadTask {
-        register { DownloadTask(session: self, identifier: $0, request: request, resume: nil, sink: .completion(completionHandler, inline: false)) }
+        let make = { DownloadTask(session: self, identifier: $0, request: request, resume: nil, sink: .completion(completionHandler, inline: false)) }
+        if background != nil {
+            return refusedInBackground(make, "a background session reports through its delegate; completion handlers are not supported (as in URLSession)")
+        }
+        return register(make)
     }
 
     /// Continues a download from `cancel(byProducingResumeData:)` or a failed task's
     /// `PorterError.resumeData`. Invalid resume data fails the task with `.resumeFailed`.
     public func downloadTask(withResumeData data: Data) -> DownloadTask {
-        makeResumedTask(data, sink: .delegate)
+        if let background, let resume = try? ResumeData(data: data) {
+            let spec = BackgroundTaskSpec(kind: .download, url: resume.url, method: resume.method, headers: resume.headers, resumeData: data)
+            return backgroundTask(spec, background) { DownloadTask(session: self, identifier: $0, request: Request(url: resume.url), resume: nil, sink: .delegate) }
+        }
+        return makeResumedTask(data, sink: .delegate)
     }
     public func downloadTask(withResumeData data: Data,
                              completionHandler: @escaping @Sendable (URL?, Response?, PorterError?) -> Void) -> DownloadTask {

@@ -17,8 +17,11 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
     public let session: Session
     public let taskIdentifier: Int
     public let originalRequest: Request
-    /// Set in every initialiser (phase two, as it needs `self`); never changes after.
+    /// Set in every initialiser (phase two, as it needs `self`) of a task that runs in
+    /// this process; never changes after. Nil for a background session's task.
     private(set) var driver: TaskDriver!
+    /// A background session's task runs in porterd: controls go there.
+    let remote: BackgroundLink?
     private let info = Locked(Info())
     private struct Info {
         var description: String?
@@ -37,6 +40,7 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
         self.session = session
         self.taskIdentifier = identifier
         self.originalRequest = request
+        self.remote = nil
         self.driver = TaskDriver(session: session, request: request, owner: self,
                                  asksResponseDisposition: asksResponseDisposition)
         info.withLock { $0.expectedToSend = request.body?.knownLength ?? -1 }
@@ -47,6 +51,7 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
         self.session = session
         self.taskIdentifier = other.taskIdentifier
         self.originalRequest = other.originalRequest
+        self.remote = nil
         self.driver = driver
         let snapshot = other.info.current
         info.withLock {
@@ -57,11 +62,43 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
         }
     }
 
+    /// A task of a background session, as porterd reports it.
+    init(session: Session, remote link: BackgroundLink, snapshot: BackgroundTaskSnapshot) {
+        self.session = session
+        self.taskIdentifier = snapshot.id
+        self.originalRequest = Request(url: snapshot.url)
+        self.remote = link
+        self.driver = nil
+        apply(snapshot)
+    }
+
+    /// Takes porterd's view of the task (background sessions).
+    func apply(_ snapshot: BackgroundTaskSnapshot) {
+        info.withLock {
+            $0.detachedState = TaskState(backgroundName: snapshot.state)
+            $0.received = snapshot.received
+            $0.expectedToReceive = snapshot.expected
+            $0.sent = snapshot.sent
+            $0.description = snapshot.taskDescription
+            if let e = BackgroundProtocol.error(code: snapshot.errorCode, message: snapshot.errorMessage, url: snapshot.url) { $0.error = e }
+        }
+    }
+
+    func completeRemotely(_ error: PorterError?) {
+        info.withLock {
+            $0.error = error
+            $0.detachedState = .completed
+        }
+    }
+
     // MARK: public state
 
     public var taskDescription: String? {
         get { info.withLock { $0.description } }
-        set { info.withLock { $0.description = newValue } }
+        set {
+            info.withLock { $0.description = newValue }
+            remote?.describe(taskIdentifier, newValue)
+        }
     }
     /// 0 (low) to 1 (high); a hint handlers may use.
     public var priority: Float {
@@ -83,21 +120,28 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
                 return TaskProgress(completedUnitCount: i.sent, totalUnitCount: i.expectedToSend)
             }
             let total = i.expectedToReceive
-            return TaskProgress(completedUnitCount: i.received,
-                                totalUnitCount: i.detachedState == .completed || driver.state == .completed ? max(total, i.received) : total)
+            let done = i.detachedState == .completed || (driver.map { $0.state == .completed } ?? false)
+            return TaskProgress(completedUnitCount: i.received, totalUnitCount: done ? max(total, i.received) : total)
         }
     }
     /// Received bytes not yet taken by the consumer (back-pressure diagnostics).
-    public var bufferedByteCount: Int { driver.bufferedByteCount }
+    public var bufferedByteCount: Int { driver?.bufferedByteCount ?? 0 }
 
     public var description: String {
         "\(type(of: self))(\(taskIdentifier) \(originalRequest.url.absoluteString) \(state))"
     }
 
-    public func resume() { driver.send(.resume) }
-    public func suspend() { driver.send(.suspend) }
+    public func resume() {
+        if let remote { return remote.control(taskIdentifier, .resume) }
+        driver.send(.resume)
+    }
+    public func suspend() {
+        if let remote { return remote.control(taskIdentifier, .suspend) }
+        driver.send(.suspend)
+    }
     public func cancel() {
         cancelRequested.store(true, ordering: .releasing)
+        if let remote { return remote.control(taskIdentifier, .cancel) }
         driver.send(.cancel(producingResumeData: false))
     }
 

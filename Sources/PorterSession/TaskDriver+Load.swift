@@ -30,7 +30,7 @@ extension TaskDriver {
         let config = session.configuration
         if case .background = config.kind {
             return run(.event(.startFailed(PorterError(.unsupportedConfiguration,
-                "background sessions are not supported yet; use .default or .ephemeral", url: request.url))))
+                "a background session runs download tasks and upload tasks from a file (porterd runs them); data, stream and in-memory upload tasks need a .default or .ephemeral session", url: request.url))))
         }
         guard let scheme = request.url.scheme, !scheme.isEmpty else {
             return run(.event(.startFailed(PorterError(.unsupportedURL, "the URL has no scheme", url: request.url))))

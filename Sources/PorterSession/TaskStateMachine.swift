@@ -14,6 +14,18 @@ public enum TaskState: Int, Sendable, CustomStringConvertible {
     }
 }
 
+extension TaskState {
+    /// From porterd's name for a state ("waiting" to retry counts as running).
+    init(backgroundName name: String) {
+        switch name {
+        case "running", "waiting": self = .running
+        case "suspended": self = .suspended
+        case "canceling": self = .canceling
+        default: self = .completed
+        }
+    }
+}
+
 /// What a handler said, with what it said it with. Kept by the state machine until
 /// the machine lets it through.
 enum HandlerReport: @unchecked Sendable {

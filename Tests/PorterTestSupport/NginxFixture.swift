@@ -1,33 +1,35 @@
 import Foundation
-import PorterTestSupport
-import XCTest
 
 /// A real nginx on 127.0.0.1, started for the HTTP tests and stopped after them: plain
 /// HTTP/1.1 on one free port, HTTPS with HTTP/2 on another, a CA and a leaf for
 /// localhost / 127.0.0.1 made with openssl, static files, redirects, Basic auth, echo
 /// locations (libnginx-mod-http-echo) and a throttled download.
-final class NginxFixture: @unchecked Sendable {
-    let dir: String
-    let httpPort: Int
-    let httpsPort: Int
-    let caFile: String
+public final class NginxFixture: @unchecked Sendable {
+    public let dir: String
+    public let httpPort: Int
+    public let httpsPort: Int
+    public let caFile: String
     private let pid: pid_t
 
-    var http: String { "http://127.0.0.1:\(httpPort)" }
-    var https: String { "https://127.0.0.1:\(httpsPort)" }
-    var localhostHTTP: String { "http://localhost:\(httpPort)" }
+    public var http: String { "http://127.0.0.1:\(httpPort)" }
+    public var https: String { "https://127.0.0.1:\(httpsPort)" }
+    public var localhostHTTP: String { "http://localhost:\(httpPort)" }
 
-    static let bigSize = 32 << 20
+    public static let bigSize = 32 << 20
+    /// /medium.bin and /medium-slow.bin (1 MiB/s, logged with its Range and If-Range
+    /// headers in `rangeLog`): the first bytes of /big.bin.
+    public static let mediumSize = 6 << 20
+    public var rangeLog: String { dir + "/logs/range.log" }
 
     /// Byte i of /big.bin.
-    static func bigByte(_ i: Int) -> UInt8 { UInt8(truncatingIfNeeded: (i &* 2654435761) >> 13) }
+    public static func bigByte(_ i: Int) -> UInt8 { UInt8(truncatingIfNeeded: (i &* 2654435761) >> 13) }
 
-    enum Failure: Error, CustomStringConvertible {
+    public enum Failure: Error, CustomStringConvertible {
         case setup(String)
-        var description: String { if case .setup(let s) = self { return s }; return "" }
+        public var description: String { if case .setup(let s) = self { return s }; return "" }
     }
 
-    init() throws {
+    public init() throws {
         let template = NSTemporaryDirectory() + "porter-nginx-XXXXXX"
         var bytes = Array(template.utf8CString)
         guard let made = mkdtemp(&bytes) else { throw Failure.setup("mkdtemp failed") }
@@ -50,6 +52,7 @@ final class NginxFixture: @unchecked Sendable {
         var big = [UInt8](repeating: 0, count: NginxFixture.bigSize)
         for i in big.indices { big[i] = NginxFixture.bigByte(i) }
         try Data(big).write(to: URL(fileURLWithPath: dir + "/www/big.bin"))
+        try Data(big.prefix(NginxFixture.mediumSize)).write(to: URL(fileURLWithPath: dir + "/www/medium.bin"))
         // alice:secret
         try "alice:\(try NginxFixture.run("/usr/bin/openssl", ["passwd", "-apr1", "secret"]).trimmingCharacters(in: .whitespacesAndNewlines))\n"
             .write(toFile: dir + "/htpasswd", atomically: true, encoding: .utf8)
@@ -108,6 +111,7 @@ final class NginxFixture: @unchecked Sendable {
             location = /plain-auth { return 302 http://127.0.0.1:\(httpPort)/auth-echo; }
             location = /slow { default_type text/plain; echo "first"; echo_flush; echo_sleep 30; echo "late"; }
             location = /throttled.bin { alias \(dir)/www/big.bin; limit_rate 2m; }
+            location = /medium-slow.bin { alias \(dir)/www/medium.bin; limit_rate 1m; access_log \(dir)/logs/range.log rangelog; }
             """
         let conf = """
             daemon off;
@@ -119,6 +123,7 @@ final class NginxFixture: @unchecked Sendable {
             http {
                 access_log off;
                 log_format cachelog '$request_method $request_uri $status';
+                log_format rangelog '$request_uri $status range="$http_range" if-range="$http_if_range" sent=$body_bytes_sent';
                 client_body_temp_path \(dir)/tmp/body; proxy_temp_path \(dir)/tmp/proxy;
                 fastcgi_temp_path \(dir)/tmp/fcgi; uwsgi_temp_path \(dir)/tmp/uwsgi; scgi_temp_path \(dir)/tmp/scgi;
                 keepalive_requests 100000;
@@ -147,17 +152,17 @@ final class NginxFixture: @unchecked Sendable {
         }
     }
 
-    func stop() {
+    public func stop() {
         stopDaemon(pid, signal: SIGQUIT)
         try? FileManager.default.removeItem(atPath: dir)
     }
 
-    static func run(_ tool: String, _ args: [String], in cwd: String? = nil) throws -> String {
+    public static func run(_ tool: String, _ args: [String], in cwd: String? = nil) throws -> String {
         try runChecked(tool, args, currentDirectory: cwd)
     }
 
     /// A CA (CA:TRUE, keyCertSign) and a leaf it signed for localhost and 127.0.0.1.
-    static func makeCertificates(in dir: String) throws {
+    public static func makeCertificates(in dir: String) throws {
         let o = "/usr/bin/openssl"
         try """
             basicConstraints=critical,CA:TRUE
@@ -184,10 +189,10 @@ final class NginxFixture: @unchecked Sendable {
                         "-days", "2", "-extfile", "client.ext", "-out", "client.pem"], in: dir)
     }
 
-    static func freePort() throws -> Int {
+    public static func freePort() throws -> Int {
         guard let port = freeLoopbackPort() else { throw Failure.setup("cannot bind a free port") }
         return port
     }
 
-    static func accepts(_ port: Int) -> Bool { loopbackAccepts(port) }
+    public static func accepts(_ port: Int) -> Bool { loopbackAccepts(port) }
 }

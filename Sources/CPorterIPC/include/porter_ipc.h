@@ -1,0 +1,28 @@
+#ifndef PORTER_IPC_H
+#define PORTER_IPC_H
+
+#include <sys/types.h>
+
+/* Unix-domain stream sockets for PorterIPC (sockaddr_un is awkward from Swift). Each
+ * returns a descriptor (close-on-exec) or -1 with errno set. */
+
+/* Binds and listens on `path` (at most 107 bytes); the socket file is made with
+ * permissions 0600 (umask 0177 around bind). */
+int porter_ipc_listen(const char *path, int backlog);
+/* Connects to `path`. */
+int porter_ipc_connect(const char *path);
+/* Accepts one connection (close-on-exec); -1 on error. */
+int porter_ipc_accept(int listener);
+/* The peer's pid, uid and gid (SO_PEERCRED); 0 on success, -1 on error. */
+int porter_ipc_peer(int fd, pid_t *pid, uid_t *uid, gid_t *gid);
+/* A connected pair of stream sockets, both close-on-exec; 0 or -1. */
+int porter_ipc_socketpair(int fds[2]);
+
+/* Starts `path` with `argv` (NULL-terminated) as a daemon: in a new session, its own
+ * process group, stdin/stdout/stderr on /dev/null, not a child of the caller (double
+ * fork, the intermediate child reaped here). The environment is inherited. Returns 0
+ * once the intermediate child exited with 0, else -1 (errno, or EIO when exec failed in
+ * the intermediate child before it could report). */
+int porter_ipc_spawn_detached(const char *path, char *const argv[]);
+
+#endif

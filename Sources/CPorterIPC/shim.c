@@ -1,0 +1,102 @@
+#define _GNU_SOURCE
+#include "porter_ipc.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int fill_address(struct sockaddr_un *a, const char *path) {
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof a->sun_path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(a->sun_path, path, n + 1);
+    return 0;
+}
+
+int porter_ipc_listen(const char *path, int backlog) {
+    struct sockaddr_un a;
+    if (fill_address(&a, path) != 0) return -1;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    mode_t old = umask(0177);
+    int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+    umask(old);
+    if (rc != 0 || listen(fd, backlog) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+int porter_ipc_connect(const char *path) {
+    struct sockaddr_un a;
+    if (fill_address(&a, path) != 0) return -1;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+int porter_ipc_accept(int listener) {
+    return accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+}
+
+int porter_ipc_peer(int fd, pid_t *pid, uid_t *uid, gid_t *gid) {
+    struct ucred c;
+    socklen_t n = sizeof c;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c, &n) != 0 || n != sizeof c) return -1;
+    *pid = c.pid;
+    *uid = c.uid;
+    *gid = c.gid;
+    return 0;
+}
+
+int porter_ipc_socketpair(int fds[2]) {
+    return socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds);
+}
+
+int porter_ipc_spawn_detached(const char *path, char *const argv[]) {
+    pid_t child = fork();
+    if (child < 0) return -1;
+    if (child == 0) {
+        /* Only async-signal-safe calls from here: the parent may have threads. */
+        if (setsid() < 0) _exit(1);
+        pid_t grandchild = fork();
+        if (grandchild < 0) _exit(1);
+        if (grandchild > 0) _exit(0);
+        int null = open("/dev/null", O_RDWR);
+        if (null >= 0) {
+            dup2(null, 0);
+            dup2(null, 1);
+            dup2(null, 2);
+            if (null > 2) close(null);
+        }
+        execv(path, argv);
+        _exit(127);
+    }
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0) {
+        if (errno != EINTR) return -1;
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        errno = EIO;
+        return -1;
+    }
+    return 0;
+}

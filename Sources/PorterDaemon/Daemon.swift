@@ -1,0 +1,482 @@
+import Foundation
+import Porter
+import PorterCore
+import PorterIPC
+import PorterSession
+
+/// porterd: runs the transfers of background sessions for one user, journals them, and
+/// hands their events to whichever process holds the session.
+///
+/// Threads: one accepts connections, one reads each connection; everything else (the
+/// journal, the transfers, the engine session's delegate calls) runs on `queue`.
+public final class Daemon: DataDelegate, @unchecked Sendable {
+    public struct Options: Sendable {
+        public var runtimeFolder: String
+        public var stateFolder: String
+        /// Seconds without connections and transfers before the daemon exits.
+        public var idleExit: Double
+        public init(runtimeFolder: String, stateFolder: String, idleExit: Double) {
+            self.runtimeFolder = runtimeFolder
+            self.stateFolder = stateFolder
+            self.idleExit = idleExit
+        }
+
+        /// From the environment: the folders of `BackgroundProtocol`, and
+        /// `PORTERD_IDLE_EXIT` seconds (default 30).
+        public static func fromEnvironment() throws -> Options {
+            let env = ProcessInfo.processInfo.environment
+            guard let state = BackgroundProtocol.stateFolder(environment: env) else {
+                throw PorterError(.unsupportedConfiguration, "porterd: neither XDG_STATE_HOME nor HOME is an absolute path")
+            }
+            return Options(runtimeFolder: BackgroundProtocol.runtimeFolder(environment: env), stateFolder: state,
+                           idleExit: env["PORTERD_IDLE_EXIT"].flatMap(Double.init) ?? 30)
+        }
+    }
+
+    /// Transfers retried after these errors (the network, not the resource).
+    static let retryable: Set<PorterError.Code> = [.timedOut, .cannotFindHost, .cannotConnectToHost, .networkConnectionLost]
+
+    let options: Options
+    let queue = DispatchQueue(label: "porterd")
+    let journal: Journal
+    private var listener: Listener?
+    private var engine: Session!
+    // On `queue`:
+    private var transfers: [Int: Transfer] = [:]
+    private var byTask: [ObjectIdentifier: Int] = [:]
+    private var holders: [String: Connection] = [:]
+    private var connections: [ObjectIdentifier: Connection] = [:]
+    private var idleSince: Date? = Date()
+    private let log: FileHandle?
+
+    final class Transfer {
+        var row: Journal.Task
+        var task: DataTask?
+        var fd: Int32 = -1
+        var sinceCheckpoint: Int64 = 0
+        var lastCheckpoint = Date()
+        var lastUpdate = Date.distantPast
+        var ending: BackgroundControl?
+        var retryTimer: DispatchWorkItem?
+        init(_ row: Journal.Task) { self.row = row }
+    }
+
+    final class Connection: @unchecked Sendable {
+        let channel: Channel
+        var session: String?
+        init(_ channel: Channel) { self.channel = channel }
+        func send(_ m: BackgroundDaemonMessage) { try? channel.send(message: m) }
+    }
+
+    var partialsFolder: String { options.stateFolder + "/partial" }
+    func finishedFolder(_ session: String) -> String {
+        // The identifier is the application's: keep only a safe file name of it.
+        let safe = String(session.unicodeScalars.map { CharacterSet.alphanumerics.contains($0) || $0 == "-" || $0 == "_" ? Character($0) : "_" })
+        return options.stateFolder + "/finished/" + String(safe.prefix(64)) + "-" + String(UInt32(truncatingIfNeeded: session.hashValue & 0x7FFF_FFFF), radix: 16)
+    }
+
+    public init(options: Options) throws {
+        self.options = options
+        try PrivateFiles.makeFolder(options.stateFolder)
+        try PrivateFiles.makeFolder(options.stateFolder + "/partial")
+        try PrivateFiles.makeFolder(options.stateFolder + "/finished")
+        try PrivateFiles.makeFolder(options.runtimeFolder)
+        let logPath = options.stateFolder + "/porterd.log"
+        let fd = open(logPath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        log = fd >= 0 ? FileHandle(fileDescriptor: fd, closeOnDealloc: true) : nil
+        journal = try Journal(path: options.stateFolder + "/porterd.sqlite")
+        if let aside = journal.setAside { note(aside) }
+    }
+
+    func note(_ text: String) {
+        let line = "\(ISO8601DateFormatter().string(from: Date())) porterd[\(getpid())]: \(text)\n"
+        log?.write(Data(line.utf8))
+    }
+
+    /// Listens, resumes the journal's transfers, and serves until idle. Returns when the
+    /// daemon should exit.
+    public func run() throws {
+        Porter.bootstrap()
+        var config = SessionConfiguration.default
+        config.timeoutIntervalForResource = 7 * 24 * 3600
+        engine = Session(configuration: config, delegate: self, delegateQueue: queue)
+        let socket = options.runtimeFolder + "/porterd.sock"
+        let l = try Listener(path: socket)
+        listener = l
+        note("listening at \(socket)")
+        queue.sync { resumeJournal() }
+        let acceptor = Thread { [self] in
+            while let c = l.accept() { self.serve(c) }
+        }
+        acceptor.start()
+        while true {
+            sleep(1)
+            let done = queue.sync { () -> Bool in
+                if !connections.isEmpty || transfers.values.contains(where: { $0.task != nil || $0.retryTimer != nil }) {
+                    idleSince = nil
+                    return false
+                }
+                if idleSince == nil { idleSince = Date() }
+                return Date().timeIntervalSince(idleSince!) >= options.idleExit
+            }
+            if done { break }
+        }
+        note("idle for \(Int(options.idleExit)) s: exiting")
+        unlink(socket)
+        l.close()
+    }
+
+    // MARK: - connections
+
+    private func serve(_ channel: Channel) {
+        let t = Thread { [self] in
+            guard let peer = channel.peer, peer.uid == geteuid() else {
+                channel.goodbye("refused: porterd serves only uid \(geteuid())")
+                return
+            }
+            do {
+                try channel.answer(BackgroundProtocol.hello)
+            } catch {
+                note("a connection from pid \(peer.pid) failed its handshake: \(error)")
+                return
+            }
+            let c = Connection(channel)
+            queue.sync { connections[ObjectIdentifier(c)] = c }
+            while true {
+                do {
+                    let m = try channel.receive(BackgroundClientMessage.self)
+                    queue.async { self.handle(m, from: c) }
+                } catch {
+                    if (error as? IPCError)?.code != .closed { note("pid \(peer.pid): \(error); closing its connection") }
+                    channel.close()
+                    queue.async {
+                        self.connections[ObjectIdentifier(c)] = nil
+                        if let s = c.session, self.holders[s] === c { self.holders[s] = nil }
+                    }
+                    return
+                }
+            }
+        }
+        t.start()
+    }
+
+    private func handle(_ message: BackgroundClientMessage, from c: Connection) {
+        switch message {
+        case .attach(let session, _):
+            c.session = session
+            holders[session] = c
+            let tasks = ((try? journal.tasks(session: session)) ?? []).map { current($0).snapshot() }
+            c.send(.attached(session: session, tasks: tasks))
+            for e in (try? journal.events(session: session)) ?? [] { c.send(.event(e)) }
+            c.send(.eventsSent)
+        case .enqueue(let reference, let spec):
+            guard let session = c.session else { return c.send(.refused(reference: reference, message: "attach to a session first")) }
+            enqueue(spec, session: session, reference: reference, reply: c)
+        case .control(let id, let action):
+            control(id, action, from: c)
+        case .describe(let id, let text):
+            guard var row = transfers[id]?.row ?? (try? journal.tasks(session: c.session).first { $0.id == id }) else { return }
+            row.spec.taskDescription = text
+            transfers[id]?.row = row
+            try? journal.save(row)
+        case .delivered(let sequence):
+            guard let session = c.session, let e = try? journal.delivered(sequence, session: session) else { return }
+            if e.kind == .finishedDownloading, let file = e.file { unlink(file) }
+        case .list(let session, let reference):
+            let tasks = ((try? journal.tasks(session: session)) ?? []).map { current($0).snapshot() }
+            c.send(.tasks(reference: reference, tasks))
+        }
+    }
+
+    /// The freshest view of a task: the running transfer's, else the journal's.
+    private func current(_ row: Journal.Task) -> Journal.Task { transfers[row.id]?.row ?? row }
+
+    private func enqueue(_ spec: BackgroundTaskSpec, session: String, reference: Int, reply c: Connection) {
+        if spec.kind == .upload {
+            guard let file = spec.uploadFile, access(file, R_OK) == 0 else {
+                return c.send(.refused(reference: reference, message: "porterd cannot read the upload file \(spec.uploadFile ?? "(none)")"))
+            }
+        }
+        do {
+            var row = try journal.insert(session: session, spec: spec) { id in self.partialsFolder + "/task-\(id).part" }
+            // Resume data (a cancelled download's): adopt its partial file.
+            if let data = spec.resumeData, let resume = try? ResumeData(data: data),
+               let partial = row.partial, resume.bytesReceived > 0, rename(resume.partialFilePath, partial) == 0 || copyFile(resume.partialFilePath, partial) {
+                row.received = resume.bytesReceived
+                row.expected = resume.expectedTotalBytes
+                row.validator = resume.validator
+                try journal.save(row)
+            }
+            transfers[row.id] = Transfer(row)
+            c.send(.enqueued(reference: reference, task: row.snapshot()))
+        } catch {
+            c.send(.refused(reference: reference, message: "porterd cannot record the task: \(error)"))
+        }
+    }
+
+    private func copyFile(_ from: String, _ to: String) -> Bool {
+        (try? FileManager.default.copyItem(atPath: from, toPath: to)) != nil
+    }
+
+    private func control(_ id: Int, _ action: BackgroundControl, from c: Connection?) {
+        guard let t = transfers[id] ?? (try? journal.tasks().first { $0.id == id && $0.state != "completed" }).map(Transfer.init) else { return }
+        transfers[id] = t
+        switch action {
+        case .resume:
+            guard t.row.state != "running" || (t.task == nil && t.retryTimer == nil) else { return }
+            t.row.state = "running"
+            try? journal.save(t.row)
+            if let task = t.task { task.resume() } else { start(t) }
+        case .suspend:
+            guard t.row.state == "running" else { return }
+            t.row.state = "suspended"
+            checkpoint(t)
+            t.retryTimer?.cancel()
+            t.retryTimer = nil
+            t.task?.suspend()
+        case .cancel, .cancelProducingResumeData:
+            t.ending = action
+            t.retryTimer?.cancel()
+            t.retryTimer = nil
+            if let task = t.task {
+                task.cancel()  // didCompleteWithError(.cancelled) ends it
+            } else {
+                end(t, error: PorterError(.cancelled, "cancelled", url: t.row.spec.url), status: nil)
+            }
+        }
+    }
+
+    // MARK: - transfers
+
+    private func resumeJournal() {
+        for row in (try? journal.tasks()) ?? [] where row.state == "running" || row.state == "suspended" {
+            let t = Transfer(row)
+            transfers[row.id] = t
+            guard row.state == "running" else { continue }
+            if let next = row.nextAttempt, next > Date().timeIntervalSince1970 {
+                schedule(t, at: next)
+            } else {
+                note("task \(row.id): continuing after a restart from byte \(row.received)")
+                start(t)
+            }
+        }
+    }
+
+    private func start(_ t: Transfer) {
+        var request = Request(url: t.row.spec.url, method: t.row.spec.method)
+        for pair in t.row.spec.headers where pair.count == 2 { _ = request.addValue(pair[1], forHeader: pair[0]) }
+        if t.row.spec.kind == .upload, let file = t.row.spec.uploadFile {
+            request.body = .file(URL(fileURLWithPath: file))
+        }
+        guard let partial = t.row.partial else { return end(t, error: PorterError(.cannotCreateFile, "no partial file"), status: nil) }
+        // The journal's count is what was synced; anything past it may be torn: cut it.
+        var flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW
+        if t.row.received == 0 { flags |= O_TRUNC }
+        t.fd = open(partial, flags, 0o600)
+        guard t.fd >= 0 else {
+            return end(t, error: PorterError(.cannotCreateFile, "porterd cannot open \(partial)", cause: .errno(errno)), status: nil)
+        }
+        if t.row.received > 0 {
+            var st = stat()
+            if fstat(t.fd, &st) != 0 || Int64(st.st_size) < t.row.received {
+                t.row.received = 0  // the partial file lost bytes: start over
+            }
+            ftruncate(t.fd, off_t(t.row.received))
+            lseek(t.fd, off_t(t.row.received), SEEK_SET)
+            if t.row.received > 0 { request.resumeRange = ResumeRange(offset: t.row.received, validator: t.row.validator) }
+        }
+        if t.row.firstAttempt == nil { t.row.firstAttempt = Date().timeIntervalSince1970 }
+        t.row.state = "running"
+        t.row.nextAttempt = nil
+        try? journal.save(t.row)
+        let task = engine.dataTask(with: request)
+        t.task = task
+        byTask[ObjectIdentifier(task)] = t.row.id
+        task.resume()
+        idleSince = nil
+    }
+
+    private func transfer(_ task: SessionTask) -> Transfer? {
+        byTask[ObjectIdentifier(task)].flatMap { transfers[$0] }
+    }
+
+    /// Syncs the partial file, then records how much of it is good.
+    private func checkpoint(_ t: Transfer) {
+        if t.fd >= 0 { fsync(t.fd) }
+        t.sinceCheckpoint = 0
+        t.lastCheckpoint = Date()
+        try? journal.save(t.row)
+    }
+
+    private func update(_ t: Transfer, force: Bool = false) {
+        guard let c = holders[t.row.session], force || Date().timeIntervalSince(t.lastUpdate) > 0.1 else { return }
+        t.lastUpdate = Date()
+        c.send(.update(t.row.snapshot()))
+    }
+
+    public func dataTask(_ task: DataTask, didReceive response: Response,
+                         completion: @escaping @Sendable (ResponseDisposition) -> Void) {
+        guard let t = transfer(task) else { return completion(.cancel) }
+        t.row.statusCode = response.statusCode
+        if t.row.received > 0, response.resumeOffset == t.row.received {
+            // 206 for the range asked: the bytes append.
+        } else {
+            // A full response (the server ignored the range, or the validator changed):
+            // start the file over, never mix two versions.
+            if t.row.received > 0 { note("task \(t.row.id): the server sent the whole resource again; starting the file over") }
+            ftruncate(t.fd, 0)
+            lseek(t.fd, 0, SEEK_SET)
+            t.row.received = 0
+        }
+        t.row.validator = response.validator
+        t.row.expected = response.expectedContentLength >= 0 ? response.expectedContentLength + t.row.received : -1
+        checkpoint(t)
+        update(t, force: true)
+        completion(.allow)
+    }
+
+    public func dataTask(_ task: DataTask, didReceive data: Data) {
+        guard let t = transfer(task), t.fd >= 0 else { return }
+        let ok = data.withUnsafeBytes { raw -> Bool in
+            var off = 0
+            while off < raw.count {
+                let n = write(t.fd, raw.baseAddress! + off, raw.count - off)
+                if n < 0 { if errno == EINTR { continue }; return false }
+                off += n
+            }
+            return true
+        }
+        guard ok else {
+            t.ending = .cancel
+            task.cancel()
+            end(t, error: PorterError(.cannotWriteToFile, "porterd cannot write the partial file", cause: .errno(errno)), status: nil)
+            return
+        }
+        t.row.received += Int64(data.count)
+        t.sinceCheckpoint += Int64(data.count)
+        if t.sinceCheckpoint >= 4 << 20 || Date().timeIntervalSince(t.lastCheckpoint) >= 1 { checkpoint(t) }
+        update(t)
+    }
+
+    public func task(_ task: SessionTask, didSendBodyData bytesSent: Int64, totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
+        guard let t = transfer(task) else { return }
+        t.row.sent = totalBytesSent
+        update(t)
+    }
+
+    public func task(_ task: SessionTask, didCompleteWithError error: PorterError?) {
+        guard let t = transfer(task) else { return }
+        byTask[ObjectIdentifier(task)] = nil
+        t.task = nil
+        if let ending = t.ending {
+            if ending == .cancelProducingResumeData { return endWithResumeData(t) }
+            if error == nil || error?.code == .cancelled {
+                return end(t, error: PorterError(.cancelled, "cancelled", url: t.row.spec.url), status: nil)
+            }
+        }
+        if let error, Daemon.retryable.contains(error.code), t.row.state == "running" {
+            let elapsed = Date().timeIntervalSince1970 - (t.row.firstAttempt ?? Date().timeIntervalSince1970)
+            if elapsed < engine.configuration.timeoutIntervalForResource {
+                checkpoint(t)
+                closeFile(t)
+                t.row.retries += 1
+                // Exponential back-off with jitter: 1 s, 2 s, 4 s … at most 5 minutes.
+                let delay = min(300, pow(2, Double(min(t.row.retries - 1, 9)))) * Double.random(in: 0.8...1.2)
+                t.row.nextAttempt = Date().timeIntervalSince1970 + delay
+                t.row.errorCode = String(error.code.rawValue)
+                t.row.errorMessage = error.message
+                try? journal.save(t.row)
+                note("task \(t.row.id): \(error.message); attempt \(t.row.retries + 1) in \(Int(delay.rounded())) s")
+                schedule(t, at: t.row.nextAttempt!)
+                update(t, force: true)
+                return
+            }
+        }
+        end(t, error: error, status: t.row.statusCode)
+    }
+
+    private func schedule(_ t: Transfer, at time: Double) {
+        t.retryTimer?.cancel()
+        let item = DispatchWorkItem { [weak self, weak t] in
+            guard let self, let t, t.row.state == "running", t.task == nil else { return }
+            t.retryTimer = nil
+            t.row.errorCode = nil
+            t.row.errorMessage = nil
+            self.start(t)
+        }
+        t.retryTimer = item
+        queue.asyncAfter(deadline: .now() + max(0, time - Date().timeIntervalSince1970), execute: item)
+    }
+
+    private func closeFile(_ t: Transfer) {
+        if t.fd >= 0 { close(t.fd) }
+        t.fd = -1
+    }
+
+    private func endWithResumeData(_ t: Transfer) {
+        checkpoint(t)
+        closeFile(t)
+        var data: Data?
+        if let partial = t.row.partial, t.row.received > 0, t.row.validator != nil {
+            // The partial file becomes the caller's: move it out of the daemon's way.
+            let kept = partial + ".resume"
+            if rename(partial, kept) == 0 {
+                var headers = t.row.spec.headers
+                headers.removeAll { $0.count == 2 && ["authorization", "proxy-authorization", "cookie"].contains($0[0].lowercased()) }
+                data = ResumeData(url: t.row.spec.url, method: t.row.spec.method, headers: headers, validator: t.row.validator,
+                                  bytesReceived: t.row.received, expectedTotalBytes: t.row.expected, partialFilePath: kept).encoded()
+            }
+        }
+        holders[t.row.session]?.send(.resumeData(task: t.row.id, data))
+        end(t, error: PorterError(.cancelled, "cancelled", url: t.row.spec.url, resumeData: data), status: nil, keepPartial: true)
+    }
+
+    /// The task's end: the file goes where it belongs, the state and the events are
+    /// committed together, then the holder (if any) hears them.
+    private func end(_ t: Transfer, error: PorterError?, status: Int?, keepPartial: Bool = false) {
+        if t.fd >= 0 { fsync(t.fd) }
+        closeFile(t)
+        var error = error
+        var events: [BackgroundEvent] = []
+        if error == nil, t.row.spec.kind == .download, let partial = t.row.partial {
+            if let destination = t.row.spec.destination {
+                // porter --background -o FILE: the daemon puts it there itself.
+                if rename(partial, destination) != 0 {
+                    if copyFile(partial, destination + ".porter-part"), rename(destination + ".porter-part", destination) == 0 {
+                        unlink(partial)
+                    } else {
+                        error = PorterError(.cannotMoveFile, "porterd cannot put the download at \(destination)", cause: .errno(errno))
+                    }
+                }
+            } else {
+                let folder = finishedFolder(t.row.session)
+                try? PrivateFiles.makeFolder(folder)
+                let file = folder + "/task-\(t.row.id)"
+                if rename(partial, file) == 0 {
+                    events.append(BackgroundEvent(sequence: 0, task: t.row.id, kind: .finishedDownloading, file: file, statusCode: status))
+                } else {
+                    error = PorterError(.cannotMoveFile, "porterd cannot keep the download", cause: .errno(errno))
+                }
+            }
+        } else if !keepPartial, let partial = t.row.partial {
+            unlink(partial)
+        }
+        let wire = BackgroundProtocol.wire(error)
+        events.append(BackgroundEvent(sequence: 0, task: t.row.id, kind: .completed, statusCode: status,
+                                      errorCode: wire.code, errorMessage: wire.message))
+        t.row.state = "completed"
+        t.row.errorCode = wire.code
+        t.row.errorMessage = wire.message
+        t.row.nextAttempt = nil
+        transfers[t.row.id] = nil
+        do {
+            let committed = try journal.finish(t.row, events: events)
+            note("task \(t.row.id) \(error.map { "failed: \($0.message)" } ?? "finished") (\(t.row.received) bytes)")
+            if let c = holders[t.row.session] {
+                for e in committed { c.send(.event(e)) }
+            }
+        } catch {
+            note("task \(t.row.id): the journal refused its end: \(error)")
+        }
+    }
+}

@@ -1,0 +1,199 @@
+import Foundation
+import GRDB
+import PorterCore
+import PorterSession
+import PorterStorage
+
+/// porterd's journal: every task and every undelivered event, in SQLite (WAL) at
+/// `$XDG_STATE_HOME/porter/porterd.sqlite` (0600, folder 0700). A state change is
+/// committed before the daemon acts on it, so a `kill -9` at any instant loses nothing:
+/// a restarted daemon continues each transfer from its partial file.
+///
+/// What it holds: each task's URL, method and header fields without Authorization,
+/// Proxy-Authorization and Cookie (those come from the stores again at each attempt),
+/// its state, byte counts, validator, partial file, retry count and next attempt; and
+/// each event not yet delivered to the session's delegate.
+final class Journal: @unchecked Sendable {
+    struct Task: Sendable {
+        var id: Int
+        var session: String
+        var spec: BackgroundTaskSpec
+        var state: String
+        var received: Int64
+        var expected: Int64
+        var sent: Int64
+        var validator: String?
+        var partial: String?
+        var retries: Int
+        var nextAttempt: Double?
+        var statusCode: Int?
+        var errorCode: String?
+        var errorMessage: String?
+        var created: Double
+        /// When the first attempt started (for `timeoutIntervalForResource`).
+        var firstAttempt: Double?
+
+        func snapshot() -> BackgroundTaskSnapshot {
+            BackgroundTaskSnapshot(id: id, session: session, kind: spec.kind, url: spec.url, taskDescription: spec.taskDescription,
+                                   state: state, received: received, expected: expected, sent: sent, retries: retries,
+                                   nextAttempt: nextAttempt, statusCode: statusCode, errorCode: errorCode,
+                                   errorMessage: errorMessage, destination: spec.destination)
+        }
+    }
+
+    static let schema = """
+        CREATE TABLE IF NOT EXISTS tasks(
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            session TEXT NOT NULL,
+            spec TEXT NOT NULL,
+            state TEXT NOT NULL,
+            received INTEGER NOT NULL DEFAULT 0,
+            expected INTEGER NOT NULL DEFAULT -1,
+            sent INTEGER NOT NULL DEFAULT 0,
+            validator TEXT,
+            partial TEXT,
+            retries INTEGER NOT NULL DEFAULT 0,
+            next_attempt REAL,
+            status INTEGER,
+            error_code TEXT,
+            error_message TEXT,
+            created REAL NOT NULL,
+            first_attempt REAL);
+        CREATE TABLE IF NOT EXISTS events(
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            session TEXT NOT NULL,
+            task INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            file TEXT,
+            status INTEGER,
+            error_code TEXT,
+            error_message TEXT);
+        CREATE INDEX IF NOT EXISTS events_by_session ON events(session, seq);
+        """
+
+    let path: String
+    private let db: DatabaseQueue
+
+    /// Opens the journal; one that is not a database (damaged, truncated, something
+    /// else) is moved aside to `path.corrupt-<time>` and a new one started, with the
+    /// reason in `setAside`.
+    init(path: String) throws {
+        self.path = path
+        var aside: String?
+        db = try Journal.open(path, setAside: &aside)
+        setAside = aside
+    }
+
+    /// One that is not a database (damaged, truncated, something else) is moved aside to
+    /// `path.corrupt-<time>` and a new one started, with the reason in `setAside`.
+    private static func open(_ path: String, setAside: inout String?) throws -> DatabaseQueue {
+        do {
+            let db = try PrivateFiles.openDatabase(path, schema: Journal.schema, what: "porterd's journal")
+            try db.read { db in _ = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM tasks") }
+            return db
+        } catch {
+            let aside = path + ".corrupt-\(Int(Date().timeIntervalSince1970))"
+            for suffix in ["", "-wal", "-shm"] { rename(path + suffix, aside + suffix) }
+            setAside = "the journal \(path) could not be read (\(error)); it was moved to \(aside) and a new one started"
+            return try PrivateFiles.openDatabase(path, schema: Journal.schema, what: "porterd's journal")
+        }
+    }
+    let setAside: String?
+
+    private static func spec(_ text: String) -> BackgroundTaskSpec? {
+        try? JSONDecoder().decode(BackgroundTaskSpec.self, from: Data(text.utf8))
+    }
+
+    private static func task(_ row: Row) -> Task? {
+        guard let spec = spec(row["spec"]) else { return nil }
+        return Task(id: row["id"], session: row["session"], spec: spec, state: row["state"], received: row["received"],
+                    expected: row["expected"], sent: row["sent"], validator: row["validator"], partial: row["partial"],
+                    retries: row["retries"], nextAttempt: row["next_attempt"], statusCode: row["status"],
+                    errorCode: row["error_code"], errorMessage: row["error_message"], created: row["created"],
+                    firstAttempt: row["first_attempt"])
+    }
+
+    func insert(session: String, spec: BackgroundTaskSpec, partial: (Int) -> String) throws -> Task {
+        var stored = spec
+        stored.resumeData = nil
+        let text = String(decoding: try JSONEncoder().encode(stored), as: UTF8.self)
+        return try db.write { db -> Task in
+            try db.execute(sql: "INSERT INTO tasks(session, spec, state, created) VALUES (?, ?, 'suspended', ?)",
+                           arguments: [session, text, Date().timeIntervalSince1970])
+            let id = Int(db.lastInsertedRowID)
+            try db.execute(sql: "UPDATE tasks SET partial = ? WHERE id = ?", arguments: [partial(id), id])
+            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM tasks WHERE id = ?", arguments: [id]),
+                  let t = Journal.task(row) else { throw PorterError(.unknown, "the journal lost task \(id)") }
+            return t
+        }
+    }
+
+    /// Writes every field of `t` that changes while it runs.
+    func save(_ t: Task) throws {
+        var stored = t.spec
+        stored.resumeData = nil
+        let text = String(decoding: try JSONEncoder().encode(stored), as: UTF8.self)
+        try db.write { db in
+            try db.execute(sql: """
+                UPDATE tasks SET spec = ?, state = ?, received = ?, expected = ?, sent = ?, validator = ?, partial = ?,
+                    retries = ?, next_attempt = ?, status = ?, error_code = ?, error_message = ?, first_attempt = ?
+                WHERE id = ?
+                """, arguments: [text, t.state, t.received, t.expected, t.sent, t.validator, t.partial, t.retries,
+                                 t.nextAttempt, t.statusCode, t.errorCode, t.errorMessage, t.firstAttempt, t.id])
+        }
+    }
+
+    /// Saves the task's end and queues its events in one transaction.
+    func finish(_ t: Task, events: [BackgroundEvent]) throws -> [BackgroundEvent] {
+        try save(t)
+        return try db.write { db -> [BackgroundEvent] in
+            var out: [BackgroundEvent] = []
+            for e in events {
+                try db.execute(sql: "INSERT INTO events(session, task, kind, file, status, error_code, error_message) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                               arguments: [t.session, t.id, e.kind.rawValue, e.file, e.statusCode, e.errorCode, e.errorMessage])
+                var stored = e
+                stored.sequence = db.lastInsertedRowID
+                out.append(stored)
+            }
+            return out
+        }
+    }
+
+    func tasks(session: String? = nil) throws -> [Task] {
+        try db.read { db in
+            let rows = session == nil
+                ? try Row.fetchAll(db, sql: "SELECT * FROM tasks ORDER BY id")
+                : try Row.fetchAll(db, sql: "SELECT * FROM tasks WHERE session = ? ORDER BY id", arguments: [session])
+            return rows.compactMap(Journal.task)
+        }
+    }
+
+    func events(session: String) throws -> [BackgroundEvent] {
+        try db.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM events WHERE session = ? ORDER BY seq", arguments: [session]).compactMap { row in
+                guard let kind = BackgroundEvent.Kind(rawValue: row["kind"]) else { return nil }
+                return BackgroundEvent(sequence: row["seq"], task: row["task"], kind: kind, file: row["file"],
+                                       statusCode: row["status"], errorCode: row["error_code"], errorMessage: row["error_message"])
+            }
+        }
+    }
+
+    /// Forgets a delivered event; returns it. A completed task whose last event went is
+    /// forgotten too.
+    func delivered(_ sequence: Int64, session: String) throws -> BackgroundEvent? {
+        try db.write { db -> BackgroundEvent? in
+            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM events WHERE seq = ? AND session = ?", arguments: [sequence, session]),
+                  let kind = BackgroundEvent.Kind(rawValue: row["kind"]) else { return nil }
+            let e = BackgroundEvent(sequence: sequence, task: row["task"], kind: kind, file: row["file"])
+            try db.execute(sql: "DELETE FROM events WHERE seq = ?", arguments: [sequence])
+            let left = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM events WHERE task = ?", arguments: [e.task]) ?? 0
+            if left == 0 { try db.execute(sql: "DELETE FROM tasks WHERE id = ? AND state = 'completed'", arguments: [e.task]) }
+            return e
+        }
+    }
+
+    /// Sessions with events waiting.
+    func sessionsWithEvents() throws -> [String] {
+        try db.read { db in try String.fetchAll(db, sql: "SELECT DISTINCT session FROM events") }
+    }
+}

@@ -1,0 +1,217 @@
+import CPorterIPC
+import Foundation
+
+/// Who is at the other end of a Unix socket (SO_PEERCRED): the kernel's word, not the
+/// peer's.
+public struct PeerCredentials: Sendable, Equatable {
+    public var pid: pid_t
+    public var uid: uid_t
+    public var gid: gid_t
+}
+
+/// A PorterIPC connection over a stream socket, with blocking calls: one thread receives,
+/// any thread sends (sends are serialised). Every error is an `IPCError`; after one the
+/// connection is of no further use.
+public final class Channel: @unchecked Sendable {
+    public let fd: Int32
+    private let sendLock = NSLock()
+    private let closeLock = NSLock()
+    private var closed = false
+    // Receiving thread only:
+    private var decoder: FrameDecoder
+    /// The version agreed in the handshake (0 before it).
+    public private(set) var version: UInt16 = 0
+
+    /// Takes ownership of `fd`, a connected stream socket.
+    public init(fd: Int32, maximumPayload: Int = 1 << 20) {
+        self.fd = fd
+        self.decoder = FrameDecoder(maximumPayload: maximumPayload)
+    }
+
+    deinit { close() }
+
+    /// Connects to the Unix socket at `path`.
+    public static func connect(path: String, maximumPayload: Int = 1 << 20) throws(IPCError) -> Channel {
+        let fd = porter_ipc_connect(path)
+        guard fd >= 0 else { throw IPCError(.system, "cannot connect to \(path): \(String(cString: strerror(errno)))") }
+        return Channel(fd: fd, maximumPayload: maximumPayload)
+    }
+
+    /// Two connected channels (a socketpair), for a parent and the child it starts.
+    public static func pair(maximumPayload: Int = 1 << 20) throws(IPCError) -> (Channel, Channel) {
+        var fds: [Int32] = [-1, -1]
+        guard porter_ipc_socketpair(&fds) == 0 else {
+            throw IPCError(.system, "socketpair: \(String(cString: strerror(errno)))")
+        }
+        return (Channel(fd: fds[0], maximumPayload: maximumPayload), Channel(fd: fds[1], maximumPayload: maximumPayload))
+    }
+
+    /// The peer's process, user and group, as the kernel recorded them at connect.
+    public var peer: PeerCredentials? {
+        var pid: pid_t = 0, uid: uid_t = 0, gid: gid_t = 0
+        guard porter_ipc_peer(fd, &pid, &uid, &gid) == 0 else { return nil }
+        return PeerCredentials(pid: pid, uid: uid, gid: gid)
+    }
+
+    public func close() {
+        closeLock.lock()
+        defer { closeLock.unlock() }
+        guard !closed else { return }
+        closed = true
+        // shutdown first: a thread blocked in recv on this socket wakes with end of file.
+        shutdown(fd, Int32(SHUT_RDWR))
+        Glibc.close(fd)
+    }
+
+    // MARK: frames
+
+    public func send(_ frame: Frame) throws(IPCError) {
+        let bytes = frame.encoded()
+        sendLock.lock()
+        defer { sendLock.unlock() }
+        var sent = 0
+        while sent < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL)) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw IPCError(errno == EPIPE || errno == ECONNRESET ? .closed : .system,
+                               "cannot send: \(String(cString: strerror(errno)))")
+            }
+            sent += n
+        }
+    }
+
+    /// The next frame (blocks). A goodbye arrives as `.closed` with the peer's reason.
+    public func receive() throws(IPCError) -> Frame {
+        var chunk = [UInt8](repeating: 0, count: 64 << 10)
+        while true {
+            if let frame = try decoder.next() {
+                if frame.kind == .goodbye {
+                    throw IPCError(.closed, String(decoding: frame.payload, as: UTF8.self))
+                }
+                return frame
+            }
+            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw IPCError(.closed, "the connection failed: \(String(cString: strerror(errno)))")
+            }
+            if n == 0 {
+                throw IPCError(.closed, decoder.bufferedCount > 0 ? "the peer closed the connection mid-frame" : "the peer closed the connection")
+            }
+            decoder.append(chunk[0..<n])
+        }
+    }
+
+    /// Says why, then closes.
+    public func goodbye(_ reason: String) {
+        try? send(Frame(kind: .goodbye, payload: Array(reason.utf8.prefix(4096))))
+        close()
+    }
+
+    // MARK: messages
+
+    public func send<M: Encodable>(message: M) throws(IPCError) {
+        let data: Data
+        do {
+            data = try JSONEncoder().encode(message)
+        } catch {
+            throw IPCError(.malformed, "cannot encode \(M.self): \(error)")
+        }
+        try send(Frame(kind: .message, payload: Array(data)))
+    }
+
+    /// The next frame as a message of type `M`; any other frame or a message that does
+    /// not decode is `.malformed`.
+    public func receive<M: Decodable>(_ type: M.Type) throws(IPCError) -> M {
+        let frame = try receive()
+        guard frame.kind == .message else { throw IPCError(.malformed, "expected a message, got a frame of kind \(frame.kind)") }
+        return try Channel.decode(type, from: frame.payload)
+    }
+
+    public static func decode<M: Decodable>(_ type: M.Type, from payload: [UInt8]) throws(IPCError) -> M {
+        do {
+            return try JSONDecoder().decode(type, from: Data(payload))
+        } catch {
+            throw IPCError(.malformed, "not a valid \(M.self) message: \(error)")
+        }
+    }
+
+    // MARK: handshake
+
+    /// The connecting side: sends `hello`, returns the version the acceptor chose.
+    @discardableResult
+    public func greet(_ hello: Hello) throws(IPCError) -> UInt16 {
+        try send(hello.frame)
+        let reply = try Hello(frame: try receive())
+        guard reply.service == hello.service, reply.minimumVersion == reply.maximumVersion,
+              (hello.minimumVersion...hello.maximumVersion).contains(reply.minimumVersion) else {
+            let e = IPCError(.versionMismatch, "the peer answered with \(reply.service) \(reply.minimumVersion)–\(reply.maximumVersion)")
+            goodbye(e.description)
+            throw e
+        }
+        version = reply.minimumVersion
+        return version
+    }
+
+    /// The accepting side: reads the peer's hello and answers with the agreed version,
+    /// or with a goodbye saying why there is none (then throws).
+    @discardableResult
+    public func answer(_ hello: Hello) throws(IPCError) -> UInt16 {
+        let peerHello: Hello
+        let agreed: UInt16
+        do {
+            peerHello = try Hello(frame: try receive())
+            agreed = try hello.agree(with: peerHello)
+        } catch {
+            goodbye(error.description)
+            throw error
+        }
+        try send(Hello(service: hello.service, minimumVersion: agreed, maximumVersion: agreed).frame)
+        version = agreed
+        return agreed
+    }
+}
+
+/// A listening Unix socket.
+public final class Listener: @unchecked Sendable {
+    public let fd: Int32
+    public let path: String
+
+    /// Listens at `path` (the socket file is 0600). An existing socket file that nobody
+    /// listens on any more (left by a killed process) is replaced; anything else at the
+    /// path is an error.
+    public init(path: String) throws(IPCError) {
+        var st = stat()
+        if lstat(path, &st) == 0 {
+            guard (st.st_mode & S_IFMT) == S_IFSOCK else {
+                throw IPCError(.system, "\(path) exists and is not a socket")
+            }
+            let probe = porter_ipc_connect(path)
+            if probe >= 0 {
+                Glibc.close(probe)
+                throw IPCError(.system, "another process listens at \(path)")
+            }
+            unlink(path)
+        }
+        let fd = porter_ipc_listen(path, 64)
+        guard fd >= 0 else { throw IPCError(.system, "cannot listen at \(path): \(String(cString: strerror(errno)))") }
+        self.fd = fd
+        self.path = path
+    }
+
+    /// The next connection; nil when the listener was closed.
+    public func accept() -> Channel? {
+        while true {
+            let c = porter_ipc_accept(fd)
+            if c >= 0 { return Channel(fd: c) }
+            if errno == EINTR || errno == ECONNABORTED { continue }
+            return nil
+        }
+    }
+
+    public func close() {
+        shutdown(fd, Int32(SHUT_RDWR))
+        Glibc.close(fd)
+    }
+}

@@ -1,0 +1,246 @@
+import CPorterIPC
+import Foundation
+import PorterCore
+import PorterIPC
+
+/// A background session's connection to porterd: it starts the daemon when none runs,
+/// holds the session there, turns the daemon's tasks into task objects and its events
+/// into delegate calls, and tells the daemon each event was delivered only after the
+/// delegate call returned (so an app that dies mid-call gets the event again: delivery
+/// is at least once).
+final class BackgroundLink: @unchecked Sendable {
+    let identifier: String
+    private weak var session: Session?
+    private let launchCommand: [String]?
+    private let lock = NSLock()
+    private var channel: Channel?
+    private var failure: PorterError?
+    private var tasks: [Int: SessionTask] = [:]
+    private var replies: [Int: (BackgroundDaemonMessage?) -> Void] = [:]
+    private var resumeWaiters: [Int: @Sendable (Data?) -> Void] = [:]
+    private var nextReference = 1
+    private var closed = false
+    private let attachedOnce = DispatchSemaphore(value: 0)
+
+    init(session: Session, identifier: String, launchCommand: [String]?) {
+        self.session = session
+        self.identifier = identifier
+        self.launchCommand = launchCommand
+        let thread = Thread { [self] in self.run() }
+        thread.name = "porter.background"
+        thread.start()
+        // The tasks the daemon holds for this session are there before the caller asks.
+        _ = attachedOnce.wait(timeout: .now() + 10)
+    }
+
+    /// The daemon's tasks of this session, as task objects.
+    var allTasks: [SessionTask] { lock.withLock { Array(tasks.values) }.sorted { $0.taskIdentifier < $1.taskIdentifier } }
+
+    func close() {
+        let c = lock.withLock { () -> Channel? in closed = true; return channel }
+        c?.close()
+    }
+
+    // MARK: - making tasks
+
+    /// Hands `spec` to the daemon and waits for its task (a round trip on a Unix socket).
+    /// Nil with the reason when the daemon cannot be reached or refuses.
+    func enqueue(_ spec: BackgroundTaskSpec) -> Result<BackgroundTaskSnapshot, PorterError> {
+        let done = DispatchSemaphore(value: 0)
+        let answer = Locked<BackgroundDaemonMessage?>(nil)
+        let reference: Int
+        let channel: Channel?
+        (reference, channel) = lock.withLock {
+            let r = nextReference
+            nextReference += 1
+            replies[r] = { m in answer.withLock { $0 = m }; done.signal() }
+            return (r, self.channel)
+        }
+        guard let channel else {
+            _ = lock.withLock { replies.removeValue(forKey: reference) }
+            return .failure(lock.withLock { failure } ?? PorterError(.unsupportedConfiguration, "porterd is not reachable"))
+        }
+        do {
+            try channel.send(message: BackgroundClientMessage.enqueue(reference: reference, spec: spec))
+        } catch {
+            _ = lock.withLock { replies.removeValue(forKey: reference) }
+            return .failure(PorterError(.unsupportedConfiguration, "cannot reach porterd: \(error)"))
+        }
+        if done.wait(timeout: .now() + 30) == .timedOut {
+            _ = lock.withLock { replies.removeValue(forKey: reference) }
+            return .failure(PorterError(.timedOut, "porterd did not answer"))
+        }
+        switch answer.current {
+        case .enqueued(_, let task)?: return .success(task)
+        case .refused(_, let message)?: return .failure(PorterError(.unsupportedConfiguration, message, url: spec.url))
+        default: return .failure(PorterError(.unsupportedConfiguration, "porterd went away", url: spec.url))
+        }
+    }
+
+    /// The task object for a daemon task (made once).
+    func task(for snapshot: BackgroundTaskSnapshot) -> SessionTask? {
+        guard let session else { return nil }
+        return lock.withLock {
+            if let t = tasks[snapshot.id] {
+                t.apply(snapshot)
+                return t
+            }
+            let t: SessionTask = snapshot.kind == .download
+                ? DownloadTask(session: session, remote: self, snapshot: snapshot)
+                : UploadTask(session: session, remote: self, snapshot: snapshot)
+            tasks[snapshot.id] = t
+            return t
+        }
+    }
+
+    func control(_ task: Int, _ action: BackgroundControl) {
+        try? lock.withLock { channel }?.send(message: BackgroundClientMessage.control(task: task, action))
+    }
+
+    func describe(_ task: Int, _ description: String?) {
+        try? lock.withLock { channel }?.send(message: BackgroundClientMessage.describe(task: task, description))
+    }
+
+    func cancelProducingResumeData(_ task: Int, _ completion: @escaping @Sendable (Data?) -> Void) {
+        lock.withLock { resumeWaiters[task] = completion }
+        control(task, .cancelProducingResumeData)
+    }
+
+    // MARK: - the connection (its own thread)
+
+    private func run() {
+        var attempts = 0
+        while !lock.withLock({ closed }), session != nil {
+            do {
+                let c = try connect()
+                attempts = 0
+                try c.send(message: BackgroundClientMessage.attach(session: identifier, launchCommand: launchCommand))
+                lock.withLock { channel = c; failure = nil }
+                try receive(on: c)
+            } catch {
+                let e = PorterError(.unsupportedConfiguration, "background session '\(identifier)': porterd: \(error)")
+                let waiting = lock.withLock { () -> [(BackgroundDaemonMessage?) -> Void] in
+                    channel = nil
+                    failure = e
+                    defer { replies.removeAll() }
+                    return Array(replies.values)
+                }
+                for w in waiting { w(nil) }
+                attachedOnce.signal()
+                attempts += 1
+                if attempts > 20 || lock.withLock({ closed }) { return }
+                // porterd was killed or restarts: come back (it resumes its transfers).
+                usleep(UInt32(min(2_000_000, 100_000 * attempts)))
+            }
+        }
+    }
+
+    private func connect() throws -> Channel {
+        let folder = BackgroundProtocol.runtimeFolder()
+        try PrivateFiles.makeFolder(folder)
+        let path = BackgroundProtocol.socketPath()
+        if let c = try? Channel.connect(path: path) {
+            try c.greet(BackgroundProtocol.hello)
+            return c
+        }
+        guard let daemon = BackgroundLink.daemonExecutable() else {
+            throw PorterError(.unsupportedConfiguration, "porterd was not found (next to this program, in $PORTERD_PATH or on PATH)")
+        }
+        try BackgroundLink.spawn(daemon)
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            if let c = try? Channel.connect(path: path) {
+                try c.greet(BackgroundProtocol.hello)
+                return c
+            }
+            usleep(20_000)
+        }
+        throw PorterError(.timedOut, "porterd (\(daemon)) did not start listening at \(path)")
+    }
+
+    /// `$PORTERD_PATH`, else `porterd` beside this program, else on PATH.
+    static func daemonExecutable() -> String? {
+        let env = ProcessInfo.processInfo.environment
+        if let p = env["PORTERD_PATH"], access(p, X_OK) == 0 { return p }
+        if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+            let beside = (exe as NSString).deletingLastPathComponent + "/porterd"
+            if access(beside, X_OK) == 0 { return beside }
+        }
+        for dir in (env["PATH"] ?? "/usr/local/bin:/usr/bin").split(separator: ":") {
+            let p = String(dir) + "/porterd"
+            if access(p, X_OK) == 0 { return p }
+        }
+        return nil
+    }
+
+    static func spawn(_ path: String) throws {
+        var argv: [UnsafeMutablePointer<CChar>?] = [strdup(path), nil]
+        defer { for p in argv { free(p) } }
+        guard porter_ipc_spawn_detached(path, &argv) == 0 else {
+            throw PorterError(.unsupportedConfiguration, "cannot start \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+
+    private func receive(on c: Channel) throws {
+        while true {
+            let message = try c.receive(BackgroundDaemonMessage.self)
+            guard let session else { return }
+            switch message {
+            case .attached(_, let snapshots):
+                for s in snapshots { _ = task(for: s) }
+                attachedOnce.signal()
+            case .enqueued(let reference, _), .refused(let reference, _), .tasks(let reference, _):
+                if case .enqueued(_, let s) = message { _ = task(for: s) }
+                let reply = lock.withLock { replies.removeValue(forKey: reference) }
+                reply?(message)
+            case .update(let snapshot):
+                guard let t = task(for: snapshot) else { continue }
+                let before = t.countOfBytesReceived
+                if let d = t as? DownloadTask, snapshot.received > before, let delegate = session.downloadDelegate {
+                    let written = snapshot.received - before
+                    session.deliver {
+                        delegate.downloadTask(d, didWriteData: written, totalBytesWritten: snapshot.received,
+                                              totalBytesExpectedToWrite: snapshot.expected)
+                    }
+                }
+            case .event(let event):
+                deliver(event, session: session, channel: c)
+            case .eventsSent:
+                if let delegate = session.delegate {
+                    session.deliver { delegate.sessionDidFinishEvents(forBackgroundSession: session) }
+                }
+            case .resumeData(let task, let data):
+                let waiter = lock.withLock { resumeWaiters.removeValue(forKey: task) }
+                if let waiter { session.deliver { waiter(data) } }
+            }
+        }
+    }
+
+    private func deliver(_ event: BackgroundEvent, session: Session, channel c: Channel) {
+        let t = lock.withLock { tasks[event.task] }
+        let ack: @Sendable () -> Void = { try? c.send(message: BackgroundClientMessage.delivered(sequence: event.sequence)) }
+        guard let t else { return ack() }
+        switch event.kind {
+        case .finishedDownloading:
+            guard let file = event.file, let d = t as? DownloadTask else { return ack() }
+            let delegate = session.downloadDelegate
+            session.deliver {
+                delegate?.downloadTask(d, didFinishDownloadingTo: URL(fileURLWithPath: file))
+                // As for an in-process download: the file is the delegate's during the call only.
+                unlink(file)
+                ack()
+            }
+        case .completed:
+            let error = BackgroundProtocol.error(code: event.errorCode, message: event.errorMessage, url: t.originalRequest.url)
+            t.completeRemotely(error)
+            let delegate = session.taskDelegate
+            let waiter = lock.withLock { resumeWaiters.removeValue(forKey: event.task) }
+            session.deliver {
+                waiter?(nil)
+                delegate?.task(t, didCompleteWithError: error)
+                ack()
+                self.lock.withLock { _ = self.tasks.removeValue(forKey: event.task) }
+            }
+        }
+    }
+}

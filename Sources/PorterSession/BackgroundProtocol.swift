@@ -1,0 +1,173 @@
+import Foundation
+import PorterCore
+import PorterIPC
+
+/// What a background session and `porterd` say to each other over PorterIPC (service
+/// "porterd", version 1): JSON messages in message frames. The daemon runs the transfers;
+/// the session shows them as tasks and delivers their events.
+public enum BackgroundProtocol {
+    public static let service = "porterd"
+    public static let version: UInt16 = 1
+    public static var hello: Hello { Hello(service: service, minimumVersion: version, maximumVersion: version) }
+
+    /// `$XDG_RUNTIME_DIR/porter`, else `/tmp/porter-UID` (made 0700 and checked to be
+    /// this user's own folder before use, so another user cannot plant the socket).
+    public static func runtimeFolder(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+        if let run = XDG.runtimeDirectory(environment: environment) { return run + "/porter" }
+        return "/tmp/porter-\(getuid())"
+    }
+
+    public static func socketPath(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+        runtimeFolder(environment: environment) + "/porterd.sock"
+    }
+
+    /// An error as it travels: its code's stable raw value, and its message.
+    public static func error(code: String?, message: String?, url: URL?) -> PorterError? {
+        guard let code else { return nil }
+        let c = Int(code).flatMap { PorterError.Code(rawValue: $0) } ?? .unknown
+        return PorterError(c, message ?? "\(c)", url: url)
+    }
+
+    public static func wire(_ error: PorterError?) -> (code: String?, message: String?) {
+        guard let error else { return (nil, nil) }
+        return (String(error.code.rawValue), error.message)
+    }
+
+    /// `$XDG_STATE_HOME/porter` (else `~/.local/state/porter`): the journal, partial and
+    /// finished files.
+    public static func stateFolder(environment: [String: String] = ProcessInfo.processInfo.environment) -> String? {
+        XDG.stateHome(environment: environment).map { $0 + "/porter" }
+    }
+}
+
+/// A transfer handed to the daemon.
+public struct BackgroundTaskSpec: Codable, Sendable, Equatable {
+    public enum Kind: String, Codable, Sendable { case download, upload }
+    public var kind: Kind
+    public var url: URL
+    public var method: String
+    /// Header fields as name/value pairs, without Authorization, Proxy-Authorization and
+    /// Cookie (the daemon asks the stores itself, as a resumed download does).
+    public var headers: [[String]]
+    public var taskDescription: String?
+    /// Upload tasks: the file the daemon reads the body from.
+    public var uploadFile: String?
+    /// Where the daemon itself moves the finished file (`porter --background -o FILE`);
+    /// nil: the file is handed to the session's delegate.
+    public var destination: String?
+    /// Resume data to continue from (a cancelled in-process or background download).
+    public var resumeData: Data?
+
+    public init(kind: Kind, url: URL, method: String = "GET", headers: [[String]] = [], taskDescription: String? = nil,
+                uploadFile: String? = nil, destination: String? = nil, resumeData: Data? = nil) {
+        self.kind = kind
+        self.url = url
+        self.method = method
+        self.headers = headers
+        self.taskDescription = taskDescription
+        self.uploadFile = uploadFile
+        self.destination = destination
+        self.resumeData = resumeData
+    }
+}
+
+/// A task as the daemon knows it.
+public struct BackgroundTaskSnapshot: Codable, Sendable, Equatable {
+    public var id: Int
+    public var session: String
+    public var kind: BackgroundTaskSpec.Kind
+    public var url: URL
+    public var taskDescription: String?
+    /// TaskState's raw value: running, suspended, canceling, completed.
+    public var state: String
+    public var received: Int64
+    public var expected: Int64
+    public var sent: Int64
+    public var retries: Int
+    /// When the next attempt is due (seconds since 1970), while waiting to retry.
+    public var nextAttempt: Double?
+    public var statusCode: Int?
+    public var errorCode: String?
+    public var errorMessage: String?
+    public var destination: String?
+
+    public init(id: Int, session: String, kind: BackgroundTaskSpec.Kind, url: URL, taskDescription: String?, state: String,
+                received: Int64, expected: Int64, sent: Int64, retries: Int, nextAttempt: Double?, statusCode: Int?,
+                errorCode: String?, errorMessage: String?, destination: String?) {
+        self.id = id
+        self.session = session
+        self.kind = kind
+        self.url = url
+        self.taskDescription = taskDescription
+        self.state = state
+        self.received = received
+        self.expected = expected
+        self.sent = sent
+        self.retries = retries
+        self.nextAttempt = nextAttempt
+        self.statusCode = statusCode
+        self.errorCode = errorCode
+        self.errorMessage = errorMessage
+        self.destination = destination
+    }
+}
+
+/// Something that happened to a task while it ran, kept until the session's delegate took it.
+public struct BackgroundEvent: Codable, Sendable, Equatable {
+    public enum Kind: String, Codable, Sendable {
+        /// The download is in `file` (the daemon's; the delegate moves it during the call).
+        case finishedDownloading
+        /// The task ended (`errorCode` / `errorMessage` nil: success).
+        case completed
+    }
+    public var sequence: Int64
+    public var task: Int
+    public var kind: Kind
+    public var file: String?
+    public var statusCode: Int?
+    public var errorCode: String?
+    public var errorMessage: String?
+
+    public init(sequence: Int64, task: Int, kind: Kind, file: String? = nil, statusCode: Int? = nil,
+                errorCode: String? = nil, errorMessage: String? = nil) {
+        self.sequence = sequence
+        self.task = task
+        self.kind = kind
+        self.file = file
+        self.statusCode = statusCode
+        self.errorCode = errorCode
+        self.errorMessage = errorMessage
+    }
+}
+
+public enum BackgroundControl: String, Codable, Sendable {
+    case resume, suspend, cancel, cancelProducingResumeData
+}
+
+public enum BackgroundClientMessage: Codable, Sendable, Equatable {
+    /// This connection holds session `session` (one connection, one session); the daemon
+    /// answers `attached` and then sends the session's undelivered events.
+    case attach(session: String, launchCommand: [String]?)
+    /// A new task; `reference` comes back in `enqueued`.
+    case enqueue(reference: Int, spec: BackgroundTaskSpec)
+    case control(task: Int, BackgroundControl)
+    /// The task's `taskDescription` (so a later process recognises it).
+    case describe(task: Int, String?)
+    /// The delegate call for event `sequence` returned: the daemon forgets it.
+    case delivered(sequence: Int64)
+    /// Every task of `session` (every session when nil): the answer is `tasks`.
+    case list(session: String?, reference: Int)
+}
+
+public enum BackgroundDaemonMessage: Codable, Sendable, Equatable {
+    case attached(session: String, tasks: [BackgroundTaskSnapshot])
+    case enqueued(reference: Int, task: BackgroundTaskSnapshot)
+    case refused(reference: Int, message: String)
+    /// Progress and state of a running task (not journaled as an event).
+    case update(BackgroundTaskSnapshot)
+    case event(BackgroundEvent)
+    /// Every event queued for the session when it attached has been sent.
+    case eventsSent
+    case tasks(reference: Int, [BackgroundTaskSnapshot])
+    case resumeData(task: Int, Data?)
+}

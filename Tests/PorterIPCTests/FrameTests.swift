@@ -1,0 +1,126 @@
+import Foundation
+import PorterIPC
+import XCTest
+
+final class FrameTests: XCTestCase {
+    func testFramesSurviveAnySplitOfTheStream() throws {
+        let frames = [Frame(kind: .message, payload: Array("{\"a\":1}".utf8)), Frame(kind: .data, payload: []),
+                      Frame(kind: .data, payload: (0..<70_000).map { UInt8(truncatingIfNeeded: $0) }),
+                      Frame(kind: .goodbye, payload: Array("bye".utf8))]
+        let wire = frames.flatMap { $0.encoded() }
+        for step in [1, 2, 3, 7, 4096, wire.count] {
+            var d = FrameDecoder()
+            var got: [Frame] = []
+            var i = 0
+            while i < wire.count {
+                d.append(wire[i..<min(wire.count, i + step)])
+                i += step
+                while let f = try d.next() { got.append(f) }
+            }
+            XCTAssertEqual(got, frames, "split every \(step) bytes")
+            XCTAssertEqual(d.bufferedCount, 0)
+        }
+    }
+
+    func testAnOversizedFrameIsRefusedBeforeItsBodyArrives() {
+        var d = FrameDecoder(maximumPayload: 1024)
+        d.append([0x00, 0x10, 0x00, 0x01])  // 1 MiB + 1 announced
+        XCTAssertThrowsError(try d.next()) { XCTAssertEqual(($0 as? IPCError)?.code, .frameTooLarge) }
+        XCTAssertThrowsError(try d.next(), "the decoder stays failed") { XCTAssertEqual(($0 as? IPCError)?.code, .frameTooLarge) }
+    }
+
+    func testMalformedFramesAreRefused() {
+        for bad: [UInt8] in [[0, 0, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 1, 99], [0, 0, 0, 2, 200, 1]] {
+            var d = FrameDecoder()
+            d.append(bad)
+            XCTAssertThrowsError(try d.next(), "\(bad)") { XCTAssertEqual(($0 as? IPCError)?.code, .malformed) }
+        }
+    }
+
+    func testHandshakeAgreesOnTheHighestCommonVersion() throws {
+        let server = Hello(service: "porterd", minimumVersion: 1, maximumVersion: 3)
+        XCTAssertEqual(try server.agree(with: Hello(service: "porterd", minimumVersion: 2, maximumVersion: 5)), 3)
+        XCTAssertEqual(try server.agree(with: Hello(service: "porterd", minimumVersion: 1, maximumVersion: 1)), 1)
+        XCTAssertThrowsError(try server.agree(with: Hello(service: "porterd", minimumVersion: 4, maximumVersion: 5))) {
+            XCTAssertEqual(($0 as? IPCError)?.code, .versionMismatch)
+        }
+        XCTAssertThrowsError(try server.agree(with: Hello(service: "plugin-worker", minimumVersion: 1, maximumVersion: 3))) {
+            XCTAssertEqual(($0 as? IPCError)?.code, .versionMismatch)
+        }
+        let round = try Hello(frame: server.frame)
+        XCTAssertEqual(round, server)
+        XCTAssertThrowsError(try Hello(frame: Frame(kind: .hello, payload: Array("PORTER-IPC".utf8) + [0, 2, 0, 1, 0])),
+                             "a range upside down") { XCTAssertEqual(($0 as? IPCError)?.code, .malformed) }
+        XCTAssertThrowsError(try Hello(frame: Frame(kind: .hello, payload: Array("HTTP/1.1 200".utf8)))) {
+            XCTAssertEqual(($0 as? IPCError)?.code, .malformed)
+        }
+    }
+
+    struct Ping: Codable, Equatable { var n: Int; var text: String }
+
+    /// Over a real socketpair: the handshake, messages both ways, the peer's
+    /// credentials, a refused version, and garbage ending only its connection.
+    func testChannelsOverASocketpair() throws {
+        let (a, b) = try Channel.pair()
+        let hello = Hello(service: "test", minimumVersion: 1, maximumVersion: 2)
+        let server = Thread {
+            do {
+                try b.answer(hello)
+                let p = try b.receive(Ping.self)
+                try b.send(message: Ping(n: p.n + 1, text: p.text.uppercased()))
+            } catch {
+                XCTFail("server: \(error)")
+            }
+        }
+        server.start()
+        XCTAssertEqual(try a.greet(Hello(service: "test", minimumVersion: 2, maximumVersion: 9)), 2)
+        try a.send(message: Ping(n: 41, text: "ünïcode"))
+        XCTAssertEqual(try a.receive(Ping.self), Ping(n: 42, text: "ÜNÏCODE"))
+        XCTAssertEqual(a.peer?.uid, geteuid())
+        XCTAssertEqual(a.peer?.pid, getpid())
+
+        let (c, d) = try Channel.pair()
+        let refuser = Thread { _ = try? d.answer(hello) }
+        refuser.start()
+        XCTAssertThrowsError(try c.greet(Hello(service: "test", minimumVersion: 5, maximumVersion: 6))) { e in
+            XCTAssertEqual((e as? IPCError)?.code, .closed, "the acceptor says goodbye with the reason")
+            XCTAssertTrue("\(e)".contains("speaks versions 1–2"), "\(e)")
+        }
+
+        let (e, f) = try Channel.pair()
+        _ = Array("GET / HTTP/1.1\r\n\r\n".utf8).withUnsafeBytes { Glibc.send(e.fd, $0.baseAddress, $0.count, 0) }
+        XCTAssertThrowsError(try f.answer(hello)) { XCTAssertEqual(($0 as? IPCError)?.code, .frameTooLarge) }
+        XCTAssertThrowsError(try e.receive(), "the bad peer is told and closed") { XCTAssertEqual(($0 as? IPCError)?.code, .closed) }
+    }
+
+    func testAMessageThatDoesNotDecodeIsMalformed() throws {
+        let (a, b) = try Channel.pair()
+        try a.send(Frame(kind: .message, payload: Array("{\"n\":\"x\"}".utf8)))
+        XCTAssertThrowsError(try b.receive(Ping.self)) { XCTAssertEqual(($0 as? IPCError)?.code, .malformed) }
+        try a.send(Frame(kind: .data, payload: [1, 2, 3]))
+        XCTAssertThrowsError(try b.receive(Ping.self)) { XCTAssertEqual(($0 as? IPCError)?.code, .malformed) }
+    }
+
+    /// A listener replaces a dead socket file but not a live one, and refuses a path that
+    /// is not a socket.
+    func testListenerPaths() throws {
+        let dir = NSTemporaryDirectory() + "porter-ipc-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let path = dir + "/s.sock"
+        let first = try Listener(path: path)
+        var st = stat()
+        XCTAssertEqual(stat(path, &st), 0)
+        XCTAssertEqual(st.st_mode & 0o777, 0o600, "the socket file is private")
+        XCTAssertThrowsError(try Listener(path: path), "someone listens there")
+        first.close()
+        let second = try Listener(path: path)
+        let client = try Channel.connect(path: path)
+        let accepted = try XCTUnwrap(second.accept())
+        try client.send(Frame(kind: .data, payload: [7]))
+        XCTAssertEqual(try accepted.receive(), Frame(kind: .data, payload: [7]))
+        second.close()
+        try "x".write(toFile: dir + "/file", atomically: true, encoding: .utf8)
+        XCTAssertThrowsError(try Listener(path: dir + "/file"))
+    }
+}
