@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -86,6 +87,11 @@ int porter_ipc_spawn_detached(const char *path, char *const argv[]) {
             dup2(null, 1);
             dup2(null, 2);
             if (null > 2) close(null);
+        }
+        /* Nothing else of the caller's leaks into the daemon (a pipe it inherited would
+         * keep the caller's reader waiting for an end of file). */
+        if (syscall(SYS_close_range, 3, ~0U, 0) != 0) {
+            for (int fd = 3; fd < 4096; fd++) close(fd);
         }
         execv(path, argv);
         _exit(127);

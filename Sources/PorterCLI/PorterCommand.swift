@@ -18,7 +18,7 @@ public struct PorterCommand: ParsableCommand {
             cannot be opened, 22 HTTP error with --fail, 64 bad command line.
             """,
         version: Porter.version,
-        subcommands: [Fetch.self, Handlers.self, Plugins.self, Cache.self],
+        subcommands: [Fetch.self, Handlers.self, Plugins.self, Cache.self, Jobs.self],
         defaultSubcommand: Fetch.self)
 }
 
@@ -158,6 +158,9 @@ struct Fetch: ParsableCommand {
 
     @Option(name: [.customShort("o"), .long], help: "Write the body to FILE (atomically); one per URL, in order.")
     var output: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp("Queue the downloads in background session NAME and return at once: porterd runs them (surviving this program, crashes and reboots) and puts each at its -o FILE. See 'porter jobs'.", valueName: "NAME"))
+    var background: String?
 
     @Flag(name: [.customShort("i"), .long], help: "Print the response head before the body.")
     var include = false
@@ -416,6 +419,9 @@ struct Fetch: ParsableCommand {
     @OptionGroup var plugins: PluginOptions
 
     func run() throws {
+        if let background {
+            return try BackgroundCLI.enqueue(session: background, urls: urls, outputs: output, remoteName: remoteName, headers: header)
+        }
         plugins.bootstrap(forURLs: urls, fromList: urlList != nil, verbose: verbose)
         let refused = Porter.pluginVerdicts.compactMap(\.diagnostic)
         if verbose { for d in refused { note("* plugin \(d)") } }

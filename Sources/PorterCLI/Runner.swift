@@ -350,7 +350,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
 
     /// The schemes this program has handlers for ("data", "file", plugins' ...): a URL
     /// starting with one of them followed by ":" is not a host name (URL guessing).
-    private static let knownSchemes = Set(HandlerRegistry.shared.registrations.flatMap(\.schemes))
+    static let knownSchemes = Set(HandlerRegistry.shared.registrations.flatMap(\.schemes))
 
     /// Makes and starts the task; returns an error when it cannot even be made.
     private func start(_ t: Transfer) -> PorterError? {

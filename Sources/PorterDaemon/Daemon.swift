@@ -103,6 +103,8 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         let socket = options.runtimeFolder + "/porterd.sock"
         let l = try Listener(path: socket)
         listener = l
+        let pidFile = options.runtimeFolder + "/porterd.pid"
+        _ = PrivateFiles.writeAtomically(Data("\(getpid())\n".utf8), to: pidFile)
         note("listening at \(socket)")
         queue.sync { resumeJournal() }
         let acceptor = Thread { [self] in
@@ -122,6 +124,7 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             if done { break }
         }
         note("idle for \(Int(options.idleExit)) s: exiting")
+        unlink(pidFile)
         unlink(socket)
         l.close()
     }

@@ -106,6 +106,18 @@ public final class Channel: @unchecked Sendable {
     /// Says why, then closes.
     public func goodbye(_ reason: String) {
         try? send(Frame(kind: .goodbye, payload: Array(reason.utf8.prefix(4096))))
+        // Closing with the peer's bytes unread would reset the connection and the peer
+        // could lose the goodbye: stop sending, then read what it sent (briefly) first.
+        shutdown(fd, Int32(SHUT_WR))
+        var wait = timeval(tv_sec: 0, tv_usec: 200_000)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, socklen_t(MemoryLayout<timeval>.size))
+        var sink = [UInt8](repeating: 0, count: 4096)
+        var total = 0
+        while total < 1 << 20 {
+            let n = sink.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n <= 0 { break }
+            total += n
+        }
         close()
     }
 

@@ -135,51 +135,7 @@ final class BackgroundLink: @unchecked Sendable {
         }
     }
 
-    private func connect() throws -> Channel {
-        let folder = BackgroundProtocol.runtimeFolder()
-        try PrivateFiles.makeFolder(folder)
-        let path = BackgroundProtocol.socketPath()
-        if let c = try? Channel.connect(path: path) {
-            try c.greet(BackgroundProtocol.hello)
-            return c
-        }
-        guard let daemon = BackgroundLink.daemonExecutable() else {
-            throw PorterError(.unsupportedConfiguration, "porterd was not found (next to this program, in $PORTERD_PATH or on PATH)")
-        }
-        try BackgroundLink.spawn(daemon)
-        let deadline = Date().addingTimeInterval(10)
-        while Date() < deadline {
-            if let c = try? Channel.connect(path: path) {
-                try c.greet(BackgroundProtocol.hello)
-                return c
-            }
-            usleep(20_000)
-        }
-        throw PorterError(.timedOut, "porterd (\(daemon)) did not start listening at \(path)")
-    }
-
-    /// `$PORTERD_PATH`, else `porterd` beside this program, else on PATH.
-    static func daemonExecutable() -> String? {
-        let env = ProcessInfo.processInfo.environment
-        if let p = env["PORTERD_PATH"], access(p, X_OK) == 0 { return p }
-        if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-            let beside = (exe as NSString).deletingLastPathComponent + "/porterd"
-            if access(beside, X_OK) == 0 { return beside }
-        }
-        for dir in (env["PATH"] ?? "/usr/local/bin:/usr/bin").split(separator: ":") {
-            let p = String(dir) + "/porterd"
-            if access(p, X_OK) == 0 { return p }
-        }
-        return nil
-    }
-
-    static func spawn(_ path: String) throws {
-        var argv: [UnsafeMutablePointer<CChar>?] = [strdup(path), nil]
-        defer { for p in argv { free(p) } }
-        guard porter_ipc_spawn_detached(path, &argv) == 0 else {
-            throw PorterError(.unsupportedConfiguration, "cannot start \(path): \(String(cString: strerror(errno)))")
-        }
-    }
+    private func connect() throws -> Channel { try BackgroundProtocol.connectToDaemon() }
 
     private func receive(on c: Channel) throws {
         while true {
@@ -194,8 +150,8 @@ final class BackgroundLink: @unchecked Sendable {
                 let reply = lock.withLock { replies.removeValue(forKey: reference) }
                 reply?(message)
             case .update(let snapshot):
+                let before = lock.withLock { tasks[snapshot.id]?.countOfBytesReceived } ?? 0
                 guard let t = task(for: snapshot) else { continue }
-                let before = t.countOfBytesReceived
                 if let d = t as? DownloadTask, snapshot.received > before, let delegate = session.downloadDelegate {
                     let written = snapshot.received - before
                     session.deliver {

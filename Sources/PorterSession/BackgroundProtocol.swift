@@ -1,3 +1,4 @@
+import CPorterIPC
 import Foundation
 import PorterCore
 import PorterIPC
@@ -19,6 +20,54 @@ public enum BackgroundProtocol {
 
     public static func socketPath(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
         runtimeFolder(environment: environment) + "/porterd.sock"
+    }
+
+    /// A connection to this user's porterd, after the handshake; the daemon is started
+    /// (detached, in its own session) when none listens.
+    public static func connectToDaemon() throws -> Channel {
+        let folder = BackgroundProtocol.runtimeFolder()
+        try PrivateFiles.makeFolder(folder)
+        let path = BackgroundProtocol.socketPath()
+        if let c = try? Channel.connect(path: path) {
+            try c.greet(BackgroundProtocol.hello)
+            return c
+        }
+        guard let daemon = daemonExecutable() else {
+            throw PorterError(.unsupportedConfiguration, "porterd was not found (next to this program, in $PORTERD_PATH or on PATH)")
+        }
+        try spawn(daemon)
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            if let c = try? Channel.connect(path: path) {
+                try c.greet(BackgroundProtocol.hello)
+                return c
+            }
+            usleep(20_000)
+        }
+        throw PorterError(.timedOut, "porterd (\(daemon)) did not start listening at \(path)")
+    }
+
+    /// `$PORTERD_PATH`, else `porterd` beside this program, else on PATH.
+    public static func daemonExecutable() -> String? {
+        let env = ProcessInfo.processInfo.environment
+        if let p = env["PORTERD_PATH"], access(p, X_OK) == 0 { return p }
+        if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
+            let beside = (exe as NSString).deletingLastPathComponent + "/porterd"
+            if access(beside, X_OK) == 0 { return beside }
+        }
+        for dir in (env["PATH"] ?? "/usr/local/bin:/usr/bin").split(separator: ":") {
+            let p = String(dir) + "/porterd"
+            if access(p, X_OK) == 0 { return p }
+        }
+        return nil
+    }
+
+    static func spawn(_ path: String) throws {
+        var argv: [UnsafeMutablePointer<CChar>?] = [strdup(path), nil]
+        defer { for p in argv { free(p) } }
+        guard porter_ipc_spawn_detached(path, &argv) == 0 else {
+            throw PorterError(.unsupportedConfiguration, "cannot start \(path): \(String(cString: strerror(errno)))")
+        }
     }
 
     /// An error as it travels: its code's stable raw value, and its message.

@@ -297,6 +297,8 @@ public final class Session: @unchecked Sendable {
     /// `didBecomeInvalidWithError(nil)` and is released. No effect on `shared`.
     public func finishTasksAndInvalidate() {
         guard !isShared else { return }
+        // A background session's tasks go on in porterd: this process lets go of them.
+        background?.close()
         state.withLock { $0.invalidated = true }
         reportInvalidIfDone()
     }
@@ -309,6 +311,10 @@ public final class Session: @unchecked Sendable {
             return Array(s.tasks.values)
         }
         tasks.forEach { $0.cancel() }
+        if let background {
+            background.allTasks.forEach { $0.cancel() }
+            background.close()
+        }
         reportInvalidIfDone()
     }
 

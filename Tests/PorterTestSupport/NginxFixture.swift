@@ -16,8 +16,8 @@ public final class NginxFixture: @unchecked Sendable {
     public var localhostHTTP: String { "http://localhost:\(httpPort)" }
 
     public static let bigSize = 32 << 20
-    /// /medium.bin and /medium-slow.bin (1 MiB/s, logged with its Range and If-Range
-    /// headers in `rangeLog`): the first bytes of /big.bin.
+    /// /medium.bin: the first bytes of /big.bin. Under /slow/ every file comes at 1 MiB/s,
+    /// its requests logged with their Range and If-Range headers in `rangeLog`.
     public static let mediumSize = 6 << 20
     public var rangeLog: String { dir + "/logs/range.log" }
 
@@ -111,7 +111,7 @@ public final class NginxFixture: @unchecked Sendable {
             location = /plain-auth { return 302 http://127.0.0.1:\(httpPort)/auth-echo; }
             location = /slow { default_type text/plain; echo "first"; echo_flush; echo_sleep 30; echo "late"; }
             location = /throttled.bin { alias \(dir)/www/big.bin; limit_rate 2m; }
-            location = /medium-slow.bin { alias \(dir)/www/medium.bin; limit_rate 1m; access_log \(dir)/logs/range.log rangelog; }
+            location /slow/ { alias \(dir)/www/; limit_rate 1m; access_log \(dir)/logs/range.log rangelog; }
             """
         let conf = """
             daemon off;

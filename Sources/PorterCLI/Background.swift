@@ -1,0 +1,167 @@
+import ArgumentParser
+import Foundation
+import Porter
+import PorterIPC
+
+/// `porter --background NAME`: hands downloads to porterd and returns; `porter jobs`
+/// shows and steers them.
+enum BackgroundCLI {
+    static func connect() throws -> Channel {
+        do {
+            return try BackgroundProtocol.connectToDaemon()
+        } catch {
+            note("porter: cannot reach porterd: \(error)")
+            throw ExitCode(PorterExit.cannotConnect.rawValue)
+        }
+    }
+
+    static func absolute(_ path: String) -> String {
+        path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+    }
+
+    /// Queues each URL as a download into its -o file (or the URL's last path component
+    /// with -O) and prints the task numbers.
+    static func enqueue(session: String, urls: [String], outputs: [String], remoteName: Bool, headers: [String]) throws {
+        guard !urls.isEmpty else { throw ValidationError("--background needs a URL") }
+        var destinations: [String] = []
+        for (i, text) in urls.enumerated() {
+            guard let url = Fetch.guessURL(text, knownSchemes: Runner.knownSchemes), url.scheme != nil else {
+                note("porter: not a valid URL: \(text)")
+                throw ExitCode(PorterExit.unsupportedURL.rawValue)
+            }
+            if i < outputs.count, outputs[i] != "-" {
+                destinations.append(absolute(outputs[i]))
+            } else if remoteName, case let name = PathText.lastComponent(of: url.path), !name.isEmpty, name != "/" {
+                destinations.append(absolute(name))
+            } else {
+                throw ValidationError("--background writes files: give -o FILE (one per URL) or -O")
+            }
+        }
+        let channel = try connect()
+        defer { channel.close() }
+        try ipc { () throws(IPCError) in try channel.send(message: BackgroundClientMessage.attach(session: session, launchCommand: nil)) }
+        for (i, text) in urls.enumerated() {
+            let url = Fetch.guessURL(text, knownSchemes: Runner.knownSchemes)!
+            var pairs: [[String]] = []
+            for h in headers {
+                if let parsed = HeaderOption(h), case .add(let value) = parsed.action { pairs.append([parsed.name, value]) }
+            }
+            let spec = BackgroundTaskSpec(kind: .download, url: url, headers: pairs, destination: destinations[i])
+            let answer = try ipc { () throws(IPCError) -> BackgroundDaemonMessage in
+                try channel.send(message: BackgroundClientMessage.enqueue(reference: i + 1, spec: spec))
+                while true {
+                    let m = try channel.receive(BackgroundDaemonMessage.self)
+                    switch m {
+                    case .enqueued(i + 1, _), .refused(i + 1, _): return m
+                    default: continue
+                    }
+                }
+            }
+            switch answer {
+            case .enqueued(_, let task):
+                try ipc { () throws(IPCError) in try channel.send(message: BackgroundClientMessage.control(task: task.id, .resume)) }
+                print("\(task.id)\t\(session)\t\(url.absoluteString) -> \(destinations[i])")
+            case .refused(_, let message):
+                note("porter: porterd refused \(text): \(message)")
+                throw ExitCode(PorterExit.other.rawValue)
+            default:
+                break
+            }
+        }
+    }
+
+    /// Runs a conversation with porterd; its failure ends the program with exit code 5.
+    static func ipc<T>(_ body: () throws(IPCError) -> T) throws -> T {
+        do {
+            return try body()
+        } catch {
+            note("porter: porterd: \(error)")
+            throw ExitCode(PorterExit.cannotConnect.rawValue)
+        }
+    }
+
+    static func list(_ channel: Channel, session: String?) throws -> [BackgroundTaskSnapshot] {
+        try ipc { () throws(IPCError) -> [BackgroundTaskSnapshot] in
+            try channel.send(message: BackgroundClientMessage.list(session: session, reference: 1))
+            while true {
+                if case .tasks(1, let tasks) = try channel.receive(BackgroundDaemonMessage.self) { return tasks }
+            }
+        }
+    }
+
+    static func row(_ t: BackgroundTaskSnapshot) -> String {
+        var state = t.state
+        if let next = t.nextAttempt, t.state == "running" {
+            state = "retrying in \(max(0, Int((next - Date().timeIntervalSince1970).rounded())))s"
+        }
+        let size = t.expected >= 0 ? "\(t.received)/\(t.expected)" : "\(t.received)"
+        var line = "\(t.id)\t\(t.session)\t\(state)\t\(size)\tretries \(t.retries)\t\(t.url.absoluteString)"
+        if let d = t.destination { line += " -> \(d)" }
+        if let m = t.errorMessage { line += "\t(\(t.state == "completed" ? "failed" : "last error"): \(m))" }
+        if let d = t.taskDescription { line += "\t\(d)" }
+        return line
+    }
+}
+
+struct Jobs: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Background transfers run by porterd: list them, or cancel, suspend, resume or wait for one.",
+        discussion: """
+            porter jobs [SESSION]          list the tasks (of one background session)
+            porter jobs cancel|suspend|resume ID
+            porter jobs wait ID            block until the task ends; the exit code is as for a foreground transfer
+            """)
+
+    @Argument(help: "SESSION, or an action (cancel, suspend, resume, wait) and a task ID.")
+    var words: [String] = []
+
+    func validate() throws {
+        if let first = words.first, ["cancel", "suspend", "resume", "wait"].contains(first) {
+            guard words.count == 2, Int(words[1]) != nil else { throw ValidationError("porter jobs \(first) ID") }
+        } else if words.count > 1 {
+            throw ValidationError("porter jobs [SESSION]")
+        }
+    }
+
+    func run() throws {
+        let channel = try BackgroundCLI.connect()
+        defer { channel.close() }
+        guard let first = words.first, ["cancel", "suspend", "resume", "wait"].contains(first), let id = Int(words[1]) else {
+            for t in try BackgroundCLI.list(channel, session: words.first) { print(BackgroundCLI.row(t)) }
+            return
+        }
+        guard let task = try BackgroundCLI.list(channel, session: nil).first(where: { $0.id == id }) else {
+            note("porter: no background task \(id)")
+            throw ExitCode(PorterExit.notFound.rawValue)
+        }
+        switch first {
+        case "wait":
+            try wait(for: task, on: channel)
+        default:
+            let action: BackgroundControl = first == "cancel" ? .cancel : first == "suspend" ? .suspend : .resume
+            try BackgroundCLI.ipc { () throws(IPCError) in try channel.send(message: BackgroundClientMessage.control(task: id, action)) }
+            _ = try BackgroundCLI.list(channel, session: nil)  // the control is handled before this answer
+        }
+    }
+
+    private func wait(for start: BackgroundTaskSnapshot, on channel: Channel) throws {
+        let tty = isatty(2) == 1
+        var task = start
+        while task.state != "completed" {
+            if tty { _ = writeAll(2, "\r\(BackgroundCLI.row(task))\u{1B}[K") }
+            usleep(200_000)
+            guard let now = try BackgroundCLI.list(channel, session: nil).first(where: { $0.id == task.id }) else {
+                if tty { _ = writeAll(2, "\n") }
+                note("porter: task \(task.id) is gone (its session took its events)")
+                return
+            }
+            task = now
+        }
+        if tty { _ = writeAll(2, "\n") }
+        if let e = BackgroundProtocol.error(code: task.errorCode, message: task.errorMessage, url: task.url) {
+            note("porter: \(e.message)")
+            throw ExitCode(PorterExit(e.code).rawValue)
+        }
+        print(BackgroundCLI.row(task))
+    }
+}

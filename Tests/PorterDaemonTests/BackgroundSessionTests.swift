@@ -1,0 +1,387 @@
+import Foundation
+import Porter
+import PorterTestSupport
+import XCTest
+
+/// Records what a background session's delegate hears.
+final class BackgroundRecorder: DownloadDelegate, @unchecked Sendable {
+    let lock = NSLock()
+    private(set) var files: [Int: Data] = [:]
+    private(set) var completions: [Int: PorterError?] = [:]
+    private(set) var progress: [Int: Int64] = [:]
+    private(set) var finishedEvents = 0
+    private(set) var order: [String] = []
+    let completed = DispatchSemaphore(value: 0)
+    let eventsDone = DispatchSemaphore(value: 0)
+
+    func downloadTask(_ task: DownloadTask, didWriteData w: Int64, totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
+        lock.withLock { progress[task.taskIdentifier] = totalBytesWritten }
+    }
+    func downloadTask(_ task: DownloadTask, didFinishDownloadingTo location: URL) {
+        let d = try? Data(contentsOf: location)
+        lock.withLock {
+            files[task.taskIdentifier] = d
+            order.append("file \(task.taskIdentifier)")
+        }
+    }
+    func task(_ task: SessionTask, didCompleteWithError error: PorterError?) {
+        lock.withLock {
+            completions[task.taskIdentifier] = error
+            order.append("complete \(task.taskIdentifier)")
+        }
+        completed.signal()
+    }
+    func sessionDidFinishEvents(forBackgroundSession session: Session) {
+        lock.withLock {
+            finishedEvents += 1
+            order.append("events done")
+        }
+        eventsDone.signal()
+    }
+    func received(_ id: Int) -> Int64 { lock.withLock { progress[id] ?? 0 } }
+}
+
+final class BackgroundSessionTests: XCTestCase {
+    nonisolated(unsafe) static var nginx: NginxFixture?
+    var home = ""
+
+    override class func setUp() {
+        super.setUp()
+        Porter.bootstrap()
+        nginx = try? NginxFixture()
+    }
+
+    override class func tearDown() {
+        nginx?.stop()
+        super.tearDown()
+    }
+
+    /// Each test has its own daemon: its own runtime and state folders.
+    override func setUpWithError() throws {
+        guard Self.nginx != nil else { throw XCTSkip("unreachable: nginx failed to start") }
+        home = NSTemporaryDirectory() + "porterd-test-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: home + "/run", withIntermediateDirectories: true)
+        setenv("XDG_RUNTIME_DIR", home + "/run", 1)
+        setenv("XDG_STATE_HOME", home + "/state", 1)
+        setenv("PORTERD_IDLE_EXIT", "3", 1)
+        let built = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent(".build/debug/porterd").path
+        setenv("PORTERD_PATH", ProcessInfo.processInfo.environment["PORTERD_BIN"] ?? built, 1)
+    }
+
+    override func tearDown() {
+        if let pid = daemonPID() { kill(pid, SIGKILL) }
+        try? FileManager.default.removeItem(atPath: home)
+        super.tearDown()
+    }
+
+    func daemonPID() -> pid_t? {
+        (try? String(contentsOfFile: home + "/run/porter/porterd.pid", encoding: .utf8))
+            .flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+    }
+
+    var nginx: NginxFixture { Self.nginx! }
+
+    func expectedMedium() -> Data {
+        Data((0..<NginxFixture.mediumSize).map { NginxFixture.bigByte($0) })
+    }
+
+    func waitUntil(_ seconds: Double, _ condition: () -> Bool) -> Bool {
+        let end = Date().addingTimeInterval(seconds)
+        while Date() < end {
+            if condition() { return true }
+            usleep(50_000)
+        }
+        return condition()
+    }
+
+    /// The process that started a download lets go (as an app that exits); porterd
+    /// finishes it; the next session with the identifier gets the file, the completion,
+    /// then `sessionDidFinishEvents`, in that order, and the events are not sent again.
+    func testEventsWaitForTheNextSessionWithTheIdentifier() throws {
+        let id = "away-\(UUID().uuidString.prefix(6))"
+        let first = Session(configuration: .background(identifier: id), delegate: BackgroundRecorder())
+        let task = first.downloadTask(with: URL(string: nginx.http + "/medium.bin")!)
+        task.taskDescription = "the medium file"
+        task.resume()
+        XCTAssertNotNil(daemonPID(), "porterd was started on demand")
+        first.finishTasksAndInvalidate()
+        let taskID = task.taskIdentifier
+
+        // Give porterd time to finish while nobody holds the session.
+        let journal = home + "/state/porter/finished"
+        XCTAssertTrue(waitUntil(20) {
+            ((try? FileManager.default.subpathsOfDirectory(atPath: journal)) ?? []).contains { $0.hasSuffix("task-\(taskID)") }
+        }, "porterd kept the finished file in its own area")
+
+        let recorder = BackgroundRecorder()
+        let second = Session(configuration: .background(identifier: id), delegate: recorder)
+        XCTAssertEqual(recorder.eventsDone.wait(timeout: .now() + 20), .success)
+        XCTAssertEqual(recorder.files[taskID], expectedMedium(), "byte-exact")
+        XCTAssertEqual(recorder.completions[taskID].map { $0 == nil }, true, "completed without an error")
+        XCTAssertEqual(recorder.order, ["file \(taskID)", "complete \(taskID)", "events done"])
+        XCTAssertFalse(FileManager.default.fileExists(atPath: journal + "/x"), "")
+        second.finishTasksAndInvalidate()
+
+        // Delivered once: a third session hears no file again.
+        let third = BackgroundRecorder()
+        let again = Session(configuration: .background(identifier: id), delegate: third)
+        XCTAssertEqual(third.eventsDone.wait(timeout: .now() + 20), .success)
+        XCTAssertTrue(third.files.isEmpty && third.completions.isEmpty, "\(third.order)")
+        XCTAssertTrue(again.allTasks.isEmpty)
+        again.finishTasksAndInvalidate()
+    }
+
+    /// porterd is killed (SIGKILL) mid-transfer; the session brings it back, and the
+    /// download continues from its partial file with Range + If-Range: byte-exact.
+    func testAKilledDaemonResumesFromItsPartialFile() throws {
+        let id = "kill-\(UUID().uuidString.prefix(6))"
+        let recorder = BackgroundRecorder()
+        let session = Session(configuration: .background(identifier: id), delegate: recorder)
+        let task = session.downloadTask(with: URL(string: nginx.http + "/slow/medium.bin")!)
+        task.resume()
+        XCTAssertTrue(waitUntil(20) { recorder.received(task.taskIdentifier) >= 2 << 20 }, "progress reaches the app")
+        let first = try XCTUnwrap(daemonPID())
+        XCTAssertEqual(kill(first, SIGKILL), 0)
+        XCTAssertEqual(recorder.completed.wait(timeout: .now() + 40), .success, "the transfer ends after the restart")
+        XCTAssertNotEqual(daemonPID(), first, "a new porterd")
+        XCTAssertEqual(recorder.files[task.taskIdentifier], expectedMedium(), "byte-exact across the kill")
+        XCTAssertEqual(recorder.completions[task.taskIdentifier].map { $0 == nil }, true)
+        let log = try String(contentsOfFile: nginx.rangeLog, encoding: .utf8)
+        let resumed = log.split(separator: "\n").filter { $0.contains("range=\"bytes=") && $0.contains(" 206 ") }
+        XCTAssertFalse(resumed.isEmpty, "nginx saw a Range request answered with 206:\n\(log)")
+        XCTAssertTrue(resumed.allSatisfy { !$0.contains("if-range=\"\"") }, "with If-Range")
+        session.finishTasksAndInvalidate()
+    }
+
+    /// The resource changes while porterd is down: the If-Range check fails, nginx sends
+    /// the whole new file, and porterd starts over (never a mix of the two versions).
+    func testAChangedResourceStartsOverInsteadOfMixing() throws {
+        let id = "changed-\(UUID().uuidString.prefix(6))"
+        let path = nginx.dir + "/www/changing.bin"
+        try Data((0..<(4 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 7) }).write(to: URL(fileURLWithPath: path))
+        defer { unlink(path) }
+        let first = BackgroundRecorder()
+        let session = Session(configuration: .background(identifier: id), delegate: first)
+        let task = session.downloadTask(with: URL(string: nginx.http + "/slow/changing.bin")!)
+        task.resume()
+        XCTAssertTrue(waitUntil(20) { first.received(task.taskIdentifier) >= 1 << 20 })
+        // The app lets go, porterd dies, the file changes (new bytes, new mtime: a new ETag).
+        session.finishTasksAndInvalidate()
+        kill(try XCTUnwrap(daemonPID()), SIGKILL)
+        let changed = Data((0..<(3 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 1) })
+        try changed.write(to: URL(fileURLWithPath: path))
+        var times = [timespec(tv_sec: time(nil) + 5, tv_nsec: 0), timespec(tv_sec: time(nil) + 5, tv_nsec: 0)]
+        utimensat(AT_FDCWD, path, &times, 0)
+
+        let second = BackgroundRecorder()
+        let again = Session(configuration: .background(identifier: id), delegate: second)
+        XCTAssertEqual(second.completed.wait(timeout: .now() + 40), .success)
+        XCTAssertEqual(second.files[task.taskIdentifier]?.count, changed.count)
+        XCTAssertEqual(second.files[task.taskIdentifier], changed, "the new version whole, never a mix")
+        let log = try String(contentsOfFile: nginx.rangeLog, encoding: .utf8)
+        XCTAssertTrue(log.split(separator: "\n").contains { $0.hasPrefix("/slow/changing.bin 200 range=\"bytes=") },
+                      "the resumed request asked for a range and got the whole file:\n\(log)")
+        again.finishTasksAndInvalidate()
+    }
+
+    /// A later session sees the tasks an earlier process made, with their description,
+    /// state and byte counts (so an app recognises its transfers).
+    func testAllTasksAfterReconnectingShowWhatRuns() throws {
+        let id = "list-\(UUID().uuidString.prefix(6))"
+        let first = BackgroundRecorder()
+        let a = Session(configuration: .background(identifier: id), delegate: first)
+        let task = a.downloadTask(with: URL(string: nginx.http + "/slow/medium.bin")!)
+        task.taskDescription = "nightly backup"
+        task.resume()
+        XCTAssertTrue(waitUntil(20) { first.received(task.taskIdentifier) >= 1 << 20 })
+        a.finishTasksAndInvalidate()
+
+        let second = BackgroundRecorder()
+        let b = Session(configuration: .background(identifier: id), delegate: second)
+        let seen = try XCTUnwrap(b.allTasks.first { $0.taskIdentifier == task.taskIdentifier }, "\(b.allTasks)")
+        XCTAssertTrue(seen is DownloadTask)
+        XCTAssertEqual(seen.taskDescription, "nightly backup")
+        XCTAssertEqual(seen.state, .running)
+        XCTAssertGreaterThanOrEqual(seen.countOfBytesReceived, 1 << 20)
+        XCTAssertEqual(seen.countOfBytesExpectedToReceive, Int64(NginxFixture.mediumSize))
+        XCTAssertEqual(seen.originalRequest.url.path, "/slow/medium.bin")
+        // Controls travel to the daemon: cancel ends it, with the completion delivered here.
+        seen.cancel()
+        XCTAssertEqual(second.completed.wait(timeout: .now() + 20), .success)
+        XCTAssertEqual(second.completions[task.taskIdentifier]??.code, .cancelled)
+        b.finishTasksAndInvalidate()
+    }
+
+    /// cancel(byProducingResumeData:) on a background download: the resume data continues
+    /// in an ordinary in-process session, byte-exact.
+    func testResumeDataFromABackgroundTaskContinuesInProcess() throws {
+        let id = "resume-\(UUID().uuidString.prefix(6))"
+        let recorder = BackgroundRecorder()
+        let session = Session(configuration: .background(identifier: id), delegate: recorder)
+        let task = session.downloadTask(with: URL(string: nginx.http + "/slow/medium.bin")!)
+        task.resume()
+        XCTAssertTrue(waitUntil(20) { recorder.received(task.taskIdentifier) >= 1 << 20 })
+        let got = DispatchSemaphore(value: 0)
+        let box = Locked<Data?>(nil)
+        task.cancel(byProducingResumeData: { d in box.withLock { $0 = d }; got.signal() })
+        XCTAssertEqual(got.wait(timeout: .now() + 20), .success)
+        let data = try XCTUnwrap(box.current, "resume data")
+        let resume = try ResumeData(data: data)
+        XCTAssertGreaterThanOrEqual(resume.bytesReceived, 1 << 20)
+        XCTAssertEqual(recorder.completed.wait(timeout: .now() + 20), .success)
+        XCTAssertEqual(recorder.completions[task.taskIdentifier]??.code, .cancelled)
+        session.finishTasksAndInvalidate()
+
+        let local = ResumeRecorder(cancelAt: nil)
+        Session(configuration: .ephemeral, delegate: local).downloadTask(withResumeData: data).resume()
+        XCTAssertEqual(local.done.wait(timeout: .now() + 30), .success)
+        XCTAssertNil(local.error)
+        XCTAssertEqual(local.resumedAt, resume.bytesReceived)
+        XCTAssertEqual(local.file, expectedMedium())
+    }
+
+    /// A journal that is not a database is moved aside with a clear note; the daemon
+    /// starts with a new one and works.
+    func testACorruptJournalIsMovedAside() throws {
+        let folder = home + "/state/porter"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try Data(repeating: 0x5A, count: 10_000).write(to: URL(fileURLWithPath: folder + "/porterd.sqlite"))
+        chmod(folder + "/porterd.sqlite", 0o600)
+        let recorder = BackgroundRecorder()
+        let session = Session(configuration: .background(identifier: "corrupt"), delegate: recorder)
+        let task = session.downloadTask(with: URL(string: nginx.http + "/medium.bin")!)
+        task.resume()
+        XCTAssertEqual(recorder.completed.wait(timeout: .now() + 20), .success)
+        XCTAssertEqual(recorder.files[task.taskIdentifier], expectedMedium())
+        let names = try FileManager.default.contentsOfDirectory(atPath: folder)
+        XCTAssertTrue(names.contains { $0.hasPrefix("porterd.sqlite.corrupt-") }, "\(names)")
+        let log = try String(contentsOfFile: folder + "/porterd.log", encoding: .utf8)
+        XCTAssertTrue(log.contains("could not be read") && log.contains("moved to"), log)
+        session.finishTasksAndInvalidate()
+    }
+
+    /// Another user reaching the socket (here the folder and socket are opened up on
+    /// purpose) is refused by its credentials (SO_PEERCRED), not served.
+    func testAnotherUserIsRefused() throws {
+        guard geteuid() == 0 else { throw XCTSkip("needs root to run a client as another user") }
+        let session = Session(configuration: .background(identifier: "mine"), delegate: BackgroundRecorder())
+        XCTAssertNotNil(daemonPID())
+        chmod(home + "/run", 0o755)
+        chmod(home + "/run/porter", 0o755)
+        chmod(home + "/run/porter/porterd.sock", 0o666)
+        let script = """
+            import socket, struct, sys
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(sys.argv[1])
+            p = b"PORTER-IPC" + bytes([0, 1, 0, 1, 7]) + b"porterd"
+            s.sendall(struct.pack(">I", len(p) + 1) + bytes([1]) + p)
+            data = b""
+            while True:
+                chunk = s.recv(4096)
+                if not chunk: break
+                data += chunk
+            print(data[5:].decode("utf-8", "replace") if len(data) > 5 and data[4] == 4 else "NOT REFUSED: %r" % data)
+            """
+        let r = try runProcess("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script,
+                                                   home + "/run/porter/porterd.sock"])
+        XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
+        XCTAssertTrue(r.stdout.contains("refused: porterd serves only uid 0"), r.stdout + r.stderr)
+        session.finishTasksAndInvalidate()
+    }
+}
+
+/// `porter --background` and `porter jobs`, as separate processes.
+final class BackgroundCLITests: XCTestCase {
+    var home = ""
+    var env: [String: String?] = [:]
+
+    nonisolated(unsafe) static var nginx: NginxFixture?
+
+    override class func setUp() {
+        super.setUp()
+        Porter.bootstrap()
+        nginx = try? NginxFixture()
+    }
+
+    override class func tearDown() {
+        nginx?.stop()
+        super.tearDown()
+    }
+
+    override func setUpWithError() throws {
+        guard Self.nginx != nil else { throw XCTSkip("unreachable: nginx failed to start") }
+        home = NSTemporaryDirectory() + "porterd-cli-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: home + "/run", withIntermediateDirectories: true)
+        let built = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent(".build/debug/porterd").path
+        env = ["XDG_RUNTIME_DIR": home + "/run", "XDG_STATE_HOME": home + "/state", "PORTERD_IDLE_EXIT": "3",
+               "PORTERD_PATH": ProcessInfo.processInfo.environment["PORTERD_BIN"] ?? built]
+        env.merge(withoutProxies) { a, _ in a }
+    }
+
+    override func tearDown() {
+        if let pid = (try? String(contentsOfFile: home + "/run/porter/porterd.pid", encoding: .utf8))
+            .flatMap({ pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }) { kill(pid, SIGKILL) }
+        try? FileManager.default.removeItem(atPath: home)
+        super.tearDown()
+    }
+
+    func porter(_ args: [String]) throws -> ProcessResult { try runProcess(porterBinary, args, environment: env) }
+
+    var nginx: NginxFixture { Self.nginx! }
+
+    /// Queued, the CLI returns at once; `jobs` lists the task; the CLI that waits for it is
+    /// killed (SIGKILL) and the transfer goes on; a second `jobs wait` sees it end with
+    /// the file at its -o path, byte-exact.
+    func testQueueListKillTheWaiterAndWaitAgain() throws {
+        let out = home + "/medium.bin"
+        let started = Date()
+        let queued = try porter(["--background", "cli", "-o", out, nginx.http + "/slow/medium.bin"])
+        XCTAssertEqual(queued.status, 0, queued.stderr)
+        XCTAssertLessThan(Date().timeIntervalSince(started), 4, "returns before the 6 s download is done")
+        let id = try XCTUnwrap(queued.stdout.split(separator: "\t").first.flatMap { Int($0) }, queued.stdout)
+        let jobs = try porter(["jobs", "cli"])
+        XCTAssertEqual(jobs.status, 0, jobs.stderr)
+        XCTAssertTrue(jobs.stdout.contains("\(id)\tcli\trunning"), jobs.stdout)
+
+        let waiter = try startProcess(porterBinary, ["jobs", "wait", String(id)], environment: env)
+        usleep(500_000)
+        kill(waiter.processIdentifier, SIGKILL)
+        waiter.waitUntilExit()
+        XCTAssertFalse(FileManager.default.fileExists(atPath: out), "not there before it is whole")
+
+        let waited = try porter(["jobs", "wait", String(id)])
+        XCTAssertEqual(waited.status, 0, waited.stderr)
+        let got = try Data(contentsOf: URL(fileURLWithPath: out))
+        XCTAssertEqual(got, Data((0..<NginxFixture.mediumSize).map { NginxFixture.bigByte($0) }))
+        let after = try porter(["jobs", "cli"])
+        XCTAssertTrue(after.stdout.contains("\(id)\tcli\tcompleted"), after.stdout)
+    }
+
+    /// Nothing listens at first: the task waits and retries with back-off (jobs shows it),
+    /// and completes once a server comes up on the port.
+    func testConnectionRefusedIsRetriedUntilTheServerComesUp() throws {
+        let port = try XCTUnwrap(freeLoopbackPort())
+        let site = home + "/site"
+        try FileManager.default.createDirectory(atPath: site, withIntermediateDirectories: true)
+        try Data("late but here\n".utf8).write(to: URL(fileURLWithPath: site + "/late.txt"))
+        let out = home + "/late.txt"
+        let queued = try porter(["--background", "retry", "-o", out, "http://127.0.0.1:\(port)/late.txt"])
+        XCTAssertEqual(queued.status, 0, queued.stderr)
+        let id = try XCTUnwrap(queued.stdout.split(separator: "\t").first.flatMap { Int($0) }, queued.stdout)
+        var listing = ""
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            listing = try porter(["jobs", "retry"]).stdout
+            if listing.contains("retrying in") { break }
+            usleep(100_000)
+        }
+        XCTAssertTrue(listing.contains("retrying in") && listing.contains("retries 1"), listing)
+        let server = try startProcess("/usr/bin/python3", ["-m", "http.server", String(port), "--bind", "127.0.0.1", "--directory", site])
+        defer { server.terminate() }
+        let waited = try porter(["jobs", "wait", String(id)])
+        XCTAssertEqual(waited.status, 0, waited.stderr)
+        XCTAssertEqual(try String(contentsOfFile: out, encoding: .utf8), "late but here\n")
+    }
+}
