@@ -51,7 +51,7 @@ let package = Package(
         // Versioned, bounded frames over Unix sockets; peer credentials.
         .target(name: "CPorterIPC"),
         .target(name: "PorterIPC", dependencies: ["CPorterIPC"], swiftSettings: strict),
-        .target(name: "PorterDaemon", dependencies: ["Porter", "PorterIPC", "PorterStorage", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
+        .target(name: "PorterDaemon", dependencies: ["Porter", "PorterIPC", "CPorterIPC", "PorterStorage", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
         .executableTarget(name: "porterd", dependencies: ["PorterDaemon"], swiftSettings: strict),
         // The stores behind the protocols of PorterCore.
         .target(name: "PorterStorage", dependencies: ["PorterCore", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),

@@ -72,7 +72,13 @@ int porter_ipc_socketpair(int fds[2]) {
     return socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds);
 }
 
+extern char **environ;
+
 int porter_ipc_spawn_detached(const char *path, char *const argv[]) {
+    return porter_ipc_spawn_detached_env(path, argv, environ);
+}
+
+int porter_ipc_spawn_detached_env(const char *path, char *const argv[], char *const envp[]) {
     pid_t child = fork();
     if (child < 0) return -1;
     if (child == 0) {
@@ -93,7 +99,7 @@ int porter_ipc_spawn_detached(const char *path, char *const argv[]) {
         if (syscall(SYS_close_range, 3, ~0U, 0) != 0) {
             for (int fd = 3; fd < 4096; fd++) close(fd);
         }
-        execv(path, argv);
+        execve(path, argv, envp);
         _exit(127);
     }
     int status = 0;

@@ -1,3 +1,4 @@
+import CPorterIPC
 import Foundation
 import Porter
 import PorterCore
@@ -101,7 +102,20 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         config.timeoutIntervalForResource = 7 * 24 * 3600
         engine = Session(configuration: config, delegate: self, delegateQueue: queue)
         let socket = options.runtimeFolder + "/porterd.sock"
-        let l = try Listener(path: socket)
+        let l: Listener
+        var adopted = false
+        let env = ProcessInfo.processInfo.environment
+        if env["LISTEN_PID"] == String(getpid()), env["LISTEN_FDS"] == "1" {
+            // systemd socket activation (porterd.socket): the listening socket is fd 3.
+            l = Listener(adopting: 3, path: socket)
+            adopted = true
+            note("serving the socket systemd passed (socket activation)")
+            unsetenv("LISTEN_PID")
+            unsetenv("LISTEN_FDS")
+            unsetenv("LISTEN_FDNAMES")
+        } else {
+            l = try Listener(path: socket)
+        }
         listener = l
         let pidFile = options.runtimeFolder + "/porterd.pid"
         _ = PrivateFiles.writeAtomically(Data("\(getpid())\n".utf8), to: pidFile)
@@ -125,7 +139,8 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         }
         note("idle for \(Int(options.idleExit)) s: exiting")
         unlink(pidFile)
-        unlink(socket)
+        // A socket systemd made stays: systemd listens on it and starts porterd again.
+        if !adopted { unlink(socket) }
         l.close()
     }
 
@@ -165,9 +180,10 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
 
     private func handle(_ message: BackgroundClientMessage, from c: Connection) {
         switch message {
-        case .attach(let session, _):
+        case .attach(let session, let launchCommand):
             c.session = session
             holders[session] = c
+            do { try journal.attached(session, launchCommand: launchCommand) } catch { note("session \(session): \(error)") }
             let tasks = ((try? journal.tasks(session: session)) ?? []).map { current($0).snapshot() }
             c.send(.attached(session: session, tasks: tasks))
             for e in (try? journal.events(session: session)) ?? [] { c.send(.event(e)) }
@@ -434,6 +450,26 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         end(t, error: PorterError(.cancelled, "cancelled", url: t.row.spec.url, resumeData: data), status: nil, keepPartial: true)
     }
 
+    /// Runs the session's launch command (once until a process holds the session again),
+    /// as this user, detached, with PORTER_BACKGROUND_SESSION naming the session: Linux
+    /// has no app to wake, so a service is started to collect its files.
+    private func launch(_ session: String) {
+        guard let argv = (try? journal.launchOnce(session)) ?? nil, let program = argv.first else { return }
+        var env = ProcessInfo.processInfo.environment
+        env["PORTER_BACKGROUND_SESSION"] = session
+        var cArgs: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
+        var cEnv: [UnsafeMutablePointer<CChar>?] = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            cArgs.forEach { free($0) }
+            cEnv.forEach { free($0) }
+        }
+        if porter_ipc_spawn_detached_env(program, &cArgs, &cEnv) == 0 {
+            note("session \(session): events wait and no process holds it: ran \(argv)")
+        } else {
+            note("session \(session): cannot run its launch command \(argv): \(String(cString: strerror(errno)))")
+        }
+    }
+
     /// The task's end: the file goes where it belongs, the state and the events are
     /// committed together, then the holder (if any) hears them.
     private func end(_ t: Transfer, error: PorterError?, status: Int?, keepPartial: Bool = false) {
@@ -477,6 +513,8 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             note("task \(t.row.id) \(error.map { "failed: \($0.message)" } ?? "finished") (\(t.row.received) bytes)")
             if let c = holders[t.row.session] {
                 for e in committed { c.send(.event(e)) }
+            } else {
+                launch(t.row.session)
             }
         } catch {
             note("task \(t.row.id): the journal refused its end: \(error)")

@@ -69,6 +69,10 @@ final class Journal: @unchecked Sendable {
             error_code TEXT,
             error_message TEXT);
         CREATE INDEX IF NOT EXISTS events_by_session ON events(session, seq);
+        CREATE TABLE IF NOT EXISTS sessions(
+            id TEXT PRIMARY KEY,
+            launch TEXT,
+            launched INTEGER NOT NULL DEFAULT 0);
         """
 
     let path: String
@@ -189,6 +193,31 @@ final class Journal: @unchecked Sendable {
             let left = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM events WHERE task = ?", arguments: [e.task]) ?? 0
             if left == 0 { try db.execute(sql: "DELETE FROM tasks WHERE id = ? AND state = 'completed'", arguments: [e.task]) }
             return e
+        }
+    }
+
+    /// Records the launch command of `session` (empty: none) and that a process holds it
+    /// now (so the next undelivered events may launch it again).
+    func attached(_ session: String, launchCommand: [String]?) throws {
+        try db.write { db in
+            try db.execute(sql: "INSERT OR IGNORE INTO sessions(id) VALUES (?)", arguments: [session])
+            try db.execute(sql: "UPDATE sessions SET launched = 0 WHERE id = ?", arguments: [session])
+            if let launchCommand {
+                let text = launchCommand.isEmpty ? nil : String(decoding: try JSONEncoder().encode(launchCommand), as: UTF8.self)
+                try db.execute(sql: "UPDATE sessions SET launch = ? WHERE id = ?", arguments: [text, session])
+            }
+        }
+    }
+
+    /// The launch command to run for `session`'s waiting events, once: nil when it has
+    /// none or it already ran since the session was last held.
+    func launchOnce(_ session: String) throws -> [String]? {
+        try db.write { db -> [String]? in
+            guard let row = try Row.fetchOne(db, sql: "SELECT launch, launched FROM sessions WHERE id = ?", arguments: [session]),
+                  let text: String = row["launch"], (row["launched"] as Int) == 0,
+                  let argv = try? JSONDecoder().decode([String].self, from: Data(text.utf8)), !argv.isEmpty else { return nil }
+            try db.execute(sql: "UPDATE sessions SET launched = 1 WHERE id = ?", arguments: [session])
+            return argv
         }
     }
 

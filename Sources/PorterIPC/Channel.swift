@@ -212,6 +212,13 @@ public final class Listener: @unchecked Sendable {
         self.path = path
     }
 
+    /// Takes a socket that already listens (one systemd passed).
+    public init(adopting fd: Int32, path: String) {
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        self.fd = fd
+        self.path = path
+    }
+
     /// The next connection; nil when the listener was closed.
     public func accept() -> Channel? {
         while true {

@@ -196,6 +196,8 @@ public enum BackgroundControl: String, Codable, Sendable {
 public enum BackgroundClientMessage: Codable, Sendable, Equatable {
     /// This connection holds session `session` (one connection, one session); the daemon
     /// answers `attached` and then sends the session's undelivered events.
+    /// `launchCommand`: the session's launch command from now on (empty: none); nil
+    /// leaves it as it was (`porter --background` attaches without one).
     case attach(session: String, launchCommand: [String]?)
     /// A new task; `reference` comes back in `enqueued`.
     case enqueue(reference: Int, spec: BackgroundTaskSpec)

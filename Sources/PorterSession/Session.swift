@@ -74,7 +74,7 @@ public final class Session: @unchecked Sendable {
         self.isShared = false
         if case .background(let id) = configuration.kind {
             background = BackgroundLink(session: self, identifier: id,
-                                        launchCommand: configuration.sessionSendsLaunchEvents ? configuration.launchCommand : nil)
+                                        launchCommand: configuration.sessionSendsLaunchEvents ? configuration.launchCommand ?? [] : [])
         }
     }
 

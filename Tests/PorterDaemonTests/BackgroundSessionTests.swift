@@ -289,6 +289,80 @@ final class BackgroundSessionTests: XCTestCase {
         XCTAssertTrue(r.stdout.contains("refused: porterd serves only uid 0"), r.stdout + r.stderr)
         session.finishTasksAndInvalidate()
     }
+
+    /// Events wait and no process holds the session: porterd runs its launch command,
+    /// once, with the session named in the environment; not while a process holds it.
+    func testTheLaunchCommandRunsOnceForEventsNobodyHolds() throws {
+        let marks = home + "/launched.txt"
+        var config = SessionConfiguration.background(identifier: "wake")
+        config.launchCommand = ["/bin/sh", "-c", "echo \"$PORTER_BACKGROUND_SESSION\" >> '\(marks)'"]
+        let a = Session(configuration: config, delegate: BackgroundRecorder())
+        let one = a.downloadTask(with: URL(string: nginx.http + "/slow/medium.bin")!)
+        one.resume()
+        let two = a.downloadTask(with: URL(string: nginx.http + "/slow/medium.bin")!)
+        two.resume()
+        a.finishTasksAndInvalidate()
+        XCTAssertTrue(waitUntil(30) { (try? String(contentsOfFile: marks, encoding: .utf8)) != nil }, "launched")
+        usleep(1_500_000)  // the second task ends too: no second launch before a process took the events
+        XCTAssertEqual(try String(contentsOfFile: marks, encoding: .utf8), "wake\n")
+
+        // A process holds the session while its task ends: no launch.
+        let held = BackgroundRecorder()
+        let b = Session(configuration: config, delegate: held)
+        XCTAssertEqual(held.eventsDone.wait(timeout: .now() + 20), .success)
+        let three = b.downloadTask(with: URL(string: nginx.http + "/medium.bin")!)
+        three.resume()
+        while held.completions[three.taskIdentifier] == nil {
+            XCTAssertEqual(held.completed.wait(timeout: .now() + 20), .success)
+        }
+        usleep(300_000)
+        XCTAssertEqual(try String(contentsOfFile: marks, encoding: .utf8), "wake\n")
+        b.finishTasksAndInvalidate()
+    }
+
+    /// Under systemd's socket activation (systemd-socket-activate passes the listening
+    /// socket as fd 3, as porterd.socket does), porterd serves on the socket it was given
+    /// and leaves it in place when it exits.
+    func testSocketActivation() throws {
+        let socket = home + "/run/porter/porterd.sock"
+        try FileManager.default.createDirectory(atPath: home + "/run/porter", withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        let activator = try startProcess("/usr/bin/systemd-socket-activate", ["-l", socket, "-E", "XDG_RUNTIME_DIR", "-E", "XDG_STATE_HOME", "-E", "PORTERD_IDLE_EXIT",
+                                                                                         ProcessInfo.processInfo.environment["PORTERD_PATH"]!])
+        defer { activator.terminate() }
+        XCTAssertTrue(waitUntil(10) { FileManager.default.fileExists(atPath: socket) })
+        let recorder = BackgroundRecorder()
+        let session = Session(configuration: .background(identifier: "activated"), delegate: recorder)
+        let task = session.downloadTask(with: URL(string: nginx.http + "/medium.bin")!)
+        task.resume()
+        XCTAssertEqual(recorder.completed.wait(timeout: .now() + 20), .success)
+        XCTAssertEqual(recorder.files[task.taskIdentifier], expectedMedium())
+        let log = try String(contentsOfFile: home + "/state/porter/porterd.log", encoding: .utf8)
+        XCTAssertTrue(log.contains("socket activation"), log)
+        session.finishTasksAndInvalidate()
+    }
+
+    /// The shipped user units pass `systemd-analyze verify`; a broken copy does not (so the
+    /// check can fail).
+    func testTheSystemdUnitsVerify() throws {
+        let units = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Support/systemd").path
+        let dir = home + "/units"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        for name in ["porterd.socket", "porterd.service"] {
+            var text = try String(contentsOfFile: units + "/" + name, encoding: .utf8)
+            text = text.replacingOccurrences(of: "/usr/local/bin/porterd", with: ProcessInfo.processInfo.environment["PORTERD_PATH"]!)
+            try text.write(toFile: dir + "/" + name, atomically: true, encoding: .utf8)
+        }
+        chmod(home + "/run", 0o700)
+        let ok = try runProcess("/usr/bin/systemd-analyze", ["verify", "--user", dir + "/porterd.socket", dir + "/porterd.service"],
+                                environment: ["XDG_RUNTIME_DIR": home + "/run"])
+        XCTAssertEqual(ok.status, 0, ok.stdout + ok.stderr)
+        try "[Socket]\nListenStream=\nBogus=1\n".write(toFile: dir + "/porterd.socket", atomically: true, encoding: .utf8)
+        let bad = try runProcess("/usr/bin/systemd-analyze", ["verify", "--user", dir + "/porterd.socket", dir + "/porterd.service"],
+                                 environment: ["XDG_RUNTIME_DIR": home + "/run"])
+        XCTAssertNotEqual(bad.status, 0, "a broken unit is reported: \(bad.stdout)\(bad.stderr)")
+    }
 }
 
 /// `porter --background` and `porter jobs`, as separate processes.

@@ -24,5 +24,7 @@ int porter_ipc_socketpair(int fds[2]);
  * once the intermediate child exited with 0, else -1 (errno, or EIO when exec failed in
  * the intermediate child before it could report). */
 int porter_ipc_spawn_detached(const char *path, char *const argv[]);
+/* The same with the environment `envp` (NULL-terminated). */
+int porter_ipc_spawn_detached_env(const char *path, char *const argv[], char *const envp[]);
 
 #endif
