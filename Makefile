@@ -12,6 +12,7 @@ deps:
 
 build: deps
 	$(SWIFT) build --product porter
+	$(SWIFT) build --product porterd
 	$(SWIFT) build --product CustomScheme
 	$(SWIFT) build --product GopherPlugin
 

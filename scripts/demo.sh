@@ -41,6 +41,17 @@ show $P "https://127.0.0.1:$tp/hello.txt"
 show $P --cacert "$work/nginx/ca.pem" -w json "https://127.0.0.1:$tp/hello.txt"
 
 echo
+echo "== a background download: queued, the CLI returns, porterd finishes it =="
+export XDG_RUNTIME_DIR="$work/run" XDG_STATE_HOME="$work/state" PORTERD_IDLE_EXIT=2
+mkdir -m 700 "$work/run"
+head -c 3000000 /dev/urandom > "$work/site/big.bin"
+show $P --background demo -o "$work/big.bin" "http://127.0.0.1:$hp/big.bin"
+show $P jobs demo
+show $P jobs wait 1
+cmp "$work/site/big.bin" "$work/big.bin" && echo "big.bin arrived whole, written by porterd after the CLI had exited"
+trap 'kill $(cat "$work/run/porter/porterd.pid" 2>/dev/null) 2>/dev/null; stop_nginx "$work/nginx"; rm -rf "$work"' EXIT
+
+echo
 echo "== a custom scheme, registered at run time by Examples/CustomScheme =="
 show $CS cli fortune://any/2
 show $CS cli -v -u porter:demo fortune://private/3
@@ -54,7 +65,7 @@ printf 'Hello from a gopher server on loopback.\n' > "$work/gopher/welcome.txt"
 mkdir "$work/gopher/docs"
 coproc GOPHERD { exec python3 scripts/gopherd.py --root "$work/gopher"; }
 read -r _ gp <&"${GOPHERD[0]}"
-trap 'kill $GOPHERD_PID 2>/dev/null; stop_nginx "$work/nginx"; rm -rf "$work"' EXIT
+trap 'kill $GOPHERD_PID 2>/dev/null; kill $(cat "$work/run/porter/porterd.pid" 2>/dev/null) 2>/dev/null; stop_nginx "$work/nginx"; rm -rf "$work"' EXIT
 show env PORTER_PLUGIN_PATH="$work/plugins" $P plugins
 show $P --plugin-path "$work/plugins" "gopher://127.0.0.1:$gp/"
 show $P --plugin-path "$work/plugins" "gopher://127.0.0.1:$gp/0/welcome.txt"

@@ -83,8 +83,13 @@ enum BackgroundCLI {
     static func list(_ channel: Channel, session: String?) throws -> [BackgroundTaskSnapshot] {
         try ipc { () throws(IPCError) -> [BackgroundTaskSnapshot] in
             try channel.send(message: BackgroundClientMessage.list(session: session, reference: 1))
+            var all: [BackgroundTaskSnapshot] = []
             while true {
-                if case .tasks(1, let tasks) = try channel.receive(BackgroundDaemonMessage.self) { return tasks }
+                switch try channel.receive(BackgroundDaemonMessage.self) {
+                case .taskPage(1, let page): all += page
+                case .tasks(1, let last): return all + last
+                default: continue
+                }
             }
         }
     }
@@ -149,7 +154,7 @@ struct Jobs: ParsableCommand {
         var task = start
         while task.state != "completed" {
             if tty { _ = writeAll(2, "\r\(BackgroundCLI.row(task))\u{1B}[K") }
-            usleep(200_000)
+            usleep(50_000)
             guard let now = try BackgroundCLI.list(channel, session: nil).first(where: { $0.id == task.id }) else {
                 if tty { _ = writeAll(2, "\n") }
                 note("porter: task \(task.id) is gone (its session took its events)")

@@ -185,7 +185,7 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             holders[session] = c
             do { try journal.attached(session, launchCommand: launchCommand) } catch { note("session \(session): \(error)") }
             let tasks = ((try? journal.tasks(session: session)) ?? []).map { current($0).snapshot() }
-            c.send(.attached(session: session, tasks: tasks))
+            c.send(.attached(session: session, tasks: paged(tasks, reference: 0, to: c)))
             for e in (try? journal.events(session: session)) ?? [] { c.send(.event(e)) }
             c.send(.eventsSent)
         case .enqueue(let reference, let spec):
@@ -203,8 +203,19 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             if e.kind == .finishedDownloading, let file = e.file { unlink(file) }
         case .list(let session, let reference):
             let tasks = ((try? journal.tasks(session: session)) ?? []).map { current($0).snapshot() }
-            c.send(.tasks(reference: reference, tasks))
+            c.send(.tasks(reference: reference, paged(tasks, reference: reference, to: c)))
         }
+    }
+
+    /// Sends all but the last page of `tasks` as `taskPage`s; returns the last page.
+    private func paged(_ tasks: [BackgroundTaskSnapshot], reference: Int, to c: Connection) -> [BackgroundTaskSnapshot] {
+        let page = 500
+        var start = 0
+        while tasks.count - start > page {
+            c.send(.taskPage(reference: reference, Array(tasks[start..<(start + page)])))
+            start += page
+        }
+        return Array(tasks[start...])
     }
 
     /// The freshest view of a task: the running transfer's, else the journal's.
@@ -245,7 +256,7 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             guard t.row.state != "running" || (t.task == nil && t.retryTimer == nil) else { return }
             t.row.state = "running"
             try? journal.save(t.row)
-            if let task = t.task { task.resume() } else { start(t) }
+            if let task = t.task { task.resume() } else { admit(t) }
         case .suspend:
             guard t.row.state == "running" else { return }
             t.row.state = "suspended"
@@ -275,10 +286,45 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             if let next = row.nextAttempt, next > Date().timeIntervalSince1970 {
                 schedule(t, at: next)
             } else {
-                note("task \(row.id): continuing after a restart from byte \(row.received)")
-                start(t)
+                if row.received > 0 { note("task \(row.id): continuing after a restart from byte \(row.received)") }
+                queued.append(row.id)
             }
         }
+        admitQueued()
+    }
+
+    /// Transfers at once per session and per host; the rest wait their turn, in order.
+    static let perSession = 8
+    static let perHost = 6
+    private var queued: [Int] = []
+
+    private func admit(_ t: Transfer) {
+        if !queued.contains(t.row.id) { queued.append(t.row.id) }
+        admitQueued()
+    }
+
+    /// Starts queued transfers while the limits allow (one pass over the queue).
+    private func admitQueued() {
+        guard !queued.isEmpty else { return }
+        var perSession: [String: Int] = [:]
+        var perHost: [String: Int] = [:]
+        for t in transfers.values where t.task != nil {
+            perSession[t.row.session, default: 0] += 1
+            perHost[t.row.spec.url.host ?? "", default: 0] += 1
+        }
+        var keep: [Int] = []
+        for id in queued {
+            guard let t = transfers[id], t.row.state == "running", t.task == nil else { continue }
+            let host = t.row.spec.url.host ?? ""
+            if perSession[t.row.session, default: 0] < Daemon.perSession, perHost[host, default: 0] < Daemon.perHost {
+                perSession[t.row.session, default: 0] += 1
+                perHost[host, default: 0] += 1
+                start(t)
+            } else {
+                keep.append(id)
+            }
+        }
+        queued = keep
     }
 
     private func start(_ t: Transfer) {
@@ -387,6 +433,7 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         guard let t = transfer(task) else { return }
         byTask[ObjectIdentifier(task)] = nil
         t.task = nil
+        defer { admitQueued() }
         if let ending = t.ending {
             if ending == .cancelProducingResumeData { return endWithResumeData(t) }
             if error == nil || error?.code == .cancelled {
@@ -421,7 +468,7 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             t.retryTimer = nil
             t.row.errorCode = nil
             t.row.errorMessage = nil
-            self.start(t)
+            self.admit(t)
         }
         t.retryTimer = item
         queue.asyncAfter(deadline: .now() + max(0, time - Date().timeIntervalSince1970), execute: item)

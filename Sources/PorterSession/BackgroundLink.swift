@@ -142,6 +142,9 @@ final class BackgroundLink: @unchecked Sendable {
             let message = try c.receive(BackgroundDaemonMessage.self)
             guard let session else { return }
             switch message {
+            case .taskPage(let reference, let snapshots):
+                // The session's tasks as it attaches (the link asks for no other list).
+                if reference == 0 { for s in snapshots { _ = task(for: s) } }
             case .attached(_, let snapshots):
                 for s in snapshots { _ = task(for: s) }
                 attachedOnce.signal()
@@ -188,7 +191,7 @@ final class BackgroundLink: @unchecked Sendable {
             }
         case .completed:
             let error = BackgroundProtocol.error(code: event.errorCode, message: event.errorMessage, url: t.originalRequest.url)
-            t.completeRemotely(error)
+            t.completeRemotely(error, statusCode: event.statusCode)
             let delegate = session.taskDelegate
             let waiter = lock.withLock { resumeWaiters.removeValue(forKey: event.task) }
             session.deliver {

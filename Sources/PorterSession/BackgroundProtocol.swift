@@ -211,6 +211,9 @@ public enum BackgroundClientMessage: Codable, Sendable, Equatable {
 }
 
 public enum BackgroundDaemonMessage: Codable, Sendable, Equatable {
+    /// Tasks go in pages (frames are bounded): any number of `taskPage`s, then `attached`
+    /// (reference 0) or `tasks` (the list's reference) with the last page.
+    case taskPage(reference: Int, [BackgroundTaskSnapshot])
     case attached(session: String, tasks: [BackgroundTaskSnapshot])
     case enqueued(reference: Int, task: BackgroundTaskSnapshot)
     case refused(reference: Int, message: String)

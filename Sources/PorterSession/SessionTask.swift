@@ -84,10 +84,14 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
         }
     }
 
-    func completeRemotely(_ error: PorterError?) {
+    func completeRemotely(_ error: PorterError?, statusCode: Int?) {
         info.withLock {
             $0.error = error
             $0.detachedState = .completed
+            if $0.response == nil, let statusCode {
+                $0.response = Response(url: originalRequest.url, mimeType: nil, expectedContentLength: $0.expectedToReceive,
+                                       textEncodingName: nil, statusCode: statusCode)
+            }
         }
     }
 

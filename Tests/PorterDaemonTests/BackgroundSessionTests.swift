@@ -9,6 +9,7 @@ final class BackgroundRecorder: DownloadDelegate, @unchecked Sendable {
     private(set) var files: [Int: Data] = [:]
     private(set) var completions: [Int: PorterError?] = [:]
     private(set) var progress: [Int: Int64] = [:]
+    private(set) var statuses: [Int: Int] = [:]
     private(set) var finishedEvents = 0
     private(set) var order: [String] = []
     let completed = DispatchSemaphore(value: 0)
@@ -27,6 +28,7 @@ final class BackgroundRecorder: DownloadDelegate, @unchecked Sendable {
     func task(_ task: SessionTask, didCompleteWithError error: PorterError?) {
         lock.withLock {
             completions[task.taskIdentifier] = error
+            statuses[task.taskIdentifier] = task.response?.statusCode
             order.append("complete \(task.taskIdentifier)")
         }
         completed.signal()
@@ -362,6 +364,43 @@ final class BackgroundSessionTests: XCTestCase {
         let bad = try runProcess("/usr/bin/systemd-analyze", ["verify", "--user", dir + "/porterd.socket", dir + "/porterd.service"],
                                  environment: ["XDG_RUNTIME_DIR": home + "/run"])
         XCTAssertNotEqual(bad.status, 0, "a broken unit is reported: \(bad.stdout)\(bad.stderr)")
+    }
+
+    /// An upload from a file: porterd reads the file itself, so the app may go at once;
+    /// the next session hears the completion, and the server has the bytes.
+    func testAnUploadFromAFileOutlivesTheApp() throws {
+        let id = "upload-\(UUID().uuidString.prefix(6))"
+        let source = home + "/payload.bin"
+        let payload = Data((0..<(5 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) })
+        try payload.write(to: URL(fileURLWithPath: source))
+        let name = "up-\(UUID().uuidString.prefix(6)).bin"
+        let a = Session(configuration: .background(identifier: id), delegate: BackgroundRecorder())
+        var request = Request(url: URL(string: nginx.http + "/dav/" + name)!)
+        request.method = "PUT"
+        let task = a.uploadTask(with: request, fromFile: URL(fileURLWithPath: source))
+        task.resume()
+        a.finishTasksAndInvalidate()
+
+        let recorder = BackgroundRecorder()
+        let b = Session(configuration: .background(identifier: id), delegate: recorder)
+        while recorder.completions[task.taskIdentifier] == nil {
+            XCTAssertEqual(recorder.completed.wait(timeout: .now() + 30), .success)
+        }
+        XCTAssertEqual(recorder.completions[task.taskIdentifier].map { $0 == nil }, true, "\(recorder.completions)")
+        XCTAssertEqual(recorder.statuses[task.taskIdentifier], 201, "the server's status reaches the task")
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: nginx.dir + "/www/dav/" + name)), payload)
+        b.finishTasksAndInvalidate()
+
+        // Kinds porterd cannot run are refused with a clear error, as URLSession does.
+        let refused = BackgroundRecorder()
+        let c = Session(configuration: .background(identifier: id), delegate: refused)
+        let data = c.dataTask(with: URL(string: nginx.http + "/medium.bin")!)
+        data.resume()
+        XCTAssertEqual(refused.completed.wait(timeout: .now() + 10), .success)
+        let e = try XCTUnwrap(refused.completions[data.taskIdentifier] ?? nil)
+        XCTAssertEqual(e.code, .unsupportedConfiguration)
+        XCTAssertTrue(e.message.contains("download tasks and upload tasks from a file"), e.message)
+        c.finishTasksAndInvalidate()
     }
 }
 

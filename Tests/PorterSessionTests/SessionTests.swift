@@ -399,7 +399,20 @@ final class SessionTests: XCTestCase {
         } catch let e as PorterError { XCTAssertEqual(e.code, .timedOut) } catch { XCTFail() }
     }
 
-    func testBackgroundSessionsSayNotSupported() async {
+    /// A background session runs downloads and uploads from a file in porterd; a data
+    /// task is refused with a clear error, not run in-process under false pretences.
+    func testBackgroundSessionsRefuseDataTasks() async throws {
+        let home = NSTemporaryDirectory() + "porter-bg-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: home + "/run", withIntermediateDirectories: true)
+        setenv("XDG_RUNTIME_DIR", home + "/run", 1)
+        setenv("XDG_STATE_HOME", home + "/state", 1)
+        setenv("PORTERD_IDLE_EXIT", "1", 1)
+        defer {
+            if let pid = try? String(contentsOfFile: home + "/run/porter/porterd.pid", encoding: .utf8) {
+                kill(pid_t(pid.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0, SIGKILL)
+            }
+            try? FileManager.default.removeItem(atPath: home)
+        }
         var config = SessionConfiguration.background(identifier: "com.example.bg")
         config.registry = testRegistry
         let session = Session(configuration: config)
@@ -408,8 +421,9 @@ final class SessionTests: XCTestCase {
             XCTFail("background sessions must not pretend")
         } catch let e as PorterError {
             XCTAssertEqual(e.code, .unsupportedConfiguration)
-            XCTAssertTrue(e.message.contains("not supported yet"))
+            XCTAssertTrue(e.message.contains("download tasks and upload tasks from a file"), e.message)
         } catch { XCTFail() }
+        session.finishTasksAndInvalidate()
     }
 
     // MARK: - response disposition, cache

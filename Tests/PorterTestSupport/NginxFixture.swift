@@ -40,7 +40,7 @@ public final class NginxFixture: @unchecked Sendable {
         caFile = dir + "/ca.pem"
 
         let fm = FileManager.default
-        for sub in ["www", "www/basic", "www/chain", "www/cache", "logs", "tmp"] {
+        for sub in ["www", "www/basic", "www/chain", "www/cache", "www/dav", "logs", "tmp"] {
             try fm.createDirectory(atPath: dir + "/" + sub, withIntermediateDirectories: true)
         }
         try "hello from nginx\n".write(toFile: dir + "/www/index.html", atomically: true, encoding: .utf8)
@@ -58,6 +58,7 @@ public final class NginxFixture: @unchecked Sendable {
             .write(toFile: dir + "/htpasswd", atomically: true, encoding: .utf8)
         try NginxFixture.makeCertificates(in: dir)
         _ = try NginxFixture.run("/bin/chmod", ["-R", "a+rX", dir])
+        chmod(dir + "/www/dav", 0o777)  // nginx's worker (nobody) stores PUT bodies there
 
         let routes = """
             root \(dir)/www;
@@ -111,6 +112,7 @@ public final class NginxFixture: @unchecked Sendable {
             location = /plain-auth { return 302 http://127.0.0.1:\(httpPort)/auth-echo; }
             location = /slow { default_type text/plain; echo "first"; echo_flush; echo_sleep 30; echo "late"; }
             location = /throttled.bin { alias \(dir)/www/big.bin; limit_rate 2m; }
+            location /dav/ { alias \(dir)/www/dav/; dav_methods PUT; create_full_put_path on; client_max_body_size 64m; }
             location /slow/ { alias \(dir)/www/; limit_rate 1m; access_log \(dir)/logs/range.log rangelog; }
             """
         let conf = """

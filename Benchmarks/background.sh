@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Background sessions (porterd) at scale and speed, release builds with the Swift runtime
+# linked statically (as `make bench` measures porter):
+#   - 10,000 downloads queued in one session (8 at a time run, to a port nobody listens
+#     on, so every task stays in the journal): the time to queue them, `porter jobs` over
+#     all of them, and porterd's peak RSS;
+#   - one 1 GiB download from nginx on loopback: `porter -o` in-process against
+#     `porter --background -o` + `porter jobs wait` (best of three each).
+# Prints a Markdown table; `make bench` appends it to BENCHMARKS.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+swift build -c release --static-swift-stdlib --scratch-path .build-static --product porter >/dev/null
+swift build -c release --static-swift-stdlib --scratch-path .build-static --product porterd >/dev/null
+bin=$(swift build -c release --static-swift-stdlib --scratch-path .build-static --show-bin-path)
+P=$bin/porter
+work=$(mktemp -d "${TMPDIR:-/tmp}/porter-bg.XXXXXX")
+chmod 755 "$work"
+. scripts/lib-nginx.sh
+export XDG_RUNTIME_DIR=$work/run XDG_STATE_HOME=$work/state PORTERD_PATH=$bin/porterd PORTERD_IDLE_EXIT=5
+mkdir -m 700 "$work/run"
+trap 'kill -9 $(cat "$work/run/porter/porterd.pid" 2>/dev/null) 2>/dev/null; stop_nginx "$work/nginx"; rm -rf "$work"' EXIT
+ms() { python3 -c "import time; print(int(time.time()*1000))"; }
+
+N=${BG_TASKS:-10000}
+dead=$(free_port)
+args=()
+for i in $(seq "$N"); do args+=(-o "$work/out/$i" "http://127.0.0.1:$dead/f$i"); done
+t0=$(ms)
+"$P" --background scale "${args[@]}" >/dev/null
+t1=$(ms)
+sleep 2
+t2=$(ms)
+count=$("$P" jobs scale | wc -l)
+t3=$(ms)
+pid=$(cat "$work/run/porter/porterd.pid")
+rss=$(awk '/VmHWM/ {print int($2/1024)}' "/proc/$pid/status")
+echo "| $N tasks queued in one session (one porter --background) | $((t1 - t0)) ms |"
+echo "| porter jobs listing all $count of them (process start included) | $((t3 - t2)) ms |"
+echo "| porterd peak RSS with them | $rss MiB |"
+kill -9 "$pid"; rm -rf "$work/state" "$work/run/porter"
+
+mkdir -p "$work/nginx" "$work/site"
+head -c 1073741824 /dev/zero > "$work/site/1g.bin"
+make_test_ca "$work/nginx"
+hp=$(free_port); tp=$(free_port)
+start_nginx "$work/nginx" "$work/site" "$hp" "$tp"
+best_in=999999; best_bg=999999
+for round in 1 2 3; do
+    rm -f "$work/in.bin" "$work/bg.bin"
+    a=$(ms); "$P" -s -o "$work/in.bin" "http://127.0.0.1:$hp/1g.bin"; b=$(ms)
+    [ $((b - a)) -lt $best_in ] && best_in=$((b - a))
+    a=$(ms)
+    id=$("$P" --background speed -o "$work/bg.bin" "http://127.0.0.1:$hp/1g.bin" | cut -f1)
+    "$P" jobs wait "$id" >/dev/null
+    b=$(ms)
+    [ $((b - a)) -lt $best_bg ] && best_bg=$((b - a))
+    cmp -s "$work/in.bin" "$work/bg.bin" || { echo "background download differs" >&2; exit 1; }
+done
+echo "| 1 GiB over http, in-process \`porter -o\` | $best_in ms |"
+echo "| 1 GiB over http, \`porter --background -o\` + \`porter jobs wait\` | $best_bg ms ($(python3 -c "print(round($best_in/$best_bg, 2))")× in-process) |"
