@@ -40,34 +40,41 @@ enum BackgroundCLI {
         let channel = try connect()
         defer { channel.close() }
         try ipc { () throws(IPCError) in try channel.send(message: BackgroundClientMessage.attach(session: session, launchCommand: nil)) }
-        for (i, text) in urls.enumerated() {
-            let url = Fetch.guessURL(text, knownSchemes: Runner.knownSchemes)!
-            var pairs: [[String]] = []
-            for h in headers {
-                if let parsed = HeaderOption(h), case .add(let value) = parsed.action { pairs.append([parsed.name, value]) }
-            }
-            let spec = BackgroundTaskSpec(kind: .download, url: url, headers: pairs, destination: destinations[i])
-            let answer = try ipc { () throws(IPCError) -> BackgroundDaemonMessage in
+        // Every task is sent first and the answers read after (one round trip, not one per
+        // URL: ten thousand URLs queue in a moment).
+        var pairs: [[String]] = []
+        for h in headers {
+            if let parsed = HeaderOption(h), case .add(let value) = parsed.action { pairs.append([parsed.name, value]) }
+        }
+        let resolved = urls.map { Fetch.guessURL($0, knownSchemes: Runner.knownSchemes)! }
+        var refused = false
+        try ipc { () throws(IPCError) in
+            for (i, url) in resolved.enumerated() {
+                let spec = BackgroundTaskSpec(kind: .download, url: url, headers: pairs, destination: destinations[i])
                 try channel.send(message: BackgroundClientMessage.enqueue(reference: i + 1, spec: spec))
-                while true {
-                    let m = try channel.receive(BackgroundDaemonMessage.self)
-                    switch m {
-                    case .enqueued(i + 1, _), .refused(i + 1, _): return m
-                    default: continue
-                    }
+            }
+            var answered = 0
+            while answered < resolved.count {
+                switch try channel.receive(BackgroundDaemonMessage.self) {
+                case .enqueued(let r, let task) where r >= 1 && r <= resolved.count:
+                    answered += 1
+                    try channel.send(message: BackgroundClientMessage.control(task: task.id, .resume))
+                    print("\(task.id)\t\(session)\t\(resolved[r - 1].absoluteString) -> \(destinations[r - 1])")
+                case .refused(let r, let message) where r >= 1 && r <= resolved.count:
+                    answered += 1
+                    refused = true
+                    note("porter: porterd refused \(urls[r - 1]): \(message)")
+                default:
+                    continue
                 }
             }
-            switch answer {
-            case .enqueued(_, let task):
-                try ipc { () throws(IPCError) in try channel.send(message: BackgroundClientMessage.control(task: task.id, .resume)) }
-                print("\(task.id)\t\(session)\t\(url.absoluteString) -> \(destinations[i])")
-            case .refused(_, let message):
-                note("porter: porterd refused \(text): \(message)")
-                throw ExitCode(PorterExit.other.rawValue)
-            default:
-                break
+            // The last resume is handled before this answer: nothing is lost when we close.
+            try channel.send(message: BackgroundClientMessage.ping(reference: 0))
+            while true {
+                if case .pong(0) = try channel.receive(BackgroundDaemonMessage.self) { break }
             }
         }
+        if refused { throw ExitCode(PorterExit.other.rawValue) }
     }
 
     /// Runs a conversation with porterd; its failure ends the program with exit code 5.
@@ -144,8 +151,13 @@ struct Jobs: ParsableCommand {
             try wait(for: task, on: channel)
         default:
             let action: BackgroundControl = first == "cancel" ? .cancel : first == "suspend" ? .suspend : .resume
-            try BackgroundCLI.ipc { () throws(IPCError) in try channel.send(message: BackgroundClientMessage.control(task: id, action)) }
-            _ = try BackgroundCLI.list(channel, session: nil)  // the control is handled before this answer
+            try BackgroundCLI.ipc { () throws(IPCError) in
+                try channel.send(message: BackgroundClientMessage.control(task: id, action))
+                try channel.send(message: BackgroundClientMessage.ping(reference: 1))
+                while true {
+                    if case .pong(1) = try channel.receive(BackgroundDaemonMessage.self) { break }
+                }
+            }
         }
     }
 

@@ -44,13 +44,14 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
     private var engine: Session!
     // On `queue`:
     private var transfers: [Int: Transfer] = [:]
-    private var byTask: [ObjectIdentifier: Int] = [:]
+    private var byTask: [ObjectIdentifier: Transfer] = [:]
     private var holders: [String: Connection] = [:]
     private var connections: [ObjectIdentifier: Connection] = [:]
     private var idleSince: Date? = Date()
     private let log: FileHandle?
 
-    final class Transfer {
+    /// Confined to `queue` (a sync callback captures one only to hop back onto it).
+    final class Transfer: @unchecked Sendable {
         var row: Journal.Task
         var task: DataTask?
         var fd: Int32 = -1
@@ -59,6 +60,11 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         var lastUpdate = Date.distantPast
         var ending: BackgroundControl?
         var retryTimer: DispatchWorkItem?
+        /// A background sync of the partial file is under way.
+        var syncing = false
+        /// Bumped when the partial file starts over (a sync begun before must not record
+        /// its count then).
+        var epoch = 0
         init(_ row: Journal.Task) { self.row = row }
     }
 
@@ -201,6 +207,8 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         case .delivered(let sequence):
             guard let session = c.session, let e = try? journal.delivered(sequence, session: session) else { return }
             if e.kind == .finishedDownloading, let file = e.file { unlink(file) }
+        case .ping(let reference):
+            c.send(.pong(reference: reference))
         case .list(let session, let reference):
             let tasks = ((try? journal.tasks(session: session)) ?? []).map { current($0).snapshot() }
             c.send(.tasks(reference: reference, paged(tasks, reference: reference, to: c)))
@@ -287,44 +295,47 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
                 schedule(t, at: next)
             } else {
                 if row.received > 0 { note("task \(row.id): continuing after a restart from byte \(row.received)") }
-                queued.append(row.id)
+                waiting[row.session, default: [:]][row.spec.url.host ?? "", default: []].append(row.id)
             }
         }
         admitQueued()
     }
 
-    /// Transfers at once per session and per host; the rest wait their turn, in order.
+    /// Transfers at once per session and per host; the rest wait their turn, in order
+    /// (per session and host: a slow host does not hold up another's tasks).
     static let perSession = 8
     static let perHost = 6
-    private var queued: [Int] = []
+    private var waiting: [String: [String: [Int]]] = [:]
+    private var activeBySession: [String: Int] = [:]
+    private var activeByHost: [String: Int] = [:]
 
     private func admit(_ t: Transfer) {
-        if !queued.contains(t.row.id) { queued.append(t.row.id) }
+        waiting[t.row.session, default: [:]][t.row.spec.url.host ?? "", default: []].append(t.row.id)
         admitQueued()
     }
 
-    /// Starts queued transfers while the limits allow (one pass over the queue).
+    /// Starts waiting transfers while the limits allow; the work is bounded by the number
+    /// of sessions and hosts with tasks waiting, not by the number of tasks.
     private func admitQueued() {
-        guard !queued.isEmpty else { return }
-        var perSession: [String: Int] = [:]
-        var perHost: [String: Int] = [:]
-        for t in transfers.values where t.task != nil {
-            perSession[t.row.session, default: 0] += 1
-            perHost[t.row.spec.url.host ?? "", default: 0] += 1
-        }
-        var keep: [Int] = []
-        for id in queued {
-            guard let t = transfers[id], t.row.state == "running", t.task == nil else { continue }
-            let host = t.row.spec.url.host ?? ""
-            if perSession[t.row.session, default: 0] < Daemon.perSession, perHost[host, default: 0] < Daemon.perHost {
-                perSession[t.row.session, default: 0] += 1
-                perHost[host, default: 0] += 1
-                start(t)
-            } else {
-                keep.append(id)
+        for session in Array(waiting.keys) {
+            guard var hosts = waiting[session] else { continue }
+            for host in Array(hosts.keys) {
+                while activeBySession[session, default: 0] < Daemon.perSession, activeByHost[host, default: 0] < Daemon.perHost,
+                      var ids = hosts[host], !ids.isEmpty {
+                    let id = ids.removeFirst()
+                    hosts[host] = ids.isEmpty ? nil : ids
+                    guard let t = transfers[id], t.row.state == "running", t.task == nil, t.retryTimer == nil else { continue }
+                    start(t)
+                }
             }
+            waiting[session] = hosts.isEmpty ? nil : hosts
         }
-        queued = keep
+    }
+
+    /// Counts a transfer that starts (+1) or stops (-1) against its limits.
+    private func count(_ t: Transfer, _ delta: Int) {
+        activeBySession[t.row.session, default: 0] += delta
+        activeByHost[t.row.spec.url.host ?? "", default: 0] += delta
     }
 
     private func start(_ t: Transfer) {
@@ -356,14 +367,40 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         try? journal.save(t.row)
         let task = engine.dataTask(with: request)
         t.task = task
-        byTask[ObjectIdentifier(task)] = t.row.id
+        count(t, 1)
+        byTask[ObjectIdentifier(task)] = t
         task.resume()
         idleSince = nil
     }
 
     private func transfer(_ task: SessionTask) -> Transfer? {
-        byTask[ObjectIdentifier(task)].flatMap { transfers[$0] }
+        byTask[ObjectIdentifier(task)].flatMap { transfers[$0.row.id] === $0 ? $0 : nil }
     }
+
+    /// Syncs the partial file on another thread (the transfer does not wait for the
+    /// disk), then records the count it had reached when the sync began: the journal's
+    /// count is always bytes that are on disk.
+    private func progressCheckpoint(_ t: Transfer) {
+        guard !t.syncing, t.fd >= 0 else { return }
+        let fd = dup(t.fd)
+        guard fd >= 0 else { return checkpoint(t) }
+        t.syncing = true
+        t.sinceCheckpoint = 0
+        t.lastCheckpoint = Date()
+        let count = t.row.received, epoch = t.epoch
+        syncQueue.async {
+            fdatasync(fd)
+            close(fd)
+            self.queue.async {
+                t.syncing = false
+                guard t.epoch == epoch, t.task != nil, t.row.state == "running", self.transfers[t.row.id] === t else { return }
+                var row = t.row
+                row.received = count
+                try? self.journal.save(row)
+            }
+        }
+    }
+    private let syncQueue = DispatchQueue(label: "porterd.sync")
 
     /// Syncs the partial file, then records how much of it is good.
     private func checkpoint(_ t: Transfer) {
@@ -392,6 +429,7 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             ftruncate(t.fd, 0)
             lseek(t.fd, 0, SEEK_SET)
             t.row.received = 0
+            t.epoch += 1
         }
         t.row.validator = response.validator
         t.row.expected = response.expectedContentLength >= 0 ? response.expectedContentLength + t.row.received : -1
@@ -419,7 +457,7 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         }
         t.row.received += Int64(data.count)
         t.sinceCheckpoint += Int64(data.count)
-        if t.sinceCheckpoint >= 4 << 20 || Date().timeIntervalSince(t.lastCheckpoint) >= 1 { checkpoint(t) }
+        if Date().timeIntervalSince(t.lastCheckpoint) >= 1 { progressCheckpoint(t) }
         update(t)
     }
 
@@ -430,10 +468,11 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
     }
 
     public func task(_ task: SessionTask, didCompleteWithError error: PorterError?) {
-        guard let t = transfer(task) else { return }
-        byTask[ObjectIdentifier(task)] = nil
+        guard let t = byTask.removeValue(forKey: ObjectIdentifier(task)) else { return }
         t.task = nil
+        count(t, -1)
         defer { admitQueued() }
+        guard transfers[t.row.id] === t else { return }  // ended already (a write failure)
         if let ending = t.ending {
             if ending == .cancelProducingResumeData { return endWithResumeData(t) }
             if error == nil || error?.code == .cancelled {

@@ -168,6 +168,8 @@ final class BackgroundLink: @unchecked Sendable {
                 if let delegate = session.delegate {
                     session.deliver { delegate.sessionDidFinishEvents(forBackgroundSession: session) }
                 }
+            case .pong:
+                break
             case .resumeData(let task, let data):
                 let waiter = lock.withLock { resumeWaiters.removeValue(forKey: task) }
                 if let waiter { session.deliver { waiter(data) } }

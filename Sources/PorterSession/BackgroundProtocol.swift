@@ -208,6 +208,8 @@ public enum BackgroundClientMessage: Codable, Sendable, Equatable {
     case delivered(sequence: Int64)
     /// Every task of `session` (every session when nil): the answer is `tasks`.
     case list(session: String?, reference: Int)
+    /// Answered with `pong` once every message before it was handled.
+    case ping(reference: Int)
 }
 
 public enum BackgroundDaemonMessage: Codable, Sendable, Equatable {
@@ -224,4 +226,5 @@ public enum BackgroundDaemonMessage: Codable, Sendable, Equatable {
     case eventsSent
     case tasks(reference: Int, [BackgroundTaskSnapshot])
     case resumeData(task: Int, Data?)
+    case pong(reference: Int)
 }
