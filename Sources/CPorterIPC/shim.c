@@ -112,3 +112,7 @@ int porter_ipc_spawn_detached_env(const char *path, char *const argv[], char *co
     }
     return 0;
 }
+
+int porter_ipc_start_writeback(int fd, long long offset, long long length) {
+    return sync_file_range(fd, (off_t)offset, (off_t)length, SYNC_FILE_RANGE_WRITE);
+}

@@ -420,7 +420,19 @@ struct Fetch: ParsableCommand {
 
     func run() throws {
         if let background {
-            return try BackgroundCLI.enqueue(session: background, urls: urls, outputs: output, remoteName: remoteName, headers: header)
+            var all = urls
+            if let urlList {
+                // A list names files by their URLs (-O): one -o per URL does not scale to it.
+                guard remoteName else { throw ValidationError("--background with --url-list writes each file by its URL's name: add -O") }
+                do {
+                    let source = try URLSource(arguments: [], listPath: urlList)
+                    while let u = source.next() { all.append(u) }
+                } catch let e as PorterError {
+                    note("porter: \(e.message)")
+                    throw ExitCode(PorterExit.notFound.rawValue)
+                }
+            }
+            return try BackgroundCLI.enqueue(session: background, urls: all, outputs: output, remoteName: remoteName, headers: header)
         }
         plugins.bootstrap(forURLs: urls, fromList: urlList != nil, verbose: verbose)
         let refused = Porter.pluginVerdicts.compactMap(\.diagnostic)

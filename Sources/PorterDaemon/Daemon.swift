@@ -56,6 +56,8 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         var task: DataTask?
         var fd: Int32 = -1
         var sinceCheckpoint: Int64 = 0
+        /// Bytes up to which writeback was started.
+        var writebackFrom: Int64 = 0
         var lastCheckpoint = Date()
         var lastUpdate = Date.distantPast
         var ending: BackgroundControl?
@@ -360,6 +362,7 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             ftruncate(t.fd, off_t(t.row.received))
             lseek(t.fd, off_t(t.row.received), SEEK_SET)
             if t.row.received > 0 { request.resumeRange = ResumeRange(offset: t.row.received, validator: t.row.validator) }
+            t.writebackFrom = t.row.received
         }
         if t.row.firstAttempt == nil { t.row.firstAttempt = Date().timeIntervalSince1970 }
         t.row.state = "running"
@@ -429,6 +432,7 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             ftruncate(t.fd, 0)
             lseek(t.fd, 0, SEEK_SET)
             t.row.received = 0
+            t.writebackFrom = 0
             t.epoch += 1
         }
         t.row.validator = response.validator
@@ -457,6 +461,19 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         }
         t.row.received += Int64(data.count)
         t.sinceCheckpoint += Int64(data.count)
+        // Let the disk keep up while bytes arrive (the end's sync then has little left):
+        // start writeback of every 8 MiB, on the sync thread.
+        if t.row.received - t.writebackFrom >= 8 << 20 {
+            let from = t.writebackFrom, length = t.row.received - t.writebackFrom
+            t.writebackFrom = t.row.received
+            let fd = dup(t.fd)
+            if fd >= 0 {
+                syncQueue.async {
+                    _ = porter_ipc_start_writeback(fd, from, length)
+                    close(fd)
+                }
+            }
+        }
         if Date().timeIntervalSince(t.lastCheckpoint) >= 1 { progressCheckpoint(t) }
         update(t)
     }

@@ -77,6 +77,9 @@ final class Journal: @unchecked Sendable {
 
     let path: String
     private let db: DatabaseQueue
+    /// Every task row, as committed (the daemon is the journal's only writer): lists are
+    /// answered from memory, not from SQLite and a JSON decode per row.
+    private var cache: [Int: Task] = [:]
 
     /// Opens the journal; one that is not a database (damaged, truncated, something
     /// else) is moved aside to `path.corrupt-<time>` and a new one started, with the
@@ -86,6 +89,7 @@ final class Journal: @unchecked Sendable {
         var aside: String?
         db = try Journal.open(path, setAside: &aside)
         setAside = aside
+        for t in try db.read({ db in try Row.fetchAll(db, sql: "SELECT * FROM tasks").compactMap(Journal.task) }) { cache[t.id] = t }
     }
 
     /// One that is not a database (damaged, truncated, something else) is moved aside to
@@ -132,7 +136,7 @@ final class Journal: @unchecked Sendable {
         var stored = spec
         stored.resumeData = nil
         let text = String(decoding: try JSONEncoder().encode(stored), as: UTF8.self)
-        return try db.write { db -> Task in
+        let t = try db.write { db -> Task in
             try db.execute(sql: "INSERT INTO tasks(session, spec, state, created) VALUES (?, ?, 'suspended', ?)",
                            arguments: [session, text, Date().timeIntervalSince1970])
             let id = Int(db.lastInsertedRowID)
@@ -141,6 +145,8 @@ final class Journal: @unchecked Sendable {
                   let t = Journal.task(row) else { throw PorterError(.unknown, "the journal lost task \(id)") }
             return t
         }
+        cache[t.id] = t
+        return t
     }
 
     /// Writes every field of `t` that changes while it runs.
@@ -156,6 +162,7 @@ final class Journal: @unchecked Sendable {
                 """, arguments: [text, t.state, t.received, t.expected, t.sent, t.validator, t.partial, t.retries,
                                  t.nextAttempt, t.statusCode, t.errorCode, t.errorMessage, t.firstAttempt, t.id])
         }
+        cache[t.id] = t
     }
 
     /// Saves the task's end and queues its events in one transaction.
@@ -175,12 +182,7 @@ final class Journal: @unchecked Sendable {
     }
 
     func tasks(session: String? = nil) throws -> [Task] {
-        try db.read { db in
-            let rows = session == nil
-                ? try Row.fetchAll(db, sql: "SELECT * FROM tasks ORDER BY id")
-                : try Row.fetchAll(db, sql: "SELECT * FROM tasks WHERE session = ? ORDER BY id", arguments: [session])
-            return rows.compactMap(Journal.task)
-        }
+        cache.values.filter { session == nil || $0.session == session }.sorted { $0.id < $1.id }
     }
 
     func events(session: String) throws -> [BackgroundEvent] {
@@ -196,15 +198,17 @@ final class Journal: @unchecked Sendable {
     /// Forgets a delivered event; returns it. A completed task whose last event went is
     /// forgotten too.
     func delivered(_ sequence: Int64, session: String) throws -> BackgroundEvent? {
-        try db.write { db -> BackgroundEvent? in
+        let (event, forgotten) = try db.write { db -> (BackgroundEvent?, Bool) in
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM events WHERE seq = ? AND session = ?", arguments: [sequence, session]),
-                  let kind = BackgroundEvent.Kind(rawValue: row["kind"]) else { return nil }
+                  let kind = BackgroundEvent.Kind(rawValue: row["kind"]) else { return (nil, false) }
             let e = BackgroundEvent(sequence: sequence, task: row["task"], kind: kind, file: row["file"])
             try db.execute(sql: "DELETE FROM events WHERE seq = ?", arguments: [sequence])
             let left = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM events WHERE task = ?", arguments: [e.task]) ?? 0
             if left == 0 { try db.execute(sql: "DELETE FROM tasks WHERE id = ? AND state = 'completed'", arguments: [e.task]) }
-            return e
+            return (e, db.changesCount > 0 && left == 0)
         }
+        if forgotten, let event { cache[event.task] = nil }
+        return event
     }
 
     /// Records the launch command of `session` (empty: none) and that a process holds it
@@ -237,3 +241,4 @@ final class Journal: @unchecked Sendable {
         try db.read { db in try String.fetchAll(db, sql: "SELECT DISTINCT session FROM events") }
     }
 }
+

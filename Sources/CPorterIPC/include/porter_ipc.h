@@ -27,4 +27,8 @@ int porter_ipc_spawn_detached(const char *path, char *const argv[]);
 /* The same with the environment `envp` (NULL-terminated). */
 int porter_ipc_spawn_detached_env(const char *path, char *const argv[], char *const envp[]);
 
+/* Starts writing `length` bytes of `fd` from `offset` to disk without waiting for them
+ * (sync_file_range with SYNC_FILE_RANGE_WRITE), so a later fdatasync has little left. */
+int porter_ipc_start_writeback(int fd, long long offset, long long length);
+
 #endif
