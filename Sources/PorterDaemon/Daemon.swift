@@ -201,6 +201,12 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             enqueue(spec, session: session, reference: reference, reply: c)
         case .control(let id, let action):
             control(id, action, from: c)
+        case .schedule(let id, let priority, let earliestBegin):
+            guard let t = transfers[id], t.row.session == c.session else { return }
+            t.row.spec.priority = priority
+            t.row.spec.earliestBegin = earliestBegin
+            try? journal.save(t.row)
+            sortWaiting()
         case .describe(let id, let text):
             guard var row = transfers[id]?.row ?? (try? journal.tasks(session: c.session).first { $0.id == id }) else { return }
             row.spec.taskDescription = text
@@ -312,8 +318,26 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
     private var activeByHost: [String: Int] = [:]
 
     private func admit(_ t: Transfer) {
+        if let begin = t.row.spec.earliestBegin, begin > Date().timeIntervalSince1970 {
+            // earliestBeginDate: wait for it (the retry timer's path, which admits then).
+            return schedule(t, at: begin)
+        }
         waiting[t.row.session, default: [:]][t.row.spec.url.host ?? "", default: []].append(t.row.id)
+        sortWaiting(session: t.row.session)
         admitQueued()
+    }
+
+    /// Higher priority first within each queue; equal priorities keep their order.
+    private func sortWaiting(session only: String? = nil) {
+        for (session, hosts) in waiting where only == nil || session == only {
+            var sorted = hosts
+            for (host, ids) in hosts where ids.count > 1 {
+                let ranked = ids.enumerated().map { (i, id) in (i, id, transfers[id]?.row.spec.priority ?? 0.5) }
+                if ranked.allSatisfy({ $0.2 == 0.5 }) { continue }
+                sorted[host] = ranked.sorted { $0.2 != $1.2 ? $0.2 > $1.2 : $0.0 < $1.0 }.map(\.1)
+            }
+            waiting[session] = sorted
+        }
     }
 
     /// Starts waiting transfers while the limits allow; the work is bounded by the number
@@ -368,12 +392,24 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         t.row.state = "running"
         t.row.nextAttempt = nil
         try? journal.save(t.row)
-        let task = engine.dataTask(with: request)
+        let task = engine(for: t.row.spec.maximumBytesPerSecond).dataTask(with: request)
         t.task = task
         count(t, 1)
         byTask[ObjectIdentifier(task)] = t
         task.resume()
         idleSince = nil
+    }
+
+    /// One engine session per bytes-per-second cap (the cap is a session setting).
+    private var capped: [Int64: Session] = [:]
+    private func engine(for cap: Int64?) -> Session {
+        guard let cap, cap > 0 else { return engine }
+        if let s = capped[cap] { return s }
+        var config = engine.configuration
+        config.maximumBytesPerSecond = cap
+        let s = Session(configuration: config, delegate: self, delegateQueue: queue)
+        capped[cap] = s
+        return s
     }
 
     private func transfer(_ task: SessionTask) -> Transfer? {

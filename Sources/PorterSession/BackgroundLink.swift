@@ -97,6 +97,11 @@ final class BackgroundLink: @unchecked Sendable {
         try? lock.withLock { channel }?.send(message: BackgroundClientMessage.control(task: task, action))
     }
 
+    func schedule(_ task: Int, priority: Float, earliestBegin: Date?) {
+        try? lock.withLock { channel }?.send(message: BackgroundClientMessage.schedule(
+            task: task, priority: priority, earliestBegin: earliestBegin?.timeIntervalSince1970))
+    }
+
     func describe(_ task: Int, _ description: String?) {
         try? lock.withLock { channel }?.send(message: BackgroundClientMessage.describe(task: task, description))
     }

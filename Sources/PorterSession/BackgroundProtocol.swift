@@ -106,6 +106,12 @@ public struct BackgroundTaskSpec: Codable, Sendable, Equatable {
     public var destination: String?
     /// Resume data to continue from (a cancelled in-process or background download).
     public var resumeData: Data?
+    /// 0…1; waiting tasks of higher priority start first.
+    public var priority: Float?
+    /// Not started before this time (seconds since 1970).
+    public var earliestBegin: Double?
+    /// The session's `maximumBytesPerSecond`, applied to this transfer.
+    public var maximumBytesPerSecond: Int64?
 
     public init(kind: Kind, url: URL, method: String = "GET", headers: [[String]] = [], taskDescription: String? = nil,
                 uploadFile: String? = nil, destination: String? = nil, resumeData: Data? = nil) {
@@ -204,6 +210,9 @@ public enum BackgroundClientMessage: Codable, Sendable, Equatable {
     case control(task: Int, BackgroundControl)
     /// The task's `taskDescription` (so a later process recognises it).
     case describe(task: Int, String?)
+    /// The task's priority (0…1: higher starts first among waiting tasks) and the time
+    /// before which it must not start (seconds since 1970).
+    case schedule(task: Int, priority: Float, earliestBegin: Double?)
     /// The delegate call for event `sequence` returned: the daemon forgets it.
     case delivered(sequence: Int64)
     /// Every task of `session` (every session when nil): the answer is `tasks`.

@@ -214,8 +214,9 @@ public final class Session: @unchecked Sendable {
     public func uploadTask(with request: Request, fromFile file: URL) -> UploadTask {
         let r = Session.uploadRequest(request, body: .file(file))
         if let background {
-            let spec = BackgroundTaskSpec(kind: .upload, url: r.url, method: r.method,
+            var spec = BackgroundTaskSpec(kind: .upload, url: r.url, method: r.method,
                                           headers: ResumeData.shareableHeaders(r.headerFields), uploadFile: file.path)
+            spec.maximumBytesPerSecond = configuration.maximumBytesPerSecond
             return backgroundTask(spec, background) { UploadTask(session: self, identifier: $0, request: r, sink: .delegate) }
         }
         return register { UploadTask(session: self, identifier: $0, request: r, sink: .delegate) }
@@ -236,8 +237,9 @@ public final class Session: @unchecked Sendable {
 
     public func downloadTask(with request: Request) -> DownloadTask {
         if let background {
-            let spec = BackgroundTaskSpec(kind: .download, url: request.url, method: request.method,
+            var spec = BackgroundTaskSpec(kind: .download, url: request.url, method: request.method,
                                           headers: ResumeData.shareableHeaders(request.headerFields))
+            spec.maximumBytesPerSecond = configuration.maximumBytesPerSecond
             return backgroundTask(spec, background) { DownloadTask(session: self, identifier: $0, request: request, resume: nil, sink: .delegate) }
         }
         return register { DownloadTask(session: self, identifier: $0, request: request, resume: nil, sink: .delegate) }

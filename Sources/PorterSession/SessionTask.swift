@@ -34,6 +34,7 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
         var error: PorterError?
         var detachedState: TaskState?
         var currentRequest: Request?
+        var earliestBegin: Date?
     }
 
     init(session: Session, identifier: Int, request: Request, asksResponseDisposition: Bool) {
@@ -104,10 +105,23 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
             remote?.describe(taskIdentifier, newValue)
         }
     }
-    /// 0 (low) to 1 (high); a hint handlers may use.
+    /// 0 (low) to 1 (high); a hint handlers may use. In a background session porterd
+    /// starts waiting tasks of higher priority first.
     public var priority: Float {
         get { info.withLock { $0.priority } }
-        set { info.withLock { $0.priority = min(1, max(0, newValue)) } }
+        set {
+            let p = min(1, max(0, newValue))
+            info.withLock { $0.priority = p }
+            remote?.schedule(taskIdentifier, priority: p, earliestBegin: earliestBeginDate)
+        }
+    }
+    /// Background sessions: porterd does not start the task before this date.
+    public var earliestBeginDate: Date? {
+        get { info.withLock { $0.earliestBegin } }
+        set {
+            info.withLock { $0.earliestBegin = newValue }
+            remote?.schedule(taskIdentifier, priority: priority, earliestBegin: newValue)
+        }
     }
     public var state: TaskState { info.withLock { $0.detachedState } ?? driver.state }
     /// The request being loaded now (after redirects).

@@ -403,6 +403,30 @@ final class BackgroundSessionTests: XCTestCase {
         XCTAssertTrue(e.message.contains("download tasks and upload tasks from a file"), e.message)
         c.finishTasksAndInvalidate()
     }
+
+    /// earliestBeginDate holds a task back; the session's bytes-per-second cap applies in
+    /// porterd too.
+    func testEarliestBeginDateAndTheRateCap() throws {
+        var config = SessionConfiguration.background(identifier: "timing")
+        config.maximumBytesPerSecond = 2 << 20
+        let recorder = BackgroundRecorder()
+        let session = Session(configuration: config, delegate: recorder)
+        let later = session.downloadTask(with: URL(string: nginx.http + "/index.html")!)
+        later.earliestBeginDate = Date().addingTimeInterval(2)
+        let started = Date()
+        later.resume()
+        XCTAssertEqual(recorder.completed.wait(timeout: .now() + 20), .success)
+        XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(started), 1.8, "not started before its date")
+        XCTAssertEqual(recorder.completions[later.taskIdentifier].map { $0 == nil }, true)
+
+        let capped = session.downloadTask(with: URL(string: nginx.http + "/medium.bin")!)
+        let t0 = Date()
+        capped.resume()
+        XCTAssertEqual(recorder.completed.wait(timeout: .now() + 30), .success)
+        XCTAssertEqual(recorder.files[capped.taskIdentifier], expectedMedium())
+        XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(t0), 2.2, "6 MiB at 2 MiB/s takes about 3 s")
+        session.finishTasksAndInvalidate()
+    }
 }
 
 /// `porter --background` and `porter jobs`, as separate processes.
