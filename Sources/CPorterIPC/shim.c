@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -84,6 +85,14 @@ int porter_ipc_spawn_detached_env(const char *path, char *const argv[], char *co
     if (child == 0) {
         /* Only async-signal-safe calls from here: the parent may have threads. */
         if (setsid() < 0) _exit(1);
+        /* A clean slate: no inherited blocked signals or ignored SIGCHLD (the daemon
+         * waits for what it starts), and no hold on the caller's working folder. */
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGCHLD, SIG_DFL);
+        signal(SIGPIPE, SIG_DFL);
+        if (chdir("/") != 0) _exit(1);
         pid_t grandchild = fork();
         if (grandchild < 0) _exit(1);
         if (grandchild > 0) _exit(0);

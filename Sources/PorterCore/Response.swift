@@ -47,6 +47,13 @@ public struct Response: Sendable, CustomStringConvertible {
         return "Unknown"
     }
 
+    /// `length + offset` for lengths a server announced: -1 (unknown) when the sum does
+    /// not fit, instead of a trap on a hostile Content-Length or Content-Range.
+    public static func total(_ length: Int64, plus offset: Int64) -> Int64 {
+        let (sum, overflow) = length.addingReportingOverflow(offset)
+        return overflow || sum < 0 ? -1 : sum
+    }
+
     public func value(forHeader name: String) -> String? {
         guard let n = HTTPField.Name(name) else { return nil }
         return headerFields.combined(n)

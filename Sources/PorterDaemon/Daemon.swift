@@ -4,6 +4,7 @@ import Porter
 import PorterCore
 import PorterIPC
 import PorterSession
+import Synchronization
 
 /// porterd: runs the transfers of background sessions for one user, journals them, and
 /// hands their events to whichever process holds the session.
@@ -49,6 +50,7 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
     private var connections: [ObjectIdentifier: Connection] = [:]
     private var idleSince: Date? = Date()
     private let log: FileHandle?
+    private var lockFD: Int32 = -1
 
     /// Confined to `queue` (a sync callback captures one only to hop back onto it).
     final class Transfer: @unchecked Sendable {
@@ -70,18 +72,43 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         init(_ row: Journal.Task) { self.row = row }
     }
 
+    /// A client. Messages to it go through its own writer thread, so a client that stops
+    /// reading (stopped, in a debugger, a delegate that blocks) never holds up the daemon:
+    /// progress updates to it are dropped while its backlog is long, and a client whose
+    /// backlog passes `dropLimit` messages is disconnected (its events stay journaled).
     final class Connection: @unchecked Sendable {
         let channel: Channel
         var session: String?
+        private let writer = DispatchQueue(label: "porterd.client")
+        private let backlog = Atomic<Int>(0)
+        static let updateLimit = 64
+        static let dropLimit = 50_000
         init(_ channel: Channel) { self.channel = channel }
-        func send(_ m: BackgroundDaemonMessage) { try? channel.send(message: m) }
+
+        func send(_ m: BackgroundDaemonMessage) {
+            let waiting = backlog.load(ordering: .relaxed)
+            if case .update = m, waiting > Connection.updateLimit { return }
+            if waiting > Connection.dropLimit {
+                channel.close()
+                return
+            }
+            backlog.add(1, ordering: .relaxed)
+            writer.async { [self] in
+                try? channel.send(message: m)
+                backlog.subtract(1, ordering: .relaxed)
+            }
+        }
     }
 
     var partialsFolder: String { options.stateFolder + "/partial" }
     func finishedFolder(_ session: String) -> String {
         // The identifier is the application's: keep only a safe file name of it.
-        let safe = String(session.unicodeScalars.map { CharacterSet.alphanumerics.contains($0) || $0 == "-" || $0 == "_" ? Character($0) : "_" })
-        return options.stateFolder + "/finished/" + String(safe.prefix(64)) + "-" + String(UInt32(truncatingIfNeeded: session.hashValue & 0x7FFF_FFFF), radix: 16)
+        // (ASCII letters and digits, at most 64 bytes) and a hash of it that is the same in
+        // every run (FNV-1a: Hasher is seeded per process).
+        let safe = String(session.unicodeScalars.prefix(64).map { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || $0 == "-" || $0 == "_") ? Character($0) : "_" })
+        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        for b in session.utf8 { h = (h ^ UInt64(b)) &* 0x100_0000_01b3 }
+        return options.stateFolder + "/finished/" + safe + "-" + String(h, radix: 16)
     }
 
     public init(options: Options) throws {
@@ -90,6 +117,13 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         try PrivateFiles.makeFolder(options.stateFolder + "/partial")
         try PrivateFiles.makeFolder(options.stateFolder + "/finished")
         try PrivateFiles.makeFolder(options.runtimeFolder)
+        // One daemon per user: two started at once (two clients after a crash) would both
+        // resume the journal's transfers into the same partial files.
+        let lockPath = options.stateFolder + "/porterd.lock"
+        lockFD = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard lockFD >= 0, flock(lockFD, LOCK_EX | LOCK_NB) == 0 else {
+            throw PorterError(.unsupportedConfiguration, "another porterd runs for this user (\(lockPath) is locked)")
+        }
         let logPath = options.stateFolder + "/porterd.log"
         let fd = open(logPath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0o600)
         log = fd >= 0 ? FileHandle(fileDescriptor: fd, closeOnDealloc: true) : nil
@@ -141,33 +175,39 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
                     return false
                 }
                 if idleSince == nil { idleSince = Date() }
-                return Date().timeIntervalSince(idleSince!) >= options.idleExit
+                guard Date().timeIntervalSince(idleSince!) >= options.idleExit else { return false }
+                // Decided on the queue, where connections register: none slips in after it.
+                if !adopted { unlink(socket) }
+                l.close()
+                return true
             }
             if done { break }
         }
         note("idle for \(Int(options.idleExit)) s: exiting")
         unlink(pidFile)
-        // A socket systemd made stays: systemd listens on it and starts porterd again.
-        if !adopted { unlink(socket) }
-        l.close()
     }
 
     // MARK: - connections
 
     private func serve(_ channel: Channel) {
+        // Counted at once (the idle exit waits for it), before its handshake.
+        let c = Connection(channel)
+        queue.sync { connections[ObjectIdentifier(c)] = c }
         let t = Thread { [self] in
+            let forget = { self.queue.async { self.connections[ObjectIdentifier(c)] = nil } }
             guard let peer = channel.peer, peer.uid == geteuid() else {
                 channel.goodbye("refused: porterd serves only uid \(geteuid())")
-                return
+                return forget()
             }
             do {
+                channel.setReceiveTimeout(10)
                 try channel.answer(BackgroundProtocol.hello)
+                channel.setReceiveTimeout(0)
             } catch {
                 note("a connection from pid \(peer.pid) failed its handshake: \(error)")
-                return
+                channel.close()
+                return forget()
             }
-            let c = Connection(channel)
-            queue.sync { connections[ObjectIdentifier(c)] = c }
             while true {
                 do {
                     let m = try channel.receive(BackgroundClientMessage.self)
@@ -209,7 +249,7 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             sortWaiting()
         case .describe(let id, let text):
             guard var row = transfers[id]?.row ?? (try? journal.tasks(session: c.session).first { $0.id == id }) else { return }
-            row.spec.taskDescription = text
+            row.spec.taskDescription = text.map { String($0.utf8.prefix(Daemon.maximumDescription)) ?? String($0.prefix(1024)) }
             transfers[id]?.row = row
             try? journal.save(row)
         case .delivered(let sequence):
@@ -225,19 +265,42 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
 
     /// Sends all but the last page of `tasks` as `taskPage`s; returns the last page.
     private func paged(_ tasks: [BackgroundTaskSnapshot], reference: Int, to c: Connection) -> [BackgroundTaskSnapshot] {
-        let page = 500
-        var start = 0
-        while tasks.count - start > page {
-            c.send(.taskPage(reference: reference, Array(tasks[start..<(start + page)])))
-            start += page
+        // Pages of at most ~256 KiB of JSON (a snapshot is its strings plus ~400 bytes;
+        // URLs and descriptions are bounded when they enter), far below the 1 MiB frame.
+        var page: [BackgroundTaskSnapshot] = []
+        var size = 0
+        for t in tasks {
+            let cost = 400 + t.url.absoluteString.utf8.count * 2 + (t.taskDescription?.utf8.count ?? 0) * 2
+                + (t.destination?.utf8.count ?? 0) * 2 + (t.errorMessage?.utf8.count ?? 0) * 2
+            if size + cost > 256 << 10, !page.isEmpty {
+                c.send(.taskPage(reference: reference, page))
+                page.removeAll()
+                size = 0
+            }
+            page.append(t)
+            size += cost
         }
-        return Array(tasks[start...])
+        return page
     }
+
+    /// Bounds on what a client may make the daemon keep (and send back in lists).
+    static let maximumURL = 16 << 10
+    static let maximumDescription = 4 << 10
 
     /// The freshest view of a task: the running transfer's, else the journal's.
     private func current(_ row: Journal.Task) -> Journal.Task { transfers[row.id]?.row ?? row }
 
-    private func enqueue(_ spec: BackgroundTaskSpec, session: String, reference: Int, reply c: Connection) {
+    private func enqueue(_ given: BackgroundTaskSpec, session: String, reference: Int, reply c: Connection) {
+        var spec = given
+        guard spec.url.absoluteString.utf8.count <= Daemon.maximumURL, (spec.destination?.utf8.count ?? 0) <= 4096,
+              session.utf8.count <= 1024 else {
+            return c.send(.refused(reference: reference, message: "porterd keeps URLs up to 16 KiB and paths up to 4 KiB"))
+        }
+        if let d = spec.taskDescription, d.utf8.count > Daemon.maximumDescription {
+            spec.taskDescription = String(d.prefix(1024))
+        }
+        // Never journaled: each attempt asks the stores for cookies and credentials again.
+        spec.headers = spec.headers.filter { $0.count == 2 && !["authorization", "proxy-authorization", "cookie"].contains($0[0].lowercased()) }
         if spec.kind == .upload {
             guard let file = spec.uploadFile, access(file, R_OK) == 0 else {
                 return c.send(.refused(reference: reference, message: "porterd cannot read the upload file \(spec.uploadFile ?? "(none)")"))
@@ -260,6 +323,13 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         }
     }
 
+    private func syncFile(_ path: String) -> Bool {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        return fsync(fd) == 0
+    }
+
     private func copyFile(_ from: String, _ to: String) -> Bool {
         (try? FileManager.default.copyItem(atPath: from, toPath: to)) != nil
     }
@@ -272,20 +342,24 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             guard t.row.state != "running" || (t.task == nil && t.retryTimer == nil) else { return }
             t.row.state = "running"
             try? journal.save(t.row)
-            if let task = t.task { task.resume() } else { admit(t) }
+            if t.task == nil { admit(t) }
         case .suspend:
             guard t.row.state == "running" else { return }
+            // The attempt stops (its slot goes to a waiting task); resume starts a new
+            // one with a Range from the synced bytes.
             t.row.state = "suspended"
             checkpoint(t)
             t.retryTimer?.cancel()
             t.retryTimer = nil
-            t.task?.suspend()
+            t.task?.cancel()
         case .cancel, .cancelProducingResumeData:
             t.ending = action
             t.retryTimer?.cancel()
             t.retryTimer = nil
             if let task = t.task {
                 task.cancel()  // didCompleteWithError(.cancelled) ends it
+            } else if action == .cancelProducingResumeData {
+                endWithResumeData(t)
             } else {
                 end(t, error: PorterError(.cancelled, "cancelled", url: t.row.spec.url), status: nil)
             }
@@ -303,6 +377,10 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
                 schedule(t, at: next)
             } else {
                 if row.received > 0 { note("task \(row.id): continuing after a restart from byte \(row.received)") }
+                if let begin = row.spec.earliestBegin, begin > Date().timeIntervalSince1970 {
+                    schedule(t, at: begin)
+                    continue
+                }
                 waiting[row.session, default: [:]][row.spec.url.host ?? "", default: []].append(row.id)
             }
         }
@@ -380,8 +458,10 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         }
         if t.row.received > 0 {
             var st = stat()
-            if fstat(t.fd, &st) != 0 || Int64(st.st_size) < t.row.received {
-                t.row.received = 0  // the partial file lost bytes: start over
+            if fstat(t.fd, &st) != 0 || Int64(st.st_size) < t.row.received || t.row.validator == nil {
+                // The partial file lost bytes, or nothing can tell whether the resource
+                // changed (a Range without If-Range could splice two versions): start over.
+                t.row.received = 0
             }
             ftruncate(t.fd, off_t(t.row.received))
             lseek(t.fd, off_t(t.row.received), SEEK_SET)
@@ -472,7 +552,9 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             t.epoch += 1
         }
         t.row.validator = response.validator
-        t.row.expected = response.expectedContentLength >= 0 ? response.expectedContentLength + t.row.received : -1
+        // A server's length is input: a sum that overflows is an unknown length, not a trap.
+        let (total, overflow) = response.expectedContentLength.addingReportingOverflow(t.row.received)
+        t.row.expected = response.expectedContentLength >= 0 && !overflow ? total : -1
         checkpoint(t)
         update(t, force: true)
         completion(.allow)
@@ -527,10 +609,15 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         defer { admitQueued() }
         guard transfers[t.row.id] === t else { return }  // ended already (a write failure)
         if let ending = t.ending {
+            // Asked to end: it ends, whatever the last attempt's outcome.
             if ending == .cancelProducingResumeData { return endWithResumeData(t) }
-            if error == nil || error?.code == .cancelled {
-                return end(t, error: PorterError(.cancelled, "cancelled", url: t.row.spec.url), status: nil)
-            }
+            return end(t, error: PorterError(.cancelled, "cancelled", url: t.row.spec.url), status: nil)
+        }
+        if t.row.state == "suspended" {
+            // The attempt stopped for a suspend: keep the synced bytes for the resume.
+            checkpoint(t)
+            closeFile(t)
+            return
         }
         if let error, Daemon.retryable.contains(error.code), t.row.state == "running" {
             let elapsed = Date().timeIntervalSince1970 - (t.row.firstAttempt ?? Date().timeIntervalSince1970)
@@ -586,7 +673,8 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             }
         }
         holders[t.row.session]?.send(.resumeData(task: t.row.id, data))
-        end(t, error: PorterError(.cancelled, "cancelled", url: t.row.spec.url, resumeData: data), status: nil, keepPartial: true)
+        // Without resume data nobody will use the partial file: it goes.
+        end(t, error: PorterError(.cancelled, "cancelled", url: t.row.spec.url, resumeData: data), status: nil, keepPartial: data != nil)
     }
 
     /// Runs the session's launch command (once until a process holds the session again),
@@ -620,17 +708,25 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             if let destination = t.row.spec.destination {
                 // porter --background -o FILE: the daemon puts it there itself.
                 if rename(partial, destination) != 0 {
-                    if copyFile(partial, destination + ".porter-part"), rename(destination + ".porter-part", destination) == 0 {
+                    // Another file system: copy beside the destination under a name of
+                    // its own, sync, rename over; nothing partial is ever at the destination.
+                    let temp = destination + ".porter-part-\(getpid())-\(t.row.id)"
+                    if copyFile(partial, temp), syncFile(temp), rename(temp, destination) == 0 {
                         unlink(partial)
                     } else {
                         error = PorterError(.cannotMoveFile, "porterd cannot put the download at \(destination)", cause: .errno(errno))
+                        unlink(temp)
+                        unlink(partial)
                     }
                 }
             } else {
                 let folder = finishedFolder(t.row.session)
-                try? PrivateFiles.makeFolder(folder)
                 let file = folder + "/task-\(t.row.id)"
-                if rename(partial, file) == 0 {
+                if (try? PrivateFiles.makeFolder(folder)) == nil {
+                    // A planted link or someone else's folder: never written through.
+                    error = PorterError(.cannotMoveFile, "porterd refuses \(folder): not its own private folder")
+                    unlink(partial)
+                } else if rename(partial, file) == 0 {
                     events.append(BackgroundEvent(sequence: 0, task: t.row.id, kind: .finishedDownloading, file: file, statusCode: status))
                 } else {
                     error = PorterError(.cannotMoveFile, "porterd cannot keep the download", cause: .errno(errno))

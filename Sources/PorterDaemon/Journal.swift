@@ -101,6 +101,11 @@ final class Journal: @unchecked Sendable {
             try relaxSync(db)
             return db
         } catch {
+            // Only a file that is not an SQLite database (or one SQLite calls corrupt) is
+            // set aside; a busy or unreadable journal is an error, never discarded.
+            let corrupt = (error as? DatabaseError).map { $0.resultCode == .SQLITE_CORRUPT || $0.resultCode == .SQLITE_NOTADB }
+                ?? !Journal.looksLikeSQLite(path)
+            guard corrupt else { throw error }
             let aside = path + ".corrupt-\(Int(Date().timeIntervalSince1970))"
             for suffix in ["", "-wal", "-shm"] { rename(path + suffix, aside + suffix) }
             setAside = "the journal \(path) could not be read (\(error)); it was moved to \(aside) and a new one started"
@@ -108,6 +113,12 @@ final class Journal: @unchecked Sendable {
             try relaxSync(db)
             return db
         }
+    }
+
+    /// The file starts with SQLite's header (or is empty).
+    private static func looksLikeSQLite(_ path: String) -> Bool {
+        guard let h = FileManager.default.contents(atPath: path)?.prefix(16) else { return true }
+        return h.isEmpty || h == Data("SQLite format 3\0".utf8)
     }
 
     /// WAL with synchronous=NORMAL: a commit survives the daemon's death (kill -9, a
@@ -151,24 +162,27 @@ final class Journal: @unchecked Sendable {
 
     /// Writes every field of `t` that changes while it runs.
     func save(_ t: Task) throws {
-        var stored = t.spec
-        stored.resumeData = nil
-        let text = String(decoding: try JSONEncoder().encode(stored), as: UTF8.self)
-        try db.write { db in
-            try db.execute(sql: """
-                UPDATE tasks SET spec = ?, state = ?, received = ?, expected = ?, sent = ?, validator = ?, partial = ?,
-                    retries = ?, next_attempt = ?, status = ?, error_code = ?, error_message = ?, first_attempt = ?
-                WHERE id = ?
-                """, arguments: [text, t.state, t.received, t.expected, t.sent, t.validator, t.partial, t.retries,
-                                 t.nextAttempt, t.statusCode, t.errorCode, t.errorMessage, t.firstAttempt, t.id])
-        }
+        try db.write { db in try Journal.update(t, in: db) }
         cache[t.id] = t
     }
 
-    /// Saves the task's end and queues its events in one transaction.
+    private static func update(_ t: Task, in db: GRDB.Database) throws {
+        var stored = t.spec
+        stored.resumeData = nil
+        let text = String(decoding: try JSONEncoder().encode(stored), as: UTF8.self)
+        try db.execute(sql: """
+            UPDATE tasks SET spec = ?, state = ?, received = ?, expected = ?, sent = ?, validator = ?, partial = ?,
+                retries = ?, next_attempt = ?, status = ?, error_code = ?, error_message = ?, first_attempt = ?
+            WHERE id = ?
+            """, arguments: [text, t.state, t.received, t.expected, t.sent, t.validator, t.partial, t.retries,
+                             t.nextAttempt, t.statusCode, t.errorCode, t.errorMessage, t.firstAttempt, t.id])
+    }
+
+    /// Saves the task's end and queues its events in one transaction (a kill between
+    /// the two must not leave a finished task nobody hears of).
     func finish(_ t: Task, events: [BackgroundEvent]) throws -> [BackgroundEvent] {
-        try save(t)
-        return try db.write { db -> [BackgroundEvent] in
+        let out = try db.write { db -> [BackgroundEvent] in
+            try Journal.update(t, in: db)
             var out: [BackgroundEvent] = []
             for e in events {
                 try db.execute(sql: "INSERT INTO events(session, task, kind, file, status, error_code, error_message) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -179,6 +193,8 @@ final class Journal: @unchecked Sendable {
             }
             return out
         }
+        cache[t.id] = t
+        return out
     }
 
     func tasks(session: String? = nil) throws -> [Task] {

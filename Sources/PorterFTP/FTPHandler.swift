@@ -114,7 +114,7 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
         }
         // FTP has no ETag: the size (SIZE) stands in as the validator for resuming.
         let total = t.info(offset: CURLINFO_CONTENT_LENGTH_DOWNLOAD_T)
-        if total >= 0 { response.validator = "size:\(total + (response.resumeOffset ?? 0))" }
+        if total >= 0 { response.validator = "size:\(Response.total(total, plus: response.resumeOffset ?? 0))" }
         stager.reset(expectedLength: length)
         client.didReceive(response, cacheStoragePolicy: .notAllowed)
     }

@@ -28,7 +28,20 @@ public final class Channel: @unchecked Sendable {
         self.decoder = FrameDecoder(maximumPayload: maximumPayload)
     }
 
-    deinit { close() }
+    /// The descriptor is released only here: a send racing a `close()` then fails on the
+    /// shut-down socket instead of writing to whatever socket reused the number.
+    deinit {
+        shutdown(fd, Int32(SHUT_RDWR))
+        Glibc.close(fd)
+    }
+
+    /// A receive that waits longer than `seconds` fails (0: wait for ever).
+    public func setReceiveTimeout(_ seconds: Double) {
+        var t = timeval(tv_sec: Int(seconds), tv_usec: Int((seconds - Double(Int(seconds))) * 1_000_000))
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &t, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    public var isClosed: Bool { closeLock.withLock { closed } }
 
     /// Connects to the Unix socket at `path`.
     public static func connect(path: String, maximumPayload: Int = 1 << 20) throws(IPCError) -> Channel {
@@ -53,14 +66,14 @@ public final class Channel: @unchecked Sendable {
         return PeerCredentials(pid: pid, uid: uid, gid: gid)
     }
 
+    /// Ends the connection: a thread blocked in a receive wakes with end of file, and
+    /// later sends fail. The descriptor itself is closed when the channel goes away.
     public func close() {
         closeLock.lock()
         defer { closeLock.unlock() }
         guard !closed else { return }
         closed = true
-        // shutdown first: a thread blocked in recv on this socket wakes with end of file.
         shutdown(fd, Int32(SHUT_RDWR))
-        Glibc.close(fd)
     }
 
     // MARK: frames
@@ -69,6 +82,7 @@ public final class Channel: @unchecked Sendable {
         let bytes = frame.encoded()
         sendLock.lock()
         defer { sendLock.unlock() }
+        if isClosed { throw IPCError(.closed, "the connection was closed") }
         var sent = 0
         while sent < bytes.count {
             let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL)) }
@@ -94,6 +108,7 @@ public final class Channel: @unchecked Sendable {
             let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if n < 0 {
                 if errno == EINTR { continue }
+                if errno == EAGAIN || errno == EWOULDBLOCK { throw IPCError(.closed, "the peer did not answer in time") }
                 throw IPCError(.closed, "the connection failed: \(String(cString: strerror(errno)))")
             }
             if n == 0 {
@@ -109,8 +124,7 @@ public final class Channel: @unchecked Sendable {
         // Closing with the peer's bytes unread would reset the connection and the peer
         // could lose the goodbye: stop sending, then read what it sent (briefly) first.
         shutdown(fd, Int32(SHUT_WR))
-        var wait = timeval(tv_sec: 0, tv_usec: 200_000)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, socklen_t(MemoryLayout<timeval>.size))
+        setReceiveTimeout(0.2)
         var sink = [UInt8](repeating: 0, count: 4096)
         var total = 0
         while total < 1 << 20 {
@@ -225,6 +239,11 @@ public final class Listener: @unchecked Sendable {
             let c = porter_ipc_accept(fd)
             if c >= 0 { return Channel(fd: c) }
             if errno == EINTR || errno == ECONNABORTED { continue }
+            // Out of descriptors or memory for a moment: wait, do not stop serving.
+            if errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM {
+                usleep(100_000)
+                continue
+            }
             return nil
         }
     }

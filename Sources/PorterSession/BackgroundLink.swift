@@ -20,6 +20,12 @@ final class BackgroundLink: @unchecked Sendable {
     private var resumeWaiters: [Int: @Sendable (Data?) -> Void] = [:]
     private var nextReference = 1
     private var closed = false
+    /// Events handed to the delegate queue and not yet acknowledged: after a reconnect
+    /// the daemon sends them again, and they must not reach the delegate twice.
+    private var inFlight: Set<Int64> = []
+    /// Set when the daemon's `attached` arrives (a connection that fails before it does
+    /// counts as a failed attempt).
+    private var attachedNow = false
     private let attachedOnce = DispatchSemaphore(value: 0)
 
     init(session: Session, identifier: String, launchCommand: [String]?) {
@@ -107,7 +113,17 @@ final class BackgroundLink: @unchecked Sendable {
     }
 
     func cancelProducingResumeData(_ task: Int, _ completion: @escaping @Sendable (Data?) -> Void) {
-        lock.withLock { resumeWaiters[task] = completion }
+        let sent = lock.withLock { () -> Bool in
+            guard channel != nil else { return false }
+            resumeWaiters[task] = completion
+            return true
+        }
+        guard sent else {
+            // Not connected (porterd restarts): no resume data now; the cancel is lost
+            // with the connection, as a control sent then would be.
+            session?.deliver { completion(nil) }
+            return
+        }
         control(task, .cancelProducingResumeData)
     }
 
@@ -118,7 +134,7 @@ final class BackgroundLink: @unchecked Sendable {
         while !lock.withLock({ closed }), session != nil {
             do {
                 let c = try connect()
-                attempts = 0
+                lock.withLock { attachedNow = false }
                 try c.send(message: BackgroundClientMessage.attach(session: identifier, launchCommand: launchCommand))
                 lock.withLock { channel = c; failure = nil }
                 try receive(on: c)
@@ -132,6 +148,7 @@ final class BackgroundLink: @unchecked Sendable {
                 }
                 for w in waiting { w(nil) }
                 attachedOnce.signal()
+                if lock.withLock({ attachedNow }) { attempts = 0 }
                 attempts += 1
                 if attempts > 20 || lock.withLock({ closed }) { return }
                 // porterd was killed or restarts: come back (it resumes its transfers).
@@ -152,6 +169,7 @@ final class BackgroundLink: @unchecked Sendable {
                 if reference == 0 { for s in snapshots { _ = task(for: s) } }
             case .attached(_, let snapshots):
                 for s in snapshots { _ = task(for: s) }
+                lock.withLock { attachedNow = true }
                 attachedOnce.signal()
             case .enqueued(let reference, _), .refused(let reference, _), .tasks(let reference, _):
                 if case .enqueued(_, let s) = message { _ = task(for: s) }
@@ -183,8 +201,19 @@ final class BackgroundLink: @unchecked Sendable {
     }
 
     private func deliver(_ event: BackgroundEvent, session: Session, channel c: Channel) {
-        let t = lock.withLock { tasks[event.task] }
-        let ack: @Sendable () -> Void = { try? c.send(message: BackgroundClientMessage.delivered(sequence: event.sequence)) }
+        let (t, repeated) = lock.withLock { () -> (SessionTask?, Bool) in
+            (tasks[event.task], !inFlight.insert(event.sequence).inserted)
+        }
+        if repeated { return }  // still on its way to the delegate from before a reconnect
+        // Acknowledged on the connection that is current when the delegate returns.
+        let ack: @Sendable () -> Void = { [weak self] in
+            guard let self else { return }
+            let now = self.lock.withLock { () -> Channel? in
+                self.inFlight.remove(event.sequence)
+                return self.channel
+            }
+            try? (now ?? c).send(message: BackgroundClientMessage.delivered(sequence: event.sequence))
+        }
         guard let t else { return ack() }
         switch event.kind {
         case .finishedDownloading:

@@ -29,7 +29,7 @@ public enum BackgroundProtocol {
         try PrivateFiles.makeFolder(folder)
         let path = BackgroundProtocol.socketPath()
         if let c = try? Channel.connect(path: path) {
-            try c.greet(BackgroundProtocol.hello)
+            try greet(c)
             return c
         }
         guard let daemon = daemonExecutable() else {
@@ -39,12 +39,20 @@ public enum BackgroundProtocol {
         let deadline = Date().addingTimeInterval(10)
         while Date() < deadline {
             if let c = try? Channel.connect(path: path) {
-                try c.greet(BackgroundProtocol.hello)
+                try greet(c)
                 return c
             }
             usleep(20_000)
         }
         throw PorterError(.timedOut, "porterd (\(daemon)) did not start listening at \(path)")
+    }
+
+    /// The handshake, bounded in time (a daemon that accepts and never answers does not
+    /// hang the app).
+    static func greet(_ c: Channel) throws {
+        c.setReceiveTimeout(10)
+        try c.greet(hello)
+        c.setReceiveTimeout(0)
     }
 
     /// `$PORTERD_PATH`, else `porterd` beside this program, else on PATH.

@@ -89,7 +89,7 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
             path = resume.partialFilePath
             written = resume.bytesReceived
             if fd >= 0 {
-                let total = response.expectedContentLength >= 0 ? response.expectedContentLength + written : -1
+                let total = response.expectedContentLength >= 0 ? Response.total(response.expectedContentLength, plus: written) : -1
                 let offset = written
                 if let delegate = session.downloadDelegate {
                     session.deliver { delegate.downloadTask(self, didResumeAtOffset: offset, expectedTotalBytes: total) }

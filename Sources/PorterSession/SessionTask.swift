@@ -176,7 +176,7 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
             $0.response = response
             $0.currentRequest = driver.currentRequest
             $0.expectedToReceive = response.expectedContentLength >= 0
-                ? response.expectedContentLength + (response.resumeOffset ?? 0) : -1
+                ? Response.total(response.expectedContentLength, plus: response.resumeOffset ?? 0) : -1
             if let offset = response.resumeOffset { $0.received = offset } else { $0.received = 0 }
         }
     }

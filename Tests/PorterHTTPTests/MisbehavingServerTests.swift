@@ -99,6 +99,21 @@ final class MisbehavingServerTests: XCTestCase {
 
     /// A 206 whose Content-Range starts elsewhere than asked fails clearly; the partial
     /// file and the resume data are left as they were (it once made a wrong file, exit 0).
+    /// A 206 whose Content-Range start plus Content-Length passes Int64: the task
+    /// fails or ends, the process does not trap (it did, summing them for its progress).
+    func testLengthsAtTheEdgeOfInt64DoNotTrap() async throws {
+        var c = SessionConfiguration.ephemeral
+        c.proxies = .none
+        c.timeoutIntervalForRequest = 2
+        let url = URL(string: "http://127.0.0.1:\(MisbehavingServerTests.port)/huge-range")!
+        do {
+            let (_, response) = try await Session(configuration: c).data(from: url)
+            XCTAssertEqual(response.statusCode, 206)
+        } catch let e as PorterError {
+            XCTAssertNotEqual(e.code, .unknown, "\(e)")
+        }
+    }
+
     func testAResumeAnsweredWithAnotherRangeFailsAndKeepsThePartialFile() async throws {
         let dir = NSTemporaryDirectory() + "porter-range-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)

@@ -68,6 +68,10 @@ class Handler(socketserver.BaseRequestHandler):
             # Whatever Range was asked for, the first ten bytes come back as a 206.
             s.sendall(b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-9/20\r\nContent-Length: 10\r\n"
                       b"ETag: \"r1\"\r\n\r\n0123456789")
+        elif path.startswith("/huge-range"):
+            # Lengths at Int64's edge: their sum must not trap the client.
+            s.sendall(b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 9223372036854775000-9223372036854775009/*\r\n"
+                      b"Content-Length: 9223372036854775000\r\nETag: \"r1\"\r\n\r\n0123456789")
         elif path.startswith("/huge-header"):
             s.sendall(b"HTTP/1.1 200 OK\r\nX-Huge: " + b"h" * (400 * 1024) + b"\r\nContent-Length: 2\r\n\r\nok")
         elif path.startswith("/echo-head"):
