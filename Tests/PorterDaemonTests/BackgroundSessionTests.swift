@@ -43,9 +43,45 @@ final class BackgroundRecorder: DownloadDelegate, @unchecked Sendable {
     func received(_ id: Int) -> Int64 { lock.withLock { progress[id] ?? 0 } }
 }
 
-final class BackgroundSessionTests: XCTestCase {
+/// A private home for one test's porterd: its runtime, state, cache, data and config
+/// folders (porterd's engine keeps the user's cache, cookies and credentials: here the
+/// test's own), and the porterd just built.
+struct DaemonHome {
+    let path: String
+
+    init(_ prefix: String) throws {
+        path = NSTemporaryDirectory() + "\(prefix)-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: path + "/run", withIntermediateDirectories: true)
+    }
+
+    var environment: [String: String] {
+        let built = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent(".build/debug/porterd").path
+        return ["XDG_RUNTIME_DIR": path + "/run", "XDG_STATE_HOME": path + "/state", "XDG_CACHE_HOME": path + "/cache",
+                "XDG_DATA_HOME": path + "/data", "XDG_CONFIG_HOME": path + "/config", "PORTERD_IDLE_EXIT": "3",
+                "PORTERD_PATH": ProcessInfo.processInfo.environment["PORTERD_BIN"] ?? built]
+    }
+
+    /// For sessions made in this process.
+    func install() { for (k, v) in environment { setenv(k, v, 1) } }
+
+    var daemonPID: pid_t? {
+        (try? String(contentsOfFile: path + "/run/porter/porterd.pid", encoding: .utf8))
+            .flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+    }
+
+    func remove() {
+        if let pid = daemonPID { kill(pid, SIGKILL) }
+        try? FileManager.default.removeItem(atPath: path)
+    }
+}
+
+/// nginx for the class's tests; each test gets a `DaemonHome`.
+class DaemonTestCase: XCTestCase {
     nonisolated(unsafe) static var nginx: NginxFixture?
-    var home = ""
+    var daemonHome: DaemonHome!
+    var home: String { daemonHome.path }
+    var nginx: NginxFixture { Self.nginx! }
 
     override class func setUp() {
         super.setUp()
@@ -58,35 +94,25 @@ final class BackgroundSessionTests: XCTestCase {
         super.tearDown()
     }
 
-    /// Each test has its own daemon: its own runtime and state folders.
     override func setUpWithError() throws {
         guard Self.nginx != nil else { throw XCTSkip("unreachable: nginx failed to start") }
-        home = NSTemporaryDirectory() + "porterd-test-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: home + "/run", withIntermediateDirectories: true)
-        setenv("XDG_RUNTIME_DIR", home + "/run", 1)
-        setenv("XDG_STATE_HOME", home + "/state", 1)
-        // porterd's engine keeps the user's cache, cookies and credentials: the test's own.
-        setenv("XDG_CACHE_HOME", home + "/cache", 1)
-        setenv("XDG_DATA_HOME", home + "/data", 1)
-        setenv("XDG_CONFIG_HOME", home + "/config", 1)
-        setenv("PORTERD_IDLE_EXIT", "3", 1)
-        let built = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent(".build/debug/porterd").path
-        setenv("PORTERD_PATH", ProcessInfo.processInfo.environment["PORTERD_BIN"] ?? built, 1)
+        daemonHome = try DaemonHome("porterd-test")
     }
 
     override func tearDown() {
-        if let pid = daemonPID() { kill(pid, SIGKILL) }
-        try? FileManager.default.removeItem(atPath: home)
+        daemonHome?.remove()
         super.tearDown()
     }
+}
 
-    func daemonPID() -> pid_t? {
-        (try? String(contentsOfFile: home + "/run/porter/porterd.pid", encoding: .utf8))
-            .flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+final class BackgroundSessionTests: DaemonTestCase {
+    /// Each test has its own daemon: its own runtime and state folders.
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        daemonHome.install()
     }
 
-    var nginx: NginxFixture { Self.nginx! }
+    func daemonPID() -> pid_t? { daemonHome.daemonPID }
 
     func expectedMedium() -> Data {
         Data((0..<NginxFixture.mediumSize).map { NginxFixture.bigByte($0) })
@@ -439,45 +465,16 @@ final class BackgroundSessionTests: XCTestCase {
 }
 
 /// `porter --background` and `porter jobs`, as separate processes.
-final class BackgroundCLITests: XCTestCase {
-    var home = ""
+final class BackgroundCLITests: DaemonTestCase {
     var env: [String: String?] = [:]
 
-    nonisolated(unsafe) static var nginx: NginxFixture?
-
-    override class func setUp() {
-        super.setUp()
-        Porter.bootstrap()
-        nginx = try? NginxFixture()
-    }
-
-    override class func tearDown() {
-        nginx?.stop()
-        super.tearDown()
-    }
-
     override func setUpWithError() throws {
-        guard Self.nginx != nil else { throw XCTSkip("unreachable: nginx failed to start") }
-        home = NSTemporaryDirectory() + "porterd-cli-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: home + "/run", withIntermediateDirectories: true)
-        let built = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent(".build/debug/porterd").path
-        env = ["XDG_RUNTIME_DIR": home + "/run", "XDG_STATE_HOME": home + "/state", "PORTERD_IDLE_EXIT": "3",
-               "XDG_CACHE_HOME": home + "/cache", "XDG_DATA_HOME": home + "/data", "XDG_CONFIG_HOME": home + "/config",
-               "PORTERD_PATH": ProcessInfo.processInfo.environment["PORTERD_BIN"] ?? built]
+        try super.setUpWithError()
+        env = daemonHome.environment.mapValues { Optional($0) }
         env.merge(withoutProxies) { a, _ in a }
     }
 
-    override func tearDown() {
-        if let pid = (try? String(contentsOfFile: home + "/run/porter/porterd.pid", encoding: .utf8))
-            .flatMap({ pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }) { kill(pid, SIGKILL) }
-        try? FileManager.default.removeItem(atPath: home)
-        super.tearDown()
-    }
-
     func porter(_ args: [String]) throws -> ProcessResult { try runProcess(porterBinary, args, environment: env) }
-
-    var nginx: NginxFixture { Self.nginx! }
 
     /// Queued, the CLI returns at once; `jobs` lists the task; the CLI that waits for it is
     /// killed (SIGKILL) and the transfer goes on; a second `jobs wait` sees it end with
