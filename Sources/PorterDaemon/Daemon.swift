@@ -167,6 +167,7 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             while let c = l.accept() { self.serve(c) }
         }
         acceptor.start()
+        watchRoutes()
         while true {
             sleep(1)
             let done = queue.sync { () -> Bool in
@@ -185,6 +186,39 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         }
         note("idle for \(Int(options.idleExit)) s: exiting")
         unlink(pidFile)
+    }
+
+    /// Tasks waiting to retry after a network failure start at once when the kernel says
+    /// a link, an address or a route appeared (rtnetlink), instead of at their back-off
+    /// time: a machine that comes back online resumes its transfers in a moment.
+    private func watchRoutes() {
+        let fd = porter_ipc_route_watch()
+        guard fd >= 0 else { return note("cannot watch the network (rtnetlink): \(String(cString: strerror(errno)))") }
+        let t = Thread { [self] in
+            while true {
+                let r = porter_ipc_route_wait(fd, -1)
+                if r < 0 && errno != EINTR { return }
+                if r > 0 { queue.async { self.networkChanged() } }
+            }
+        }
+        t.start()
+    }
+
+    private func networkChanged() {
+        let waiting = transfers.values.filter {
+            $0.retryTimer != nil && $0.task == nil && $0.row.state == "running"
+                && $0.row.errorCode.flatMap { Int($0) }.flatMap { PorterError.Code(rawValue: $0) }.map { Daemon.retryable.contains($0) } == true
+        }
+        guard !waiting.isEmpty else { return }
+        note("the network changed: \(waiting.count) waiting task(s) try again now")
+        for t in waiting {
+            t.retryTimer?.cancel()
+            t.retryTimer = nil
+            t.row.nextAttempt = nil
+            t.row.errorCode = nil
+            t.row.errorMessage = nil
+            admit(t)
+        }
     }
 
     // MARK: - connections

@@ -529,4 +529,45 @@ final class BackgroundCLITests: DaemonTestCase {
         XCTAssertEqual(waited.status, 0, waited.stderr)
         XCTAssertEqual(try String(contentsOfFile: out, encoding: .utf8), "late but here\n")
     }
+
+    /// In a network namespace whose loopback is down, the task cannot connect and waits,
+    /// retrying with back-off; when the link comes up, rtnetlink tells porterd and the task
+    /// starts at once, long before its next back-off time.
+    func testTasksWaitingForTheNetworkStartWhenItComesUp() throws {
+        guard geteuid() == 0 else { throw XCTSkip("network namespaces need root") }
+        let ns = "porter-\(UUID().uuidString.prefix(6))"
+        try runChecked("/usr/sbin/ip", ["netns", "add", ns])
+        defer { _ = try? runProcess("/usr/sbin/ip", ["netns", "del", ns]) }
+        let site = home + "/site"
+        try FileManager.default.createDirectory(atPath: site, withIntermediateDirectories: true)
+        try Data("online again\n".utf8).write(to: URL(fileURLWithPath: site + "/x.txt"))
+        // The namespace's own loopback, down: its 127.0.0.1 is unreachable.
+        let server = try startProcess("/usr/sbin/ip", ["netns", "exec", ns, "/usr/bin/python3", "-m", "http.server", "18080",
+                                                       "--bind", "127.0.0.1", "--directory", site])
+        defer { server.terminate() }
+        usleep(500_000)
+        let out = home + "/x.txt"
+        let queued = try runProcess("/usr/sbin/ip", ["netns", "exec", ns, porterBinary, "--background", "net", "-o", out,
+                                                     "http://127.0.0.1:18080/x.txt"], environment: env)
+        XCTAssertEqual(queued.status, 0, queued.stderr)
+        let id = try XCTUnwrap(queued.stdout.split(separator: "\t").first.flatMap { Int($0) }, queued.stdout)
+        var listing = ""
+        let deadline = Date().addingTimeInterval(15)
+        while Date() < deadline {
+            listing = try porter(["jobs", "net"]).stdout
+            if listing.contains("retries 3") { break }
+            usleep(100_000)
+        }
+        XCTAssertTrue(listing.contains("retries 3") && listing.contains("retrying in"), listing)
+        // The next attempt is 3 s or more away (back-off 4 s ± 20 %).
+        let up = Date()
+        try runChecked("/usr/sbin/ip", ["netns", "exec", ns, "/usr/sbin/ip", "link", "set", "lo", "up"])
+        let waited = try porter(["jobs", "wait", String(id)])
+        XCTAssertEqual(waited.status, 0, waited.stderr)
+        XCTAssertLessThan(Date().timeIntervalSince(up), 2.5, "started when the link came up, not at its back-off time")
+        XCTAssertEqual(try String(contentsOfFile: out, encoding: .utf8), "online again\n")
+        let log = try String(contentsOfFile: home + "/state/porter/porterd.log", encoding: .utf8)
+        XCTAssertTrue(log.contains("the network changed"), log)
+    }
 }
+

@@ -31,4 +31,11 @@ int porter_ipc_spawn_detached_env(const char *path, char *const argv[], char *co
  * (sync_file_range with SYNC_FILE_RANGE_WRITE), so a later fdatasync has little left. */
 int porter_ipc_start_writeback(int fd, long long offset, long long length);
 
+/* A netlink socket that hears the kernel announce links, addresses and routes coming
+ * and going (rtnetlink; no D-Bus). Readable whenever the network changed; -1 on error. */
+int porter_ipc_route_watch(void);
+/* Reads and discards what the watch socket holds, waiting up to `timeout_ms` for it;
+ * 1 when something arrived, 0 on timeout, -1 on error. */
+int porter_ipc_route_wait(int fd, int timeout_ms);
+
 #endif
