@@ -479,6 +479,7 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
     private func start(_ t: Transfer) {
         var request = Request(url: t.row.spec.url, method: t.row.spec.method)
         for pair in t.row.spec.headers where pair.count == 2 { _ = request.addValue(pair[1], forHeader: pair[0]) }
+        for (key, value) in t.row.spec.properties ?? [:] { request.setProperty(value, forKey: key) }
         if t.row.spec.kind == .upload, let file = t.row.spec.uploadFile {
             request.body = .file(URL(fileURLWithPath: file))
         }

@@ -120,6 +120,9 @@ public struct BackgroundTaskSpec: Codable, Sendable, Equatable {
     public var earliestBegin: Double?
     /// The session's `maximumBytesPerSecond`, applied to this transfer.
     public var maximumBytesPerSecond: Int64?
+    /// The request's string-valued properties (handler options such as an sftp
+    /// known_hosts file), so porterd makes the load the same way.
+    public var properties: [String: String]?
 
     public init(kind: Kind, url: URL, method: String = "GET", headers: [[String]] = [], taskDescription: String? = nil,
                 uploadFile: String? = nil, destination: String? = nil, resumeData: Data? = nil) {

@@ -217,6 +217,7 @@ public final class Session: @unchecked Sendable {
             var spec = BackgroundTaskSpec(kind: .upload, url: r.url, method: r.method,
                                           headers: ResumeData.shareableHeaders(r.headerFields), uploadFile: file.path)
             spec.maximumBytesPerSecond = configuration.maximumBytesPerSecond
+            spec.properties = r.properties.compactMapValues { $0 as? String }
             return backgroundTask(spec, background) { UploadTask(session: self, identifier: $0, request: r, sink: .delegate) }
         }
         return register { UploadTask(session: self, identifier: $0, request: r, sink: .delegate) }
@@ -240,6 +241,7 @@ public final class Session: @unchecked Sendable {
             var spec = BackgroundTaskSpec(kind: .download, url: request.url, method: request.method,
                                           headers: ResumeData.shareableHeaders(request.headerFields))
             spec.maximumBytesPerSecond = configuration.maximumBytesPerSecond
+            spec.properties = request.properties.compactMapValues { $0 as? String }
             return backgroundTask(spec, background) { DownloadTask(session: self, identifier: $0, request: request, resume: nil, sink: .delegate) }
         }
         return register { DownloadTask(session: self, identifier: $0, request: request, resume: nil, sink: .delegate) }
@@ -258,7 +260,8 @@ public final class Session: @unchecked Sendable {
     /// `PorterError.resumeData`. Invalid resume data fails the task with `.resumeFailed`.
     public func downloadTask(withResumeData data: Data) -> DownloadTask {
         if let background, let resume = try? ResumeData(data: data) {
-            let spec = BackgroundTaskSpec(kind: .download, url: resume.url, method: resume.method, headers: resume.headers, resumeData: data)
+            var spec = BackgroundTaskSpec(kind: .download, url: resume.url, method: resume.method, headers: resume.headers, resumeData: data)
+            spec.properties = resume.properties
             return backgroundTask(spec, background) { DownloadTask(session: self, identifier: $0, request: Request(url: resume.url), resume: nil, sink: .delegate) }
         }
         return makeResumedTask(data, sink: .delegate)

@@ -301,6 +301,28 @@ final class SFTPTests: XCTestCase {
         XCTAssertEqual(file, 0, fileText)
     }
 
+    // MARK: - in the background (porterd loads the plugin from its search path)
+
+    /// A background session's sftp download: porterd finds the plugin on its search path
+    /// (with the same trust checks), the request's known_hosts property travels with the
+    /// task, and the file arrives byte-exact through the delegate.
+    func testBackgroundSFTPDownload() throws {
+        let home = try DaemonHome("porterd-sftp")
+        home.install()
+        setenv("PORTER_PLUGIN_PATH", GopherTests.buildDir, 1)
+        defer {
+            unsetenv("PORTER_PLUGIN_PATH")
+            home.remove()
+        }
+        let recorder = ResumeRecorder(cancelAt: nil)
+        let session = Session(configuration: .background(identifier: "sftp"), delegate: recorder)
+        session.downloadTask(with: request(sshd.url("/big.bin"))).resume()
+        XCTAssertEqual(recorder.done.wait(timeout: .now() + 60), .success)
+        XCTAssertNil(recorder.error)
+        XCTAssertEqual(recorder.file, SSHDFixture.bigFile)
+        session.finishTasksAndInvalidate()
+    }
+
     // MARK: - Examples/SFTPMirror (the plugin linked in, no dlopen)
 
     func testMirrorExampleResumesAnInterruptedRun() throws {
