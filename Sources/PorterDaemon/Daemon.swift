@@ -69,6 +69,8 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         /// Bumped when the partial file starts over (a sync begun before must not record
         /// its count then).
         var epoch = 0
+        /// No app answered a login in time: the task fails with userAuthenticationRequired.
+        var loginTimedOut = false
         init(_ row: Journal.Task) { self.row = row }
     }
 
@@ -270,6 +272,9 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             c.send(.attached(session: session, tasks: paged(tasks, reference: 0, to: c)))
             for e in (try? journal.events(session: session)) ?? [] { c.send(.event(e)) }
             c.send(.eventsSent)
+            for (id, p) in pendingChallenges where p.transfer.row.session == session {
+                c.send(.challenge(task: p.transfer.row.id, id: id, p.info))
+            }
         case .enqueue(let reference, let spec):
             guard let session = c.session else { return c.send(.refused(reference: reference, message: "attach to a session first")) }
             enqueue(spec, session: session, reference: reference, reply: c)
@@ -289,6 +294,10 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         case .delivered(let sequence):
             guard let session = c.session, let e = try? journal.delivered(sequence, session: session) else { return }
             if e.kind == .finishedDownloading, let file = e.file { unlink(file) }
+        case .answer(let id, let answer):
+            guard let p = pendingChallenges.removeValue(forKey: id), p.transfer.row.session == c.session else { return }
+            p.timer.cancel()
+            p.completion(answer.disposition)
         case .ping(let reference):
             c.send(.pong(reference: reference))
         case .list(let session, let reference):
@@ -631,6 +640,46 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         update(t)
     }
 
+    // MARK: - challenges
+
+    /// How long a login waits for an app to answer when the credential store has none
+    /// (`PORTERD_CHALLENGE_WAIT` seconds, default 300).
+    var challengeWait: Double { ProcessInfo.processInfo.environment["PORTERD_CHALLENGE_WAIT"].flatMap(Double.init) ?? 300 }
+    private var pendingChallenges: [Int: (transfer: Transfer, info: BackgroundChallenge, timer: DispatchWorkItem,
+                                          completion: @Sendable (ChallengeDisposition) -> Void)] = [:]
+    private var nextChallenge = 1
+
+    public func session(_ session: Session, didReceive challenge: AuthenticationChallenge,
+                        completion: @escaping @Sendable (ChallengeDisposition) -> Void) {
+        // Server trust and client certificates: the system's CAs and the configuration
+        // only; never an app's say-so from here.
+        completion(.performDefaultHandling)
+    }
+
+    /// A login: the credential store's default for the space; else the app holding the
+    /// session is asked; else the task waits `challengeWait` for an app to attach (and
+    /// answer), then fails with userAuthenticationRequired.
+    public func task(_ task: SessionTask, didReceive challenge: AuthenticationChallenge,
+                     completion: @escaping @Sendable (ChallengeDisposition) -> Void) {
+        let space = challenge.protectionSpace
+        guard let t = transfer(task), !space.authenticationMethod.isConnectionLevel else { return completion(.performDefaultHandling) }
+        if challenge.previousFailureCount == 0, let stored = task.session.configuration.credentialStore?.defaultCredential(for: space) {
+            return completion(.useCredential(stored))
+        }
+        let id = nextChallenge
+        nextChallenge += 1
+        let info = BackgroundChallenge(challenge)
+        let timer = DispatchWorkItem { [weak self] in
+            guard let self, let p = self.pendingChallenges.removeValue(forKey: id) else { return }
+            p.transfer.loginTimedOut = true
+            self.note("task \(p.transfer.row.id): no app answered the login for \(space) in \(Int(self.challengeWait)) s")
+            p.completion(.cancelAuthenticationChallenge)
+        }
+        pendingChallenges[id] = (t, info, timer, completion)
+        queue.asyncAfter(deadline: .now() + challengeWait, execute: timer)
+        holders[t.row.session]?.send(.challenge(task: t.row.id, id: id, info))
+    }
+
     public func task(_ task: SessionTask, didSendBodyData bytesSent: Int64, totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
         guard let t = transfer(task) else { return }
         t.row.sent = totalBytesSent
@@ -643,6 +692,12 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         count(t, -1)
         defer { admitQueued() }
         guard transfers[t.row.id] === t else { return }  // ended already (a write failure)
+        var error = error
+        if t.loginTimedOut, error?.code == .userCancelledAuthentication {
+            error = PorterError(.userAuthenticationRequired,
+                                "the server asked for a login that the credential store does not have, and no app answered it in \(Int(challengeWait)) s",
+                                url: t.row.spec.url)
+        }
         if let ending = t.ending {
             // Asked to end: it ends, whatever the last attempt's outcome.
             if ending == .cancelProducingResumeData { return endWithResumeData(t) }
@@ -735,6 +790,10 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
     /// The task's end: the file goes where it belongs, the state and the events are
     /// committed together, then the holder (if any) hears them.
     private func end(_ t: Transfer, error: PorterError?, status: Int?, keepPartial: Bool = false) {
+        for (id, p) in pendingChallenges where p.transfer === t {
+            p.timer.cancel()
+            pendingChallenges[id] = nil
+        }
         if t.fd >= 0 { fsync(t.fd) }
         closeFile(t)
         var error = error

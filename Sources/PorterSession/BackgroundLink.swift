@@ -193,6 +193,18 @@ final class BackgroundLink: @unchecked Sendable {
                 }
             case .pong:
                 break
+            case .challenge(let task, let id, let info):
+                let t = lock.withLock { tasks[task] }
+                let reply: @Sendable (ChallengeDisposition) -> Void = { [weak self] d in
+                    try? self?.lock.withLock { self?.channel }?.send(message: BackgroundClientMessage.answer(challenge: id, BackgroundChallengeAnswer(d)))
+                }
+                let challenge = AuthenticationChallenge(protectionSpace: info.protectionSpace, proposedCredential: nil,
+                                                        previousFailureCount: info.previousFailureCount, reply: reply)
+                if let t, let delegate = session.taskDelegate {
+                    session.deliver { delegate.task(t, didReceive: challenge, completion: reply) }
+                } else {
+                    reply(.performDefaultHandling)
+                }
             case .resumeData(let task, let data):
                 let waiter = lock.withLock { resumeWaiters.removeValue(forKey: task) }
                 if let waiter { session.deliver { waiter(data) } }

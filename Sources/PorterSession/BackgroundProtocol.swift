@@ -206,6 +206,68 @@ public struct BackgroundEvent: Codable, Sendable, Equatable {
     }
 }
 
+/// A login porterd asks an app to answer (password challenges only: server trust is
+/// never handed to an app from the daemon).
+public struct BackgroundChallenge: Codable, Sendable, Equatable {
+    public var host: String
+    public var port: Int
+    public var scheme: String
+    public var realm: String?
+    /// `AuthenticationMethod`'s description ("basic", "digest", "ssh-password", ...).
+    public var method: String
+    public var isProxy: Bool
+    public var previousFailureCount: Int
+
+    public init(_ c: AuthenticationChallenge) {
+        host = c.protectionSpace.host
+        port = c.protectionSpace.port
+        scheme = c.protectionSpace.protocol
+        realm = c.protectionSpace.realm
+        method = c.protectionSpace.authenticationMethod.description
+        isProxy = c.protectionSpace.isProxy
+        previousFailureCount = c.previousFailureCount
+    }
+
+    public var protectionSpace: ProtectionSpace {
+        let m: AuthenticationMethod
+        switch method {
+        case "basic": m = .httpBasic
+        case "digest": m = .httpDigest
+        case "default": m = .default
+        default: m = .custom(method)
+        }
+        return ProtectionSpace(host: host, port: port, protocol: scheme, realm: realm, authenticationMethod: m, isProxy: isProxy)
+    }
+}
+
+/// An app's answer to a `BackgroundChallenge`.
+public enum BackgroundChallengeAnswer: Codable, Sendable, Equatable {
+    /// A user and password; `permanent` stores them in the credential store.
+    case password(user: String, password: String, permanent: Bool)
+    case performDefaultHandling
+    case cancel
+    case rejectProtectionSpace
+
+    public init(_ d: ChallengeDisposition) {
+        switch d {
+        case .useCredential(let c):
+            if let u = c.user, let p = c.password { self = .password(user: u, password: p, permanent: c.persistence == .permanent) } else { self = .performDefaultHandling }
+        case .performDefaultHandling: self = .performDefaultHandling
+        case .cancelAuthenticationChallenge: self = .cancel
+        case .rejectProtectionSpace: self = .rejectProtectionSpace
+        }
+    }
+
+    public var disposition: ChallengeDisposition {
+        switch self {
+        case .password(let u, let p, let permanent): return .useCredential(Credential(user: u, password: p, persistence: permanent ? .permanent : .forSession))
+        case .performDefaultHandling: return .performDefaultHandling
+        case .cancel: return .cancelAuthenticationChallenge
+        case .rejectProtectionSpace: return .rejectProtectionSpace
+        }
+    }
+}
+
 public enum BackgroundControl: String, Codable, Sendable {
     case resume, suspend, cancel, cancelProducingResumeData
 }
@@ -230,6 +292,8 @@ public enum BackgroundClientMessage: Codable, Sendable, Equatable {
     case list(session: String?, reference: Int)
     /// Answered with `pong` once every message before it was handled.
     case ping(reference: Int)
+    /// The app's answer to challenge `id`.
+    case answer(challenge: Int, BackgroundChallengeAnswer)
 }
 
 public enum BackgroundDaemonMessage: Codable, Sendable, Equatable {
@@ -247,4 +311,6 @@ public enum BackgroundDaemonMessage: Codable, Sendable, Equatable {
     case tasks(reference: Int, [BackgroundTaskSnapshot])
     case resumeData(task: Int, Data?)
     case pong(reference: Int)
+    /// A login for task `task` that porterd cannot answer from the credential store.
+    case challenge(task: Int, id: Int, BackgroundChallenge)
 }

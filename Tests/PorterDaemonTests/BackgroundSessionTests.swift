@@ -14,6 +14,17 @@ final class BackgroundRecorder: DownloadDelegate, @unchecked Sendable {
     private(set) var order: [String] = []
     let completed = DispatchSemaphore(value: 0)
     let eventsDone = DispatchSemaphore(value: 0)
+    /// The answer to logins (nil: default handling).
+    let login: Credential?
+    private(set) var challenges: [String] = []
+
+    init(login: Credential? = nil) { self.login = login }
+
+    func task(_ task: SessionTask, didReceive challenge: AuthenticationChallenge,
+              completion: @escaping @Sendable (ChallengeDisposition) -> Void) {
+        lock.withLock { challenges.append("\(challenge.protectionSpace.realm ?? "") \(challenge.protectionSpace.authenticationMethod)") }
+        completion(login.map { .useCredential($0) } ?? .performDefaultHandling)
+    }
 
     func downloadTask(_ task: DownloadTask, didWriteData w: Int64, totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
         lock.withLock { progress[task.taskIdentifier] = totalBytesWritten }
@@ -428,6 +439,41 @@ final class BackgroundSessionTests: DaemonTestCase {
         XCTAssertEqual(recorder.files[capped.taskIdentifier], expectedMedium())
         XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(t0), 2.2, "6 MiB at 2 MiB/s takes about 3 s")
         session.finishTasksAndInvalidate()
+    }
+
+    /// A login porterd cannot answer from the credential store goes to the app that holds
+    /// the session; its answer lets the download through.
+    func testTheAttachedAppAnswersTheLogin() throws {
+        let recorder = BackgroundRecorder(login: Credential(user: "alice", password: "secret"))
+        let session = Session(configuration: .background(identifier: "login"), delegate: recorder)
+        let task = session.downloadTask(with: URL(string: nginx.http + "/basic/index.html")!)
+        task.resume()
+        XCTAssertEqual(recorder.completed.wait(timeout: .now() + 20), .success)
+        XCTAssertEqual(recorder.challenges, ["porter-test basic"])
+        XCTAssertEqual(recorder.files[task.taskIdentifier], Data("members only\n".utf8))
+        XCTAssertEqual(recorder.statuses[task.taskIdentifier], 200)
+        session.finishTasksAndInvalidate()
+    }
+
+    /// Nobody holds the session and the store has no login: the task waits the documented
+    /// time for an app, then fails with userAuthenticationRequired (heard by the next one).
+    func testALoginNobodyAnswersFailsTheTask() throws {
+        setenv("PORTERD_CHALLENGE_WAIT", "1", 1)
+        defer { unsetenv("PORTERD_CHALLENGE_WAIT") }
+        let a = Session(configuration: .background(identifier: "nologin"), delegate: BackgroundRecorder())
+        let task = a.downloadTask(with: URL(string: nginx.http + "/basic/index.html")!)
+        task.resume()
+        a.finishTasksAndInvalidate()
+        XCTAssertTrue(waitUntil(20) {
+            ((try? String(contentsOfFile: self.home + "/state/porter/porterd.log", encoding: .utf8)) ?? "").contains("no app answered the login")
+        })
+        let recorder = BackgroundRecorder()
+        let b = Session(configuration: .background(identifier: "nologin"), delegate: recorder)
+        XCTAssertEqual(recorder.eventsDone.wait(timeout: .now() + 20), .success)
+        let e = try XCTUnwrap(recorder.completions[task.taskIdentifier] ?? nil, "\(recorder.order)")
+        XCTAssertEqual(e.code, .userAuthenticationRequired, "\(e)")
+        XCTAssertTrue(recorder.files.isEmpty, "no 401 body handed over as the download")
+        b.finishTasksAndInvalidate()
     }
 }
 
