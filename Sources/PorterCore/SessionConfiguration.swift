@@ -162,6 +162,13 @@ public struct SessionConfiguration: Sendable {
     public var launchCommand: [String]? = nil
     /// Background sessions: false keeps porterd from running `launchCommand`.
     public var sessionSendsLaunchEvents = true
+    /// Background sessions: the transfers may wait for a quiet moment. Linux knows no
+    /// "cheap network", so Porter's meaning is a bandwidth cap: each discretionary transfer
+    /// runs at most at `discretionaryBytesPerSecond` (and one at a time per session), leaving
+    /// the line to interactive work.
+    public var isDiscretionary = false
+    /// The cap of discretionary transfers (256 KiB/s by default).
+    public var discretionaryBytesPerSecond: Int64 = 256 << 10
 
     init(kind: Kind) {
         self.kind = kind

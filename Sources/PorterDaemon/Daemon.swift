@@ -467,13 +467,24 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         for session in Array(waiting.keys) {
             guard var hosts = waiting[session] else { continue }
             for host in Array(hosts.keys) {
-                while activeBySession[session, default: 0] < Daemon.perSession, activeByHost[host, default: 0] < Daemon.perHost,
-                      var ids = hosts[host], !ids.isEmpty {
-                    let id = ids.removeFirst()
-                    hosts[host] = ids.isEmpty ? nil : ids
+                guard let ids = hosts[host], !ids.isEmpty else { continue }
+                var kept: [Int] = []
+                var i = 0
+                // Stops at the first full limit: a long queue costs nothing while it waits.
+                while i < ids.count, activeBySession[session, default: 0] < Daemon.perSession,
+                      activeByHost[host, default: 0] < Daemon.perHost {
+                    let id = ids[i]
+                    i += 1
                     guard let t = transfers[id], t.row.state == "running", t.task == nil, t.retryTimer == nil else { continue }
+                    if t.row.spec.isDiscretionary == true, activeDiscretionary[session, default: 0] > 0 {
+                        kept.append(id)
+                        continue
+                    }
                     start(t)
                 }
+                if i == 0 { continue }
+                kept.append(contentsOf: ids[i...])
+                hosts[host] = kept.isEmpty ? nil : kept
             }
             waiting[session] = hosts.isEmpty ? nil : hosts
         }
@@ -483,7 +494,10 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
     private func count(_ t: Transfer, _ delta: Int) {
         activeBySession[t.row.session, default: 0] += delta
         activeByHost[t.row.spec.url.host ?? "", default: 0] += delta
+        if t.row.spec.isDiscretionary == true { activeDiscretionary[t.row.session, default: 0] += delta }
     }
+    /// Discretionary transfers run one at a time per session.
+    private var activeDiscretionary: [String: Int] = [:]
 
     private func start(_ t: Transfer) {
         var request = Request(url: t.row.spec.url, method: t.row.spec.method)

@@ -120,6 +120,8 @@ public struct BackgroundTaskSpec: Codable, Sendable, Equatable {
     public var earliestBegin: Double?
     /// The session's `maximumBytesPerSecond`, applied to this transfer.
     public var maximumBytesPerSecond: Int64?
+    /// A discretionary task: porterd runs one at a time per session, under its cap.
+    public var isDiscretionary: Bool?
     /// The request's string-valued properties (handler options such as an sftp
     /// known_hosts file), so porterd makes the load the same way.
     public var properties: [String: String]?

@@ -133,6 +133,13 @@ public final class Session: @unchecked Sendable {
         }
     }
 
+    /// The bytes-per-second cap of a background session's transfers: its own, lowered to
+    /// the discretionary cap when the session is discretionary.
+    static func backgroundCap(_ c: SessionConfiguration) -> Int64? {
+        guard c.isDiscretionary else { return c.maximumBytesPerSecond }
+        return min(c.maximumBytesPerSecond ?? .max, max(1, c.discretionaryBytesPerSecond))
+    }
+
     private func refusedInBackground<T: SessionTask>(_ local: (Int) -> T, _ why: String) -> T {
         register(local, configure: { $0.driver.abortBeforeStart(PorterError(.unsupportedConfiguration, why)) })
     }
@@ -216,7 +223,8 @@ public final class Session: @unchecked Sendable {
         if let background {
             var spec = BackgroundTaskSpec(kind: .upload, url: r.url, method: r.method,
                                           headers: ResumeData.shareableHeaders(r.headerFields), uploadFile: file.path)
-            spec.maximumBytesPerSecond = configuration.maximumBytesPerSecond
+            spec.maximumBytesPerSecond = Session.backgroundCap(configuration)
+            spec.isDiscretionary = configuration.isDiscretionary ? true : nil
             spec.properties = r.properties.compactMapValues { $0 as? String }
             return backgroundTask(spec, background) { UploadTask(session: self, identifier: $0, request: r, sink: .delegate) }
         }
@@ -240,7 +248,8 @@ public final class Session: @unchecked Sendable {
         if let background {
             var spec = BackgroundTaskSpec(kind: .download, url: request.url, method: request.method,
                                           headers: ResumeData.shareableHeaders(request.headerFields))
-            spec.maximumBytesPerSecond = configuration.maximumBytesPerSecond
+            spec.maximumBytesPerSecond = Session.backgroundCap(configuration)
+            spec.isDiscretionary = configuration.isDiscretionary ? true : nil
             spec.properties = request.properties.compactMapValues { $0 as? String }
             return backgroundTask(spec, background) { DownloadTask(session: self, identifier: $0, request: request, resume: nil, sink: .delegate) }
         }

@@ -27,7 +27,10 @@ final class BackgroundRecorder: DownloadDelegate, @unchecked Sendable {
     }
 
     func downloadTask(_ task: DownloadTask, didWriteData w: Int64, totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
-        lock.withLock { progress[task.taskIdentifier] = totalBytesWritten }
+        lock.withLock {
+            if progress[task.taskIdentifier] == nil { order.append("progress \(task.taskIdentifier)") }
+            progress[task.taskIdentifier] = totalBytesWritten
+        }
     }
     func downloadTask(_ task: DownloadTask, didFinishDownloadingTo location: URL) {
         let d = try? Data(contentsOf: location)
@@ -129,7 +132,7 @@ final class BackgroundSessionTests: DaemonTestCase {
         XCTAssertEqual(recorder.eventsDone.wait(timeout: .now() + 20), .success)
         XCTAssertEqual(recorder.files[taskID], expectedMedium(), "byte-exact")
         XCTAssertEqual(recorder.completions[taskID].map { $0 == nil }, true, "completed without an error")
-        XCTAssertEqual(recorder.order, ["file \(taskID)", "complete \(taskID)", "events done"])
+        XCTAssertEqual(recorder.order.filter { !$0.hasPrefix("progress") }, ["file \(taskID)", "complete \(taskID)", "events done"])
         XCTAssertFalse(FileManager.default.fileExists(atPath: journal + "/x"), "")
         second.finishTasksAndInvalidate()
 
@@ -474,6 +477,31 @@ final class BackgroundSessionTests: DaemonTestCase {
         XCTAssertEqual(e.code, .userAuthenticationRequired, "\(e)")
         XCTAssertTrue(recorder.files.isEmpty, "no 401 body handed over as the download")
         b.finishTasksAndInvalidate()
+    }
+
+    /// A discretionary session's transfers run one at a time, under the discretionary cap.
+    func testDiscretionaryTransfersRunOneAtATimeUnderTheirCap() throws {
+        var config = SessionConfiguration.background(identifier: "quiet")
+        config.isDiscretionary = true
+        config.discretionaryBytesPerSecond = 4 << 20
+        let recorder = BackgroundRecorder()
+        let session = Session(configuration: config, delegate: recorder)
+        let one = session.downloadTask(with: URL(string: nginx.http + "/medium.bin?one")!)
+        let two = session.downloadTask(with: URL(string: nginx.http + "/medium.bin?two")!)
+        let t0 = Date()
+        one.resume()
+        two.resume()
+        while recorder.completions.count < 2 {
+            XCTAssertEqual(recorder.completed.wait(timeout: .now() + 30), .success)
+        }
+        XCTAssertEqual(recorder.files[one.taskIdentifier], expectedMedium())
+        XCTAssertEqual(recorder.files[two.taskIdentifier], expectedMedium())
+        let order = recorder.order
+        let firstDone = try XCTUnwrap(order.firstIndex(of: "complete \(one.taskIdentifier)"), "\(order)")
+        let secondStarted = try XCTUnwrap(order.firstIndex(of: "progress \(two.taskIdentifier)"), "\(order)")
+        XCTAssertGreaterThan(secondStarted, firstDone, "the second began after the first ended: \(order)")
+        XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(t0), 2, "12 MiB at 4 MiB/s takes about 3 s")
+        session.finishTasksAndInvalidate()
     }
 }
 
