@@ -11,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 swift build -c release --static-swift-stdlib --scratch-path .build-static --product porter >/dev/null
 swift build -c release --static-swift-stdlib --scratch-path .build-static --product porterd >/dev/null
+swift build -c release --static-swift-stdlib --scratch-path .build-static --product porter-bench >/dev/null
 bin=$(swift build -c release --static-swift-stdlib --scratch-path .build-static --show-bin-path)
 P=$bin/porter
 work=$(mktemp -d "${TMPDIR:-/tmp}/porter-bg.XXXXXX")
@@ -34,9 +35,13 @@ count=$("$P" jobs scale | wc -l)
 t3=$(ms)
 pid=$(cat "$work/run/porter/porterd.pid")
 rss=$(awk '/VmHWM/ {print int($2/1024)}' "/proc/$pid/status")
+read -r listed attach_ms all_ms <<<"$("$bin/porter-bench" background-list scale)"
+rss_after=$(awk '/VmHWM/ {print int($2/1024)}' "/proc/$pid/status")
 echo "| $N tasks queued in one session (one \`porter --background -O --url-list\`) | $((t1 - t0)) ms |"
 echo "| porter jobs listing all $count of them (process start included) | $((t3 - t2)) ms |"
-echo "| porterd peak RSS with them | $rss MiB |"
+echo "| an app's background session attaching to them (porterd sends all $listed) | $attach_ms ms |"
+echo "| then \`session.allTasks\` | $all_ms ms |"
+echo "| porterd peak RSS with them | $rss MiB ($rss_after MiB once it has sent them all to an app) |"
 kill -9 "$pid"; rm -rf "$work/state" "$work/run/porter"
 
 mkdir -p "$work/nginx" "$work/site"

@@ -155,6 +155,19 @@ func foundationFile(_ source: String, _ dest: String) -> Never {
     while true { sleep(60) }
 }
 
+/// A background session reconnecting to porterd: the time to attach (the daemon sends
+/// every task of the session) and the time `allTasks` then takes.
+func backgroundList(_ identifier: String) {
+    Porter.bootstrap()
+    let t0 = DispatchTime.now().uptimeNanoseconds
+    let session = Session(configuration: .background(identifier: identifier))
+    let t1 = DispatchTime.now().uptimeNanoseconds
+    let tasks = session.allTasks
+    let t2 = DispatchTime.now().uptimeNanoseconds
+    print(String(format: "%d %.1f %.3f", tasks.count, Double(t1 - t0) / 1e6, Double(t2 - t1) / 1e6))
+    session.finishTasksAndInvalidate()
+}
+
 let args = Array(CommandLine.arguments.dropFirst())
 switch args.first {
 case "data": try dataBench(megabytes: Int(args.dropFirst().first ?? "100") ?? 100)
@@ -162,6 +175,7 @@ case "registry": registryBench(handlers: Int(args.dropFirst().first ?? "100") ??
 case "cookies": cookieBench()
 case "measure": measure(Array(args.dropFirst()))
 case "foundation-file": foundationFile(args[1], args[2])
+case "background-list": backgroundList(args.count > 1 ? args[1] : "scale")
 default:
     print("usage: porter-bench data MB | registry N | cookies | measure CMD... | foundation-file URL OUT")
     exit(64)
