@@ -107,6 +107,8 @@ let package = Package(
             exclude: ["Fixtures"], swiftSettings: strict),
         .testTarget(name: "PorterIPCTests", dependencies: ["PorterIPC"], swiftSettings: strict),
         .testTarget(name: "PorterDaemonTests", dependencies: ["Porter", "PorterIPC", "PorterTestSupport"], swiftSettings: strict),
+        // An application the background-session tests start and kill.
+        .executableTarget(name: "BackgroundApp", dependencies: ["Porter"], path: "Tests/BackgroundApp", swiftSettings: strict),
         .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP", "PorterTestSupport"], exclude: ["misbehave.py", "ftpserver.py"], swiftSettings: strict),
     ]
 )

@@ -503,6 +503,46 @@ final class BackgroundSessionTests: DaemonTestCase {
         XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(t0), 2, "12 MiB at 4 MiB/s takes about 3 s")
         session.finishTasksAndInvalidate()
     }
+
+    /// An application process starts a background download of a throttled file and is
+    /// killed with SIGKILL; the transfer completes; a new process (here, this one) with the
+    /// same identifier receives the byte-exact file, then sessionDidFinishEvents.
+    func testAnAppKilledMidDownloadHearsOfItOnReturn() throws {
+        let app = URL(fileURLWithPath: porterBinary).deletingLastPathComponent().appendingPathComponent("BackgroundApp").path
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: app)
+        p.arguments = ["killed", nginx.http + "/slow/medium.bin"]
+        p.environment = ProcessInfo.processInfo.environment  // this test's XDG folders
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        var text = ""
+        var taskID: Int?
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline {
+            let d = out.fileHandleForReading.availableData
+            if d.isEmpty { break }
+            text += String(decoding: d, as: UTF8.self)
+            let lines = text.split(separator: "\n")
+            if taskID == nil { taskID = lines.first { $0.hasPrefix("STARTED ") }.flatMap { Int($0.dropFirst(8)) } }
+            if let last = lines.last(where: { $0.hasPrefix("PROGRESS ") }), let n = Int64(last.split(separator: " ")[2]), n >= 1 << 20 { break }
+        }
+        let id = try XCTUnwrap(taskID, text)
+        kill(p.processIdentifier, SIGKILL)
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationReason, .uncaughtSignal)
+
+        let recorder = BackgroundRecorder()
+        let session = Session(configuration: .background(identifier: "killed"), delegate: recorder)
+        while recorder.completions[id] == nil {
+            XCTAssertEqual(recorder.completed.wait(timeout: .now() + 30), .success, "\(recorder.order)")
+        }
+        XCTAssertEqual(recorder.files[id], expectedMedium(), "byte-exact")
+        XCTAssertEqual(recorder.completions[id].map { $0 == nil }, true)
+        XCTAssertEqual(recorder.eventsDone.wait(timeout: .now() + 10), .success)
+        session.finishTasksAndInvalidate()
+    }
 }
 
 /// `porter --background` and `porter jobs`, as separate processes.
