@@ -121,10 +121,19 @@ final class BackgroundLink: @unchecked Sendable {
         guard sent else {
             // Not connected (porterd restarts): no resume data now; the cancel is lost
             // with the connection, as a control sent then would be.
-            session?.deliver { completion(nil) }
+            if let session { deliver(session) { completion(nil) } } else { completion(nil) }
             return
         }
         control(task, .cancelProducingResumeData)
+    }
+
+    /// Delegate calls go to the session's delegate queue; a session that delivers inline
+    /// gets them on a queue of the link's own, never on the thread that reads the
+    /// connection (a delegate making a task there would wait for an answer that thread
+    /// must read).
+    private let inlineQueue = DispatchQueue(label: "porter.background.delivery")
+    private func deliver(_ session: Session, _ work: @escaping @Sendable () -> Void) {
+        if session.deliversInline { inlineQueue.async(execute: work) } else { session.deliver(work) }
     }
 
     // MARK: - the connection (its own thread)
@@ -180,7 +189,7 @@ final class BackgroundLink: @unchecked Sendable {
                 guard let t = task(for: snapshot) else { continue }
                 if let d = t as? DownloadTask, snapshot.received > before, let delegate = session.downloadDelegate {
                     let written = snapshot.received - before
-                    session.deliver {
+                    deliver(session) {
                         delegate.downloadTask(d, didWriteData: written, totalBytesWritten: snapshot.received,
                                               totalBytesExpectedToWrite: snapshot.expected)
                     }
@@ -189,7 +198,7 @@ final class BackgroundLink: @unchecked Sendable {
                 deliver(event, session: session, channel: c)
             case .eventsSent:
                 if let delegate = session.delegate {
-                    session.deliver { delegate.sessionDidFinishEvents(forBackgroundSession: session) }
+                    deliver(session) { delegate.sessionDidFinishEvents(forBackgroundSession: session) }
                 }
             case .pong:
                 break
@@ -201,13 +210,13 @@ final class BackgroundLink: @unchecked Sendable {
                 let challenge = AuthenticationChallenge(protectionSpace: info.protectionSpace, proposedCredential: nil,
                                                         previousFailureCount: info.previousFailureCount, reply: reply)
                 if let t, let delegate = session.taskDelegate {
-                    session.deliver { delegate.task(t, didReceive: challenge, completion: reply) }
+                    deliver(session) { delegate.task(t, didReceive: challenge, completion: reply) }
                 } else {
                     reply(.performDefaultHandling)
                 }
             case .resumeData(let task, let data):
                 let waiter = lock.withLock { resumeWaiters.removeValue(forKey: task) }
-                if let waiter { session.deliver { waiter(data) } }
+                if let waiter { deliver(session) { waiter(data) } }
             }
         }
     }
@@ -231,7 +240,7 @@ final class BackgroundLink: @unchecked Sendable {
         case .finishedDownloading:
             guard let file = event.file, let d = t as? DownloadTask else { return ack() }
             let delegate = session.downloadDelegate
-            session.deliver {
+            deliver(session) {
                 delegate?.downloadTask(d, didFinishDownloadingTo: URL(fileURLWithPath: file))
                 // As for an in-process download: the file is the delegate's during the call only.
                 unlink(file)
@@ -242,7 +251,7 @@ final class BackgroundLink: @unchecked Sendable {
             t.completeRemotely(error, statusCode: event.statusCode)
             let delegate = session.taskDelegate
             let waiter = lock.withLock { resumeWaiters.removeValue(forKey: event.task) }
-            session.deliver {
+            deliver(session) {
                 waiter?(nil)
                 delegate?.task(t, didCompleteWithError: error)
                 ack()

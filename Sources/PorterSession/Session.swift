@@ -87,6 +87,10 @@ public final class Session: @unchecked Sendable {
         self.isShared = true
     }
 
+    /// A background session let go without being invalidated lets go of porterd too
+    /// (else the daemon would see the session held and never idle).
+    deinit { background?.close() }
+
     public var delegate: (any SessionDelegate)? { state.withLock { $0.delegate } }
     /// The delegate as each role, cast once (a conformance check per callback costs more
     /// than the callback); nil once the session reported its invalidation.

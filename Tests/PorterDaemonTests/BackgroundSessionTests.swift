@@ -543,6 +543,33 @@ final class BackgroundSessionTests: DaemonTestCase {
         XCTAssertEqual(recorder.eventsDone.wait(timeout: .now() + 10), .success)
         session.finishTasksAndInvalidate()
     }
+
+    /// A session that delivers on the loading thread: its delegate may make a task from
+    /// inside a callback (the callback must not run on the thread that reads porterd's
+    /// answer to it).
+    func testAnInlineDelegateMayMakeTasksInItsCallbacks() throws {
+        final class Chain: DownloadDelegate, @unchecked Sendable {
+            let next: URL
+            let done = DispatchSemaphore(value: 0)
+            let lock = NSLock()
+            var completed: [Int] = []
+            init(next: URL) { self.next = next }
+            func downloadTask(_ task: DownloadTask, didFinishDownloadingTo location: URL) {}
+            func task(_ task: SessionTask, didCompleteWithError error: PorterError?) {
+                let first = lock.withLock { () -> Bool in
+                    completed.append(task.taskIdentifier)
+                    return completed.count == 1
+                }
+                if first { task.session.downloadTask(with: next).resume() } else { done.signal() }
+            }
+        }
+        let chain = Chain(next: URL(string: nginx.http + "/index.html?second")!)
+        let session = Session(configuration: .background(identifier: "inline"), delegateOnLoadingThread: chain)
+        session.downloadTask(with: URL(string: nginx.http + "/index.html?first")!).resume()
+        XCTAssertEqual(chain.done.wait(timeout: .now() + 15), .success, "the task made in the callback ran")
+        XCTAssertEqual(Set(chain.completed).count, 2)
+        session.finishTasksAndInvalidate()
+    }
 }
 
 /// `porter --background` and `porter jobs`, as separate processes.
