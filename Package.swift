@@ -29,6 +29,8 @@ let package = Package(
         .library(name: "PorterIPC", targets: ["PorterIPC"]),
         // The per-user daemon of background sessions.
         .executable(name: "porterd", targets: ["porterd"]),
+        // Runs plugin code away from the host (today: the probe before a plugin is loaded).
+        .executable(name: "porter-plugin-worker", targets: ["porter-plugin-worker"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
@@ -53,6 +55,7 @@ let package = Package(
         .target(name: "PorterIPC", dependencies: ["CPorterIPC"], swiftSettings: strict),
         .target(name: "PorterDaemon", dependencies: ["Porter", "PorterIPC", "CPorterIPC", "PorterStorage", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
         .executableTarget(name: "porterd", dependencies: ["PorterDaemon"], swiftSettings: strict),
+        .executableTarget(name: "porter-plugin-worker", dependencies: ["PorterPlugins"], swiftSettings: strict),
         // The stores behind the protocols of PorterCore.
         .target(name: "PorterStorage", dependencies: ["PorterCore", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
         .target(name: "PorterCache", dependencies: ["PorterCore", "PorterStorage", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
@@ -68,7 +71,7 @@ let package = Package(
         .target(name: "CPorterHost", linkerSettings: [.linkedLibrary("ffi")]),
         .target(
             name: "PorterPlugins",
-            dependencies: ["PorterCore", "CPorterPlugin", "PorterPluginKit", "CPorterHost", .product(name: "HTTPTypes", package: "swift-http-types")],
+            dependencies: ["PorterCore", "CPorterPlugin", "PorterPluginKit", "CPorterHost", "CPorterIPC", .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict),
         .target(name: "PorterPluginKit", dependencies: ["CPorterPlugin"], swiftSettings: strict),
         .systemLibrary(name: "CSSH2", path: "Plugins/SFTP/CSSH2"),

@@ -11,6 +11,7 @@
 #include <linux/rtnetlink.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -154,4 +155,73 @@ int porter_ipc_route_wait(int fd, int timeout_ms) {
     /* Drain: one change often comes as several messages. */
     while (recv(fd, buf, sizeof buf, MSG_DONTWAIT) > 0) got = 1;
     return got;
+}
+
+int porter_ipc_probe_plugin(const char *worker, int plugin_fd, char *out, size_t cap, int timeout_ms) {
+    int p[2];
+    if (cap > 0) out[0] = 0;
+    /* The worker's environment: ours, with Swift's crash backtracer off, so a plugin's
+     * crash ends the worker by its signal (which the host reports), not by the
+     * backtracer's own exit. Built before fork: the child may only call async-signal-safe
+     * functions. */
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **envp = malloc((n + 2) * sizeof *envp);
+    if (!envp) return -1000;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strncmp(environ[i], "SWIFT_BACKTRACE=", 16) != 0) envp[k++] = environ[i];
+    }
+    envp[k++] = "SWIFT_BACKTRACE=enable=no";
+    envp[k] = NULL;
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        free(envp);
+        return -1000;
+    }
+    pid_t child = fork();
+    if (child < 0) {
+        close(p[0]);
+        close(p[1]);
+        free(envp);
+        return -1000;
+    }
+    if (child == 0) {
+        /* Async-signal-safe calls only. */
+        /* Out of the way first: the plugin's or the pipe's number may be 1 or 3 already
+         * (dup2 onto itself would keep close-on-exec, onto the other would clobber it). */
+        int pf = fcntl(plugin_fd, F_DUPFD, 10), wf = fcntl(p[1], F_DUPFD, 10);
+        if (pf < 0 || wf < 0 || dup2(pf, 3) < 0 || dup2(wf, 1) < 0) _exit(126);
+        int null = open("/dev/null", O_RDWR);
+        if (null >= 0) { dup2(null, 0); dup2(null, 2); }
+        if (syscall(SYS_close_range, 4, ~0U, 0) != 0) {
+            for (int fd = 4; fd < 4096; fd++) close(fd);
+        }
+        char *const argv[] = { "porter-plugin-worker", "--probe", "3", NULL };
+        execve(worker, argv, envp);
+        _exit(127);
+    }
+    free(envp);
+    close(p[1]);
+    size_t used = 0;
+    int killed = 0;
+    for (;;) {
+        struct pollfd f = { .fd = p[0], .events = POLLIN };
+        int n = poll(&f, 1, timeout_ms);
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 0) { kill(child, SIGKILL); killed = 1; break; }
+        char buf[512];
+        ssize_t r = read(p[0], buf, sizeof buf);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        for (ssize_t i = 0; i < r && used + 1 < cap; i++) out[used++] = buf[i];
+        if (cap > 0) out[used] = 0;
+    }
+    close(p[0]);
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0) {
+        if (errno != EINTR) return -1000;
+    }
+    if (killed) return -SIGKILL;
+    if (WIFSIGNALED(status)) return -WTERMSIG(status);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1000;
 }

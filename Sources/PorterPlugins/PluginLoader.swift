@@ -1,4 +1,5 @@
 import CPorterHost
+import CPorterIPC
 /// Plugin authors and applications that link a plugin in use the C names (porter_plugin_entry_fn).
 @_exported import CPorterPlugin
 import PorterPluginKit
@@ -153,6 +154,10 @@ public final class PluginLoader: @unchecked Sendable {
            registry.registrations.contains(where: { $0.id == already.registrationID }) {
             close(opened.fd)
             return refuse(.register, "already loaded as \(already.path)")
+        }
+        if let refused = PluginProbe.check(opened, path: path) {
+            close(opened.fd)
+            return .refused(refused)
         }
         _ = dlerror()
         guard let handle = dlopen("/proc/self/fd/\(opened.fd)", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) else {

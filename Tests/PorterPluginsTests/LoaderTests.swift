@@ -1,6 +1,6 @@
 import Foundation
 import Porter
-import PorterPlugins
+@testable import PorterPlugins
 import PorterTestSupport
 import XCTest
 
@@ -255,6 +255,57 @@ final class LoaderTests: XCTestCase {
         XCTAssertEqual(d?.stage, .`init`)
         XCTAssertEqual(d?.detail, "the test plugin refuses to start")
         XCTAssertTrue(d?.reason.contains("returned 7") == true, "\(String(describing: d))")
+    }
+
+    /// A plugin whose code crashes or hangs as it is mapped or initialised is refused by
+    /// the probe (porter-plugin-worker) with the stage and the signal; this process lives
+    /// on and the good plugin beside it loads.
+    func testCrashingAndHangingPluginsAreRefusedByTheProbe() throws {
+        setenv("PORTER_PLUGIN_PROBE_TIMEOUT_MS", "1000", 1)
+        defer { unsetenv("PORTER_PLUGIN_PROBE_TIMEOUT_MS") }
+        for (name, define, stage, signal) in [("ctor.so", "CRASH_CONSTRUCTOR", PluginLoadStage.open, "SIGSEGV"),
+                                              ("entry.so", "CRASH_ENTRY", .`init`, "SIGSEGV"),
+                                              ("abort.so", "ABORT_ENTRY", .`init`, "SIGABRT"),
+                                              ("hang.so", "HANG_ENTRY", .`init`, "SIGKILL")] {
+            let folder = try PluginFixture.folder()
+            try PluginFixture.build(name, in: folder, defines: [define])
+            let d = try refusal(in: folder, named: name)
+            XCTAssertEqual(d?.stage, stage, name)
+            XCTAssertTrue(d?.reason.contains(signal) == true, "\(name): \(String(describing: d))")
+        }
+    }
+
+    /// A plugin that passed its probe is not probed again while its file is unchanged (the
+    /// cache, 0600, keyed by device, inode, size and modification time); a rebuilt file is.
+    func testAProbedPluginIsRemembered() throws {
+        let folder = try PluginFixture.folder()
+        let path = try PluginFixture.build("cached.so", in: folder, defines: ["SCHEME=\"pcache\""])
+        let before = PluginProbe.probesRun.current
+        XCTAssertNotNil(PluginLoader(registry: HandlerRegistry()).load(path: path).plugin)
+        XCTAssertEqual(PluginProbe.probesRun.current, before + 1, "probed once")
+        XCTAssertNotNil(PluginLoader(registry: HandlerRegistry()).load(path: path).plugin)
+        XCTAssertEqual(PluginProbe.probesRun.current, before + 1, "not probed again")
+        if let cache = XDG.cacheHome().map({ $0 + "/porter/plugin-probes" }) {
+            var st = stat()
+            XCTAssertEqual(stat(cache, &st), 0)
+            XCTAssertEqual(st.st_mode & 0o777, 0o600)
+        }
+        usleep(10_000)
+        try PluginFixture.build("cached.so", in: folder, defines: ["SCHEME=\"pcache\"", "VERSION_BUMP"])
+        _ = PluginLoader(registry: HandlerRegistry()).load(path: path)
+        XCTAssertEqual(PluginProbe.probesRun.current, before + 2, "a changed file is probed again")
+    }
+
+    /// The control: the same constructor crash with the probe turned off takes `porter`
+    /// down (SIGSEGV); with it, `porter plugins` reports the refusal and exits 0.
+    func testTheProbeIsWhatKeepsTheProgramAlive() throws {
+        let folder = try PluginFixture.folder()
+        try PluginFixture.build("ctor.so", in: folder, defines: ["CRASH_CONSTRUCTOR"])
+        let without = try runProcess(porterBinary, ["plugins", "--plugin-path", folder.path], environment: ["PORTER_PLUGIN_PROBE": "0"])
+        XCTAssertEqual(without.status, SIGSEGV, "in-process, the crash is the program's (killed by SIGSEGV): \(without.stderr)")
+        let with = try runProcess(porterBinary, ["plugins", "--plugin-path", folder.path])
+        XCTAssertEqual(with.status, 0, with.stderr)
+        XCTAssertTrue((with.stdout + with.stderr).contains("SIGSEGV"), with.stdout + with.stderr)
     }
 
     func testSchemeConflictWithAnEarlierPlugin() throws {

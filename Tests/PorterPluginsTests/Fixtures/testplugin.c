@@ -15,6 +15,10 @@
  *   /missing        fails with PORTER_ERR_FILE_DOES_NOT_EXIST
  *   /upload         reads the request body; body "received N"
  *   /refuse         start() refuses with PORTER_ERR_NO_PERMISSIONS_TO_READ_FILE
+ *
+ * Faults for the out-of-process probe: -DCRASH_CONSTRUCTOR (SIGSEGV while the library
+ * is mapped), -DCRASH_ENTRY (SIGSEGV in the entry point), -DABORT_ENTRY (abort() there),
+ * -DHANG_ENTRY (the entry point never returns).
  */
 #include "porter_plugin.h"
 
@@ -24,6 +28,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#ifdef CRASH_CONSTRUCTOR
+/* A null pointer the compiler cannot see through (a literal NULL store is removed as
+ * undefined behaviour). */
+static volatile int *testplugin_nowhere(void) { return (volatile int *)(void *)getenv("PORTER_TEST_UNSET_VARIABLE"); }
+
+__attribute__((constructor)) static void testplugin_crash_on_load(void) {
+    *testplugin_nowhere() = 1;
+}
+#endif
 
 #ifndef SCHEME
 #define SCHEME "ptest"
@@ -480,6 +494,15 @@ int32_t porter_plugin_entry_misspelt(const porter_host *h, const porter_plugin_d
 int32_t porter_plugin_entry(const porter_host *h, const porter_plugin_descriptor **out, char *error, size_t cap)
 #endif
 {
+#ifdef CRASH_ENTRY
+    *(volatile int *)(void *)getenv("PORTER_TEST_UNSET_VARIABLE") = 1;
+#endif
+#ifdef ABORT_ENTRY
+    abort();
+#endif
+#ifdef HANG_ENTRY
+    for (;;) pause();
+#endif
 #ifdef UNRESOLVED
     if (porter_test_symbol_that_does_not_exist()) return 1;
 #endif
