@@ -13,6 +13,7 @@ deps:
 build: deps
 	$(SWIFT) build --product porter
 	$(SWIFT) build --product porterd
+	$(SWIFT) build --product porter-plugin-worker
 	$(SWIFT) build --product CustomScheme
 	$(SWIFT) build --product GopherPlugin
 

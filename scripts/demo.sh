@@ -66,6 +66,11 @@ mkdir "$work/gopher/docs"
 coproc GOPHERD { exec python3 scripts/gopherd.py --root "$work/gopher"; }
 read -r _ gp <&"${GOPHERD[0]}"
 trap 'kill $GOPHERD_PID 2>/dev/null; kill $(cat "$work/run/porter/porterd.pid" 2>/dev/null) 2>/dev/null; stop_nginx "$work/nginx"; rm -rf "$work"' EXIT
+# A deliberately broken plugin beside it: its constructor dereferences NULL. The probe
+# (porter-plugin-worker) runs it first, away from porter, which refuses it and goes on.
+cc -shared -fPIC -O1 -I Sources/CPorterPlugin/include -DCRASH_CONSTRUCTOR -DSCHEME='"crashy"' \
+    -o "$work/plugins/crashy.so" Tests/PorterPluginsTests/Fixtures/testplugin.c -lpthread
+chmod 644 "$work/plugins/crashy.so"
 show env PORTER_PLUGIN_PATH="$work/plugins" $P plugins
 show $P --plugin-path "$work/plugins" "gopher://127.0.0.1:$gp/"
 show $P --plugin-path "$work/plugins" "gopher://127.0.0.1:$gp/0/welcome.txt"

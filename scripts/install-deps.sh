@@ -25,6 +25,11 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
+# Background sessions: a network namespace test (ip), the systemd user units' check and
+# socket activation (systemd-analyze, systemd-socket-activate), python3's http.server.
+[ -x /usr/sbin/ip ] || need+=(iproute2)
+{ command -v systemd-analyze && command -v systemd-socket-activate; } >/dev/null 2>&1 || need+=(systemd)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
 # Stores: SQLite for GRDB; public suffixes through libpsl and the system's list.
 [ -f /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
 [ -f /usr/include/libpsl.h ] || need+=(libpsl-dev)
