@@ -71,6 +71,8 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         var epoch = 0
         /// No app answered a login in time: the task fails with userAuthenticationRequired.
         var loginTimedOut = false
+        /// The attempt was stopped for a suspend (its end is not the task's end).
+        var stopping = false
         init(_ row: Journal.Task) { self.row = row }
     }
 
@@ -394,7 +396,10 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             checkpoint(t)
             t.retryTimer?.cancel()
             t.retryTimer = nil
-            t.task?.cancel()
+            if let task = t.task {
+                t.stopping = true
+                task.cancel()
+            }
         case .cancel, .cancelProducingResumeData:
             t.ending = action
             t.retryTimer?.cancel()
@@ -717,10 +722,13 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             if ending == .cancelProducingResumeData { return endWithResumeData(t) }
             return end(t, error: PorterError(.cancelled, "cancelled", url: t.row.spec.url), status: nil)
         }
-        if t.row.state == "suspended" {
-            // The attempt stopped for a suspend: keep the synced bytes for the resume.
+        if t.stopping || t.row.state == "suspended" {
+            // The attempt stopped for a suspend: keep the synced bytes for the resume (and
+            // start again at once if the task was resumed before the attempt had ended).
+            t.stopping = false
             checkpoint(t)
             closeFile(t)
+            if t.row.state == "running" { admit(t) }
             return
         }
         if let error, Daemon.retryable.contains(error.code), t.row.state == "running" {

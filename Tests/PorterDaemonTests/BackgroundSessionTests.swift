@@ -570,6 +570,24 @@ final class BackgroundSessionTests: DaemonTestCase {
         XCTAssertEqual(Set(chain.completed).count, 2)
         session.finishTasksAndInvalidate()
     }
+
+    /// suspend stops the attempt (its slot goes to others); a resume right after, before
+    /// the stopped attempt has ended, continues the download instead of ending it.
+    func testSuspendThenResumeAtOnceContinues() throws {
+        let recorder = BackgroundRecorder()
+        let session = Session(configuration: .background(identifier: "pause"), delegate: recorder)
+        let task = session.downloadTask(with: URL(string: nginx.http + "/slow/medium.bin?pause")!)
+        task.resume()
+        XCTAssertTrue(waitUntil(20) { recorder.received(task.taskIdentifier) >= 1 << 20 })
+        task.suspend()
+        task.resume()
+        while recorder.completions[task.taskIdentifier] == nil {
+            XCTAssertEqual(recorder.completed.wait(timeout: .now() + 30), .success, "\(recorder.order)")
+        }
+        XCTAssertEqual(recorder.completions[task.taskIdentifier].map { $0 == nil }, true, "\(recorder.completions)")
+        XCTAssertEqual(recorder.files[task.taskIdentifier], expectedMedium())
+        session.finishTasksAndInvalidate()
+    }
 }
 
 /// `porter --background` and `porter jobs`, as separate processes.
