@@ -94,7 +94,7 @@ let package = Package(
         .testTarget(name: "PorterCoreTests", dependencies: ["PorterCore"], swiftSettings: strict),
         .testTarget(
             name: "PorterSessionTests",
-            dependencies: ["PorterSession", "Porter", .product(name: "HTTPTypes", package: "swift-http-types")],
+            dependencies: ["PorterSession", "Porter", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict),
         .testTarget(
             name: "PorterStoresTests",

@@ -345,7 +345,7 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             spec.taskDescription = String(d.prefix(1024))
         }
         // Never journaled: each attempt asks the stores for cookies and credentials again.
-        spec.headers = spec.headers.filter { $0.count == 2 && !["authorization", "proxy-authorization", "cookie"].contains($0[0].lowercased()) }
+        spec.headers = ResumeData.withoutSecrets(spec.headers)
         if spec.kind == .upload {
             guard let file = spec.uploadFile, access(file, R_OK) == 0 else {
                 return c.send(.refused(reference: reference, message: "porterd cannot read the upload file \(spec.uploadFile ?? "(none)")"))
@@ -778,9 +778,8 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             // The partial file becomes the caller's: move it out of the daemon's way.
             let kept = partial + ".resume"
             if rename(partial, kept) == 0 {
-                var headers = t.row.spec.headers
-                headers.removeAll { $0.count == 2 && ["authorization", "proxy-authorization", "cookie"].contains($0[0].lowercased()) }
-                data = ResumeData(url: t.row.spec.url, method: t.row.spec.method, headers: headers, validator: t.row.validator,
+                // The spec's headers lost their secrets when the task was queued.
+                data = ResumeData(url: t.row.spec.url, method: t.row.spec.method, headers: t.row.spec.headers, validator: t.row.validator,
                                   bytesReceived: t.row.received, expectedTotalBytes: t.row.expected, partialFilePath: kept).encoded()
             }
         }

@@ -65,16 +65,7 @@ enum PluginProbe {
     }
 
     static func workerExecutable(_ env: [String: String]) -> String? {
-        if let p = env["PORTER_PLUGIN_WORKER"], access(p, X_OK) == 0 { return p }
-        if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-            let beside = (exe as NSString).deletingLastPathComponent + "/porter-plugin-worker"
-            if access(beside, X_OK) == 0 { return beside }
-        }
-        for dir in (env["PATH"] ?? "/usr/local/bin:/usr/bin").split(separator: ":") {
-            let p = String(dir) + "/porter-plugin-worker"
-            if access(p, X_OK) == 0 { return p }
-        }
-        return nil
+        HelperProgram.find("porter-plugin-worker", override: "PORTER_PLUGIN_WORKER", environment: env)
     }
 
     private static var cacheFile: String? { XDG.cacheHome().map { $0 + "/porter/plugin-probes" } }

@@ -56,19 +56,7 @@ public enum BackgroundProtocol {
     }
 
     /// `$PORTERD_PATH`, else `porterd` beside this program, else on PATH.
-    public static func daemonExecutable() -> String? {
-        let env = ProcessInfo.processInfo.environment
-        if let p = env["PORTERD_PATH"], access(p, X_OK) == 0 { return p }
-        if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-            let beside = (exe as NSString).deletingLastPathComponent + "/porterd"
-            if access(beside, X_OK) == 0 { return beside }
-        }
-        for dir in (env["PATH"] ?? "/usr/local/bin:/usr/bin").split(separator: ":") {
-            let p = String(dir) + "/porterd"
-            if access(p, X_OK) == 0 { return p }
-        }
-        return nil
-    }
+    public static func daemonExecutable() -> String? { HelperProgram.find("porterd", override: "PORTERD_PATH") }
 
     static func spawn(_ path: String) throws {
         var argv: [UnsafeMutablePointer<CChar>?] = [strdup(path), nil]

@@ -49,7 +49,12 @@ public struct ResumeData: Codable, Sendable, Equatable {
     }
 
     /// Header fields that never go into resume data.
-    static let secretFields: Set<String> = ["authorization", "proxy-authorization", "cookie"]
+    public static let secretFields: Set<String> = ["authorization", "proxy-authorization", "cookie"]
+
+    /// Name/value pairs less the secret fields (and anything that is not a pair).
+    public static func withoutSecrets(_ pairs: [[String]]) -> [[String]] {
+        pairs.filter { $0.count == 2 && !secretFields.contains($0[0].lowercased()) }
+    }
 
     /// The request's header fields less the secret ones, as name/value pairs.
     static func shareableHeaders(_ fields: HTTPFields) -> [[String]] {

@@ -1,3 +1,4 @@
+import PorterTestSupport
 import XCTest
 @testable import PorterCore
 @testable import PorterSession
@@ -402,17 +403,9 @@ final class SessionTests: XCTestCase {
     /// A background session runs downloads and uploads from a file in porterd; a data
     /// task is refused with a clear error, not run in-process under false pretences.
     func testBackgroundSessionsRefuseDataTasks() async throws {
-        let home = NSTemporaryDirectory() + "porter-bg-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: home + "/run", withIntermediateDirectories: true)
-        setenv("XDG_RUNTIME_DIR", home + "/run", 1)
-        setenv("XDG_STATE_HOME", home + "/state", 1)
-        setenv("PORTERD_IDLE_EXIT", "1", 1)
-        defer {
-            if let pid = try? String(contentsOfFile: home + "/run/porter/porterd.pid", encoding: .utf8) {
-                kill(pid_t(pid.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0, SIGKILL)
-            }
-            try? FileManager.default.removeItem(atPath: home)
-        }
+        let home = try DaemonHome("porter-bg")
+        home.install()
+        defer { home.remove() }
         var config = SessionConfiguration.background(identifier: "com.example.bg")
         config.registry = testRegistry
         let session = Session(configuration: config)
