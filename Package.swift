@@ -71,7 +71,7 @@ let package = Package(
         .target(name: "CPorterHost", linkerSettings: [.linkedLibrary("ffi")]),
         .target(
             name: "PorterPlugins",
-            dependencies: ["PorterCore", "CPorterPlugin", "PorterPluginKit", "CPorterHost", "CPorterIPC", .product(name: "HTTPTypes", package: "swift-http-types")],
+            dependencies: ["PorterCore", "CPorterPlugin", "PorterPluginKit", "CPorterHost", "CPorterIPC", "PorterIPC", .product(name: "Logging", package: "swift-log"), .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict),
         .target(name: "PorterPluginKit", dependencies: ["CPorterPlugin"], swiftSettings: strict),
         .systemLibrary(name: "CSSH2", path: "Plugins/SFTP/CSSH2"),

@@ -21,6 +21,7 @@ let harnesses: [String] = [
     "FuzzPluginDescriptor",
     "FuzzMIMEHostOverride",
     "FuzzIPCFrames",
+    "FuzzWorkerMessages",
 ]
 
 let package = Package(

@@ -36,11 +36,13 @@ public enum Porter {
     /// `registry` (the shared one by default), then loads the plugins of the search
     /// path (`PluginLoader.searchPath()`) and of `pluginPaths` (folders or files,
     /// scanned first). Idempotent and safe from any thread: later calls for the same
-    /// registry do nothing. A bad plugin is skipped with a diagnostic
+    /// registry do nothing. Plugin files run each in a sandboxed worker process unless
+    /// `pluginIsolation` says otherwise (see `PluginIsolation`). A bad plugin is skipped with a diagnostic
     /// (`pluginVerdicts`); it never stops start-up. Also installs the default stores
     /// (`installDefaultStores()`).
     public static func bootstrap(registry: HandlerRegistry = .shared, pluginPaths: [String] = [],
-                                 loadPlugins: Bool = true, allowOverride: Set<String> = []) {
+                                 loadPlugins: Bool = true, allowOverride: Set<String> = [],
+                                 pluginIsolation: PluginIsolation = .default) {
         storesInstalled.withLock { installed in
             if !installed { installDefaultStores() }
             installed = true
@@ -51,7 +53,7 @@ public enum Porter {
             registry.register(factory: TypeHandlerFactory(HTTPHandler.self), origin: .builtIn, version: version)
             registry.register(factory: TypeHandlerFactory(FTPHandler.self), origin: .builtIn, version: version)
             guard loadPlugins else { return }
-            let loader = PluginLoader(registry: registry, allowOverride: allowOverride)
+            let loader = PluginLoader(registry: registry, allowOverride: allowOverride, isolation: pluginIsolation)
             let found = loader.loadAll(from: pluginPaths + PluginLoader.searchPath())
             verdicts.withLock { $0 += found }
         }

@@ -16,6 +16,7 @@ enum PorterExit: Int32 {
     case badResponse = 11
     case writeError = 12
     case store = 13
+    case pluginCrashed = 14
     case httpError = 22
 
     init(_ code: PorterError.Code) {
@@ -36,6 +37,7 @@ enum PorterExit: Int32 {
         case .cannotWriteToFile, .cannotCreateFile, .cannotMoveFile, .cannotOpenFile: self = .writeError
         case .httpError: self = .httpError
         case .storeUnusable: self = .store
+        case .pluginCrashed: self = .pluginCrashed
         case .unknown, .requestBodyStreamExhausted, .sessionInvalidated, .resumeFailed: self = .other
         }
     }

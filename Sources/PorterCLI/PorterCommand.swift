@@ -41,8 +41,17 @@ struct PluginOptions: ParsableArguments {
                                             valueName: "DIR"))
     var pluginPath: [String] = []
 
+    @Flag(name: .long, help: "Run plugins inside this process instead of each in a sandboxed worker process (faster; a crashing plugin then takes porter down).")
+    var pluginsInProcess = false
+
+    var isolation: PluginIsolation {
+        var i = PluginIsolation.default
+        if pluginsInProcess { i.defaultMode = .inProcess }
+        return i
+    }
+
     func bootstrap() {
-        Porter.bootstrap(pluginPaths: pluginPath)
+        Porter.bootstrap(pluginPaths: pluginPath, pluginIsolation: isolation)
     }
 
     /// The schemes built into Porter, which no plugin may take over.
@@ -57,7 +66,8 @@ struct PluginOptions: ParsableArguments {
     func bootstrap(forURLs urls: [String], fromList: Bool, verbose: Bool) {
         Porter.bootstrap(pluginPaths: pluginPath,
                          loadPlugins: PluginOptions.needsPlugins(urls: urls, fromList: fromList, verbose: verbose,
-                                                                 pluginPath: pluginPath))
+                                                                 pluginPath: pluginPath),
+                         pluginIsolation: isolation)
     }
 
     static func needsPlugins(urls: [String], fromList: Bool, verbose: Bool, pluginPath: [String]) -> Bool {
@@ -96,6 +106,7 @@ struct Plugins: ParsableCommand {
                 print("        \(p.name) \(p.version); schemes: " + p.schemes.map { s in
                     s.flagNames.isEmpty ? s.name : "\(s.name) (\(s.flagNames.joined(separator: ", ")))"
                 }.joined(separator: ", "))
+                print("        mode: \(p.mode)\(p.modeNote.map { " (\($0))" } ?? "")")
             case .refused(let d):
                 print("refused \(d.path)")
                 print("        stage: \(d.stage); reason: \(d.reason)")

@@ -47,6 +47,10 @@ public struct PorterError: Error, Sendable, CustomStringConvertible {
         case serverIdentityChanged = 36
         /// A persistent store (cookies, cache, credentials) is damaged or cannot be opened.
         case storeUnusable = 37
+        /// A plugin's worker process died (a crash, an abort, a limit, or a kill after it
+        /// did not honour a stop in time) while the load was in flight, or the plugin was
+        /// disabled after crashing repeatedly. The message names the plugin and the signal.
+        case pluginCrashed = 38
 
         public var description: String {
             switch self {
@@ -87,6 +91,7 @@ public struct PorterError: Error, Sendable, CustomStringConvertible {
             case .authenticationFailed: return "authenticationFailed"
             case .serverIdentityChanged: return "serverIdentityChanged"
             case .storeUnusable: return "storeUnusable"
+            case .pluginCrashed: return "pluginCrashed"
             }
         }
     }

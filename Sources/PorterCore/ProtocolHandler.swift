@@ -172,12 +172,16 @@ public protocol ProtocolHandlerFactory: Sendable {
     /// application allows the scheme (`allowedRedirectSchemes`). Default true; a plugin
     /// says so with PORTER_SCHEME_REDIRECT_TARGET.
     var mayBeRedirectTarget: Bool { get }
+    /// The same for one of its schemes (a plugin says it per scheme, ABI 1.2). Default:
+    /// `mayBeRedirectTarget`.
+    func mayBeRedirectTarget(scheme: String) -> Bool
     /// The executor for a task whose first request this factory's handler loads.
     func executor(for request: Request, context: SessionContext) -> (any TaskExecutor)?
 }
 
 extension ProtocolHandlerFactory {
     public var mayBeRedirectTarget: Bool { true }
+    public func mayBeRedirectTarget(scheme: String) -> Bool { mayBeRedirectTarget }
     public func executor(for request: Request, context: SessionContext) -> (any TaskExecutor)? { nil }
 }
 

@@ -347,14 +347,21 @@ public struct PluginDefinition: Sendable {
     public var version: String
     public var schemes: [PluginSchemeDefinition]
     public var supportsPause: Bool
+    /// Paths inside the user's home folder the plugin reads, or also writes, when it runs
+    /// isolated ("~/.ssh"; ABI 1.2 `read_paths` / `write_paths`).
+    public var readPaths: [String]
+    public var writePaths: [String]
     /// Makes the handler for one load, or throws to refuse it at once.
     public var makeHandler: @Sendable (PluginRequest, PluginClient) throws(PluginError) -> any PluginLoadHandler
     public init(name: String, version: String, schemes: [PluginSchemeDefinition], supportsPause: Bool = true,
+                readPaths: [String] = [], writePaths: [String] = [],
                 makeHandler: @escaping @Sendable (PluginRequest, PluginClient) throws(PluginError) -> any PluginLoadHandler) {
         self.name = name
         self.version = version
         self.schemes = schemes
         self.supportsPause = supportsPause
+        self.readPaths = readPaths
+        self.writePaths = writePaths
         self.makeHandler = makeHandler
     }
 }
@@ -455,6 +462,16 @@ public enum PluginKit {
         desc.schemes = UnsafePointer(schemes)
         desc.scheme_count = definition.schemes.count
         desc.handler = UnsafePointer(vtable)
+        func list(_ paths: [String]) -> UnsafePointer<UnsafePointer<CChar>?>? {
+            guard !paths.isEmpty else { return nil }
+            let l = UnsafeMutablePointer<UnsafePointer<CChar>?>.allocate(capacity: paths.count)
+            for (i, p) in paths.enumerated() { l[i] = UnsafePointer(strdup(p)) }
+            return UnsafePointer(l)
+        }
+        desc.read_paths = list(definition.readPaths)
+        desc.read_path_count = definition.readPaths.count
+        desc.write_paths = list(definition.writePaths)
+        desc.write_path_count = definition.writePaths.count
         let exported = Exported(definition: definition, host: host, descriptor: d)
         desc.plugin_context = Unmanaged.passRetained(exported).toOpaque()
         d.initialize(to: desc)

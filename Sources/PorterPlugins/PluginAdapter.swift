@@ -3,7 +3,7 @@ import Foundation
 import PorterCore
 
 /// What a plugin's descriptor says about one scheme.
-public struct PluginScheme: Sendable, Equatable {
+public struct PluginScheme: Sendable, Equatable, Codable {
     public var name: String
     public var needsNetwork: Bool
     public var mayBeRedirectTarget: Bool
@@ -18,11 +18,20 @@ public struct PluginScheme: Sendable, Equatable {
         canUpload = s.flags & UInt32(PORTER_SCHEME_CAN_UPLOAD) != 0
     }
 
+    /// Why a request cannot go to this scheme's plugin, or nil: a body to a scheme that
+    /// did not declare PORTER_SCHEME_CAN_UPLOAD (ABI 1.2).
+    static func refusal(of request: Request, by plugin: String, schemes: [PluginScheme]) -> PorterError? {
+        guard request.body != nil, let s = schemes.first(where: { $0.name == request.scheme }), !s.canUpload else {
+            return nil
+        }
+        return PorterError(.unsupportedURL, "plugin \(plugin) cannot upload to \(s.name): URLs (its scheme does not declare PORTER_SCHEME_CAN_UPLOAD)",
+                           url: request.url)
+    }
+
     public var flagNames: [String] {
         var f: [String] = []
         if needsNetwork { f.append("network") }
         if mayBeRedirectTarget { f.append("redirect-target") }
-        if credentialsPerRequest { f.append("credentials-per-request") }
         if canUpload { f.append("upload") }
         return f
     }
@@ -55,14 +64,17 @@ public struct PluginHandlerFactory: ProtocolHandlerFactory, @unchecked Sendable 
 
     public func canonicalRequest(for request: Request) -> Request { request }
 
-    public var mayBeRedirectTarget: Bool { pluginSchemes.contains { $0.mayBeRedirectTarget } }
+    public func mayBeRedirectTarget(scheme: String) -> Bool {
+        pluginSchemes.first { $0.name == scheme }?.mayBeRedirectTarget ?? false
+    }
 
     public func requestIsCacheEquivalent(_ a: Request, _ b: Request) -> Bool { a.url == b.url }
 
     public func makeHandler(request: Request, cachedResponse: CachedResponse?,
                             client: any ProtocolClient) -> any ProtocolHandler {
         PluginHandler(load: PluginLoad(client: client, request: request, vtable: vtable, pluginName: name,
-                                       pluginContext: pluginContext, cached: cachedResponse))
+                                       pluginContext: pluginContext, cached: cachedResponse,
+                                       refusal: PluginScheme.refusal(of: request, by: name, schemes: pluginSchemes)))
     }
 }
 

@@ -34,6 +34,10 @@ public final class PluginEvents: @unchecked Sendable {
     private var subscriptions: [String: [Subscription]] = [:]
     private var observing = false
 
+    /// The events some function is subscribed to (a worker tells its host, which then
+    /// forwards those events to it).
+    var subscribedEvents: [String] { lock.withLock { subscriptions.keys.sorted() } }
+
     /// Checks and records a subscription. The signature must be exactly the event's.
     func subscribe(name: String?, signature: String?, function: (@convention(c) () -> Void)?,
                    userData: UnsafeMutableRawPointer?) -> Result<Void, Refusal> {

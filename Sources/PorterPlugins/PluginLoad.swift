@@ -38,16 +38,30 @@ final class PluginLoad: @unchecked Sendable {
     /// The session cache's response for this request, if any (ABI 1.1).
     let cached: CachedResponse?
 
+    /// Called once the plugin is done with the load: after `destroy` returned, or when
+    /// `start` refused it (the worker tells the host so).
+    let onDestroyed: (@Sendable () -> Void)?
+    /// Ask the plugin's `can_handle` first (a worker does, as the host cannot ask across
+    /// the process boundary before it routes the request).
+    let checkCanHandle: Bool
+    /// Fail at start with this instead of calling the plugin (e.g. an upload to a scheme
+    /// that cannot take one).
+    let refusal: PorterError?
+
     init(client: any ProtocolClient, request: Request, vtable: porter_handler_vtable, pluginName: String,
-         pluginContext: UnsafeMutableRawPointer?, cached: CachedResponse? = nil) {
+         pluginContext: UnsafeMutableRawPointer?, cached: CachedResponse? = nil, bodyLength: Int64? = nil,
+         checkCanHandle: Bool = false, refusal: PorterError? = nil, onDestroyed: (@Sendable () -> Void)? = nil) {
+        self.refusal = refusal
         self.client = client
         self.request = request
         self.vtable = vtable
         self.pluginName = pluginName
         self.pluginContext = UnsafeSendable(pluginContext)
         self.cached = cached
+        self.onDestroyed = onDestroyed
+        self.checkCanHandle = checkCanHandle
         self.cRequest = CRequest(request, insecure: client.context.configuration.tlsVerificationDisabled,
-                                 cached: cached?.response)
+                                 cached: cached?.response, bodyLength: bodyLength)
     }
 
     private let pluginContext: UnsafeSendable<UnsafeMutableRawPointer?>
@@ -81,6 +95,19 @@ final class PluginLoad: @unchecked Sendable {
             client.didFail(with: PorterError(.unsupportedURL, "plugin \(pluginName) has no start function", url: request.url))
             return
         }
+        if let refusal {
+            state.withLock { $0.silenced = true; $0.destroyed = true }
+            client.didFail(with: refusal)
+            onDestroyed?()
+            return
+        }
+        if checkCanHandle, let check = vtable.can_handle, check(pluginContext.value, cRequest.pointer) == 0 {
+            state.withLock { $0.silenced = true; $0.destroyed = true }
+            client.didFail(with: PorterError(.unsupportedURL, "plugin \(pluginName) does not handle \(request.url.maskingPassword)",
+                                             url: request.url))
+            onDestroyed?()
+            return
+        }
         goLive()
         var context: UnsafeMutableRawPointer?
         var error = [CChar](repeating: 0, count: 512)
@@ -93,6 +120,7 @@ final class PluginLoad: @unchecked Sendable {
             let code = PorterError.Code(rawValue: Int(rc)) ?? .unknown
             client.didFail(with: PorterError(code, message.isEmpty ? "plugin \(pluginName) refused the request" : message,
                                              url: request.url))
+            onDestroyed?()
             return
         }
         enum Next { case none, stop, destroy }
@@ -152,6 +180,7 @@ final class PluginLoad: @unchecked Sendable {
         DispatchQueue.global().async {
             destroy?(box.value)
             self.die()
+            self.onDestroyed?()
         }
     }
 
@@ -282,7 +311,7 @@ final class CRequest: @unchecked Sendable {
     /// Stable for the life of this object.
     let pointer: UnsafeMutablePointer<porter_request>
 
-    init(_ request: Request, insecure: Bool, cached: Response? = nil) {
+    init(_ request: Request, insecure: Bool, cached: Response? = nil, bodyLength: Int64? = nil) {
         let strings = CStrings()
         let dup = strings.dup
         let fields = Array(request.headerFields)
@@ -307,7 +336,7 @@ final class CRequest: @unchecked Sendable {
         v.resume_offset = request.resumeRange?.offset ?? -1
         v.resume_validator = dup(request.resumeRange?.validator)
         v.has_body = request.body == nil ? 0 : 1
-        v.body_length = request.body?.knownLength ?? -1
+        v.body_length = bodyLength ?? request.body?.knownLength ?? -1
         v.timeout_interval = request.timeoutInterval
         v.insecure = insecure ? 1 : 0
         if let cached {

@@ -10,7 +10,7 @@ import Glibc
 #endif
 
 /// Where loading a plugin failed.
-public enum PluginLoadStage: String, Sendable, CustomStringConvertible {
+public enum PluginLoadStage: String, Sendable, Codable, CustomStringConvertible {
     /// The file or its folder failed the checks before dlopen.
     case file
     /// dlopen failed (not an ELF file, an unresolved symbol, wrong architecture).
@@ -29,7 +29,7 @@ public enum PluginLoadStage: String, Sendable, CustomStringConvertible {
 }
 
 /// Why a plugin was refused: printed by `porter plugins`, returned by the API.
-public struct PluginDiagnostic: Error, Sendable, Equatable, CustomStringConvertible {
+public struct PluginDiagnostic: Error, Sendable, Equatable, Codable, CustomStringConvertible {
     public var path: String
     public var stage: PluginLoadStage
     public var reason: String
@@ -48,8 +48,12 @@ public struct LoadedPlugin: Sendable, CustomStringConvertible {
     public var version: String
     public var schemes: [PluginScheme]
     public var registrationID: UInt64
+    /// Where its code runs.
+    public var mode: PluginMode = .inProcess
+    /// Why a plugin meant to be isolated runs in process (no worker program was found).
+    public var modeNote: String?
     public var description: String {
-        "\(path): \(name) \(version) — " + schemes.map { s in
+        "\(path): \(name) \(version) [\(mode)\(modeNote.map { ": \($0)" } ?? "")] — " + schemes.map { s in
             s.flagNames.isEmpty ? s.name : "\(s.name) (\(s.flagNames.joined(separator: ", ")))"
         }.joined(separator: ", ")
     }
@@ -77,14 +81,18 @@ public final class PluginLoader: @unchecked Sendable {
     public let registry: HandlerRegistry
     /// Schemes the application lets plugins take over.
     public let allowOverride: Set<String>
+    /// Which plugin files run in a worker process, and the workers' limits.
+    public let isolation: PluginIsolation
 
     /// Real paths already loaded, per registry.
     private static let loadedPaths = Locked<[String: LoadedPlugin]>([:])
     private func loadedKey(_ real: String) -> String { "\(ObjectIdentifier(registry).hashValue) \(real)" }
 
-    public init(registry: HandlerRegistry = .shared, allowOverride: Set<String> = []) {
+    public init(registry: HandlerRegistry = .shared, allowOverride: Set<String> = [],
+                isolation: PluginIsolation = .default) {
         self.registry = registry
         self.allowOverride = allowOverride
+        self.isolation = isolation
     }
 
     // MARK: - search path
@@ -155,9 +163,29 @@ public final class PluginLoader: @unchecked Sendable {
             close(opened.fd)
             return refuse(.register, "already loaded as \(already.path)")
         }
-        if let refused = PluginProbe.check(opened, path: path) {
+        let mode = isolation.mode(for: path)
+        var modeNote: String?
+        let worker = PluginProbe.workerExecutable(ProcessInfo.processInfo.environment)
+        switch PluginProbe.check(opened, path: path, describe: mode == .isolated) {
+        case .refused(let d):
             close(opened.fd)
-            return .refused(refused)
+            return .refused(d)
+        case .passed(let description?) where mode == .isolated && worker != nil:
+            if let conflict = conflict(for: description.schemes.map(\.name), origin: .plugin(path: path)) {
+                close(opened.fd)
+                return refuse(.register, conflict)
+            }
+            let plugin = IsolatedPlugin(path: path, description: description, fd: opened.fd, workerPath: worker!,
+                                        isolation: isolation)
+            let id = registry.register(factory: IsolatedPluginFactory(plugin: plugin), origin: .plugin(path: path),
+                                       version: description.version)
+            let loaded = LoadedPlugin(path: path, name: description.name, version: description.version,
+                                      schemes: description.schemes, registrationID: id, mode: .isolated)
+            Self.loadedPaths.withLock { $0[loadedKey(opened.identity)] = loaded }
+            Self.isolated.withLock { $0.append(plugin) }
+            return .loaded(loaded)
+        default:
+            if mode == .isolated { modeNote = worker == nil ? "no porter-plugin-worker found" : "the probe could not describe it" }
         }
         _ = dlerror()
         guard let handle = dlopen("/proc/self/fd/\(opened.fd)", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) else {
@@ -169,8 +197,12 @@ public final class PluginLoader: @unchecked Sendable {
             return refuse(.symbol, "no '\(PORTER_PLUGIN_ENTRY_SYMBOL)' function", Self.dlerrorText())
         }
         let entry = unsafeBitCast(symbol, to: porter_plugin_entry_fn.self)
-        let verdict = register(entry: entry, path: path, origin: .plugin(path: path))
-        if case .loaded(let p) = verdict { Self.loadedPaths.withLock { $0[loadedKey(opened.identity)] = p } }
+        var verdict = register(entry: entry, path: path, origin: .plugin(path: path))
+        if case .loaded(var p) = verdict {
+            p.modeNote = modeNote
+            verdict = .loaded(p)
+            Self.loadedPaths.withLock { $0[loadedKey(opened.identity)] = p }
+        }
         return verdict
     }
 
@@ -181,8 +213,38 @@ public final class PluginLoader: @unchecked Sendable {
     }
 
     private func register(entry: porter_plugin_entry_fn, path: String, origin: HandlerOrigin) -> PluginVerdict {
-        func refuse(_ stage: PluginLoadStage, _ reason: String, _ detail: String? = nil) -> PluginVerdict {
-            .refused(PluginDiagnostic(path: path, stage: stage, reason: reason, detail: detail))
+        let factory: PluginHandlerFactory
+        let schemes: [PluginScheme]
+        switch Self.describe(entry: entry, path: path) {
+        case .failure(let d): return .refused(d)
+        case .success(let (f, d)):
+            factory = f
+            schemes = d.schemes
+        }
+        if let conflict = conflict(for: schemes.map(\.name), origin: origin) {
+            return .refused(PluginDiagnostic(path: path, stage: .register, reason: conflict))
+        }
+        let id = registry.register(factory: factory, origin: origin, version: factory.version)
+        return .loaded(LoadedPlugin(path: path, name: factory.name, version: factory.version, schemes: schemes,
+                                    registrationID: id))
+    }
+
+    /// Isolated plugins by registration.
+    static let isolated = Locked<[IsolatedPlugin]>([])
+
+    /// The plugins of this process that run in workers, and how their workers fare.
+    public static var isolatedPlugins: [IsolatedPluginStatus] {
+        isolated.current.map(\.status)
+    }
+
+    /// Calls a plugin's entry point and checks what it returns: the factory of its
+    /// in-process handlers and what it declares. Used in process, and in a worker (a
+    /// probe, or one that serves loads).
+    static func describe(entry: porter_plugin_entry_fn, path: String)
+        -> Result<(PluginHandlerFactory, PluginDescription), PluginDiagnostic> {
+        func refuse(_ stage: PluginLoadStage, _ reason: String, _ detail: String? = nil)
+            -> Result<(PluginHandlerFactory, PluginDescription), PluginDiagnostic> {
+            .failure(PluginDiagnostic(path: path, stage: stage, reason: reason, detail: detail))
         }
         var descriptorPointer: UnsafePointer<porter_plugin_descriptor>?
         var error = [CChar](repeating: 0, count: 1024)
@@ -195,7 +257,7 @@ public final class PluginLoader: @unchecked Sendable {
         guard let descriptorPointer else { return refuse(.descriptor, "the entry point returned no descriptor") }
         // The first three fields never move (porter_plugin.h, Versioning).
         let head = UnsafeRawPointer(descriptorPointer)
-        let size = head.load(as: UInt32.self)
+        let size = Int(head.load(as: UInt32.self))
         let major = head.load(fromByteOffset: 4, as: UInt16.self)
         let minor = head.load(fromByteOffset: 6, as: UInt16.self)
         let hostMajor = UInt16(PORTER_PLUGIN_ABI_MAJOR), hostMinor = UInt16(PORTER_PLUGIN_ABI_MINOR)
@@ -205,22 +267,32 @@ public final class PluginLoader: @unchecked Sendable {
         guard minor <= hostMinor else {
             return refuse(.abi, "built for ABI \(major).\(minor), newer than this host's \(hostMajor).\(hostMinor)")
         }
-        guard size >= UInt32(MemoryLayout<porter_plugin_descriptor>.size) else {
-            return refuse(.descriptor, "descriptor is \(size) bytes; ABI \(hostMajor).\(hostMinor) needs \(MemoryLayout<porter_plugin_descriptor>.size)")
+        // A 1.0 / 1.1 descriptor ends where 1.2 appended its fields.
+        let oldSize = MemoryLayout<porter_plugin_descriptor>.offset(of: \.read_paths)!
+        guard size >= oldSize else {
+            return refuse(.descriptor, "descriptor is \(size) bytes; ABI \(hostMajor).\(minor) needs \(oldSize)")
         }
-        let d = descriptorPointer.pointee
+        // Copy only what the plugin's struct has; the rest stays 0 (not declared).
+        var d = porter_plugin_descriptor()
+        withUnsafeMutableBytes(of: &d) { dst in
+            dst.copyMemory(from: UnsafeRawBufferPointer(start: head, count: min(size, MemoryLayout<porter_plugin_descriptor>.size)))
+        }
         let schemes: [PluginScheme]
-        switch Self.check(d) {
+        switch check(d) {
         case .failure(let reason): return refuse(.descriptor, reason.message)
         case .success(let s): schemes = s
         }
-        let factory = PluginHandlerFactory(descriptor: d, schemes: schemes)
-        if let conflict = conflict(for: schemes.map(\.name), origin: origin) {
-            return refuse(.register, conflict)
+        func strings(_ list: UnsafePointer<UnsafePointer<CChar>?>?, _ count: Int) -> [String] {
+            guard let list, count > 0 else { return [] }
+            return (0..<min(count, 32)).compactMap { list[$0].flatMap { String(validatingCString: $0) } }
+                .filter { $0.hasPrefix("/") || $0.hasPrefix("~/") }
         }
-        let id = registry.register(factory: factory, origin: origin, version: factory.version)
-        return .loaded(LoadedPlugin(path: path, name: factory.name, version: factory.version, schemes: schemes,
-                                    registrationID: id))
+        let factory = PluginHandlerFactory(descriptor: d, schemes: schemes)
+        let description = PluginDescription(name: factory.name, version: factory.version, schemes: schemes,
+                                            readPaths: strings(d.read_paths, d.read_path_count),
+                                            writePaths: strings(d.write_paths, d.write_path_count),
+                                            subscriptions: PluginEvents.shared.subscribedEvents)
+        return .success((factory, description))
     }
 
     /// A scheme a plugin may not take: a protected built-in (unless allowed) or one an

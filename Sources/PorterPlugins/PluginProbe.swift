@@ -7,7 +7,8 @@ import PorterCore
 /// constructor or entry point crashes (or hangs) is refused with the stage it reached and
 /// the signal, and the host never runs it. A plugin that passed is remembered by its
 /// file's device, inode, size and modification time (in memory and in
-/// `$XDG_CACHE_HOME/porter/plugin-probes`, 0600), so a warm start does not probe again.
+/// `$XDG_CACHE_HOME/porter/plugin-probes.json`, 0600, with what each declared), so a
+/// warm start neither probes again nor maps the plugin here.
 ///
 /// No worker found (beside this program, `$PORTER_PLUGIN_WORKER`, or on PATH) or
 /// `PORTER_PLUGIN_PROBE=0`: no probe, as before.
@@ -17,19 +18,30 @@ enum PluginProbe {
         ProcessInfo.processInfo.environment["PORTER_PLUGIN_PROBE_TIMEOUT_MS"].flatMap { Int32($0) }.map { max(100, $0) } ?? 10_000
     }
 
-    private static let passed = Locked<Set<String>?>(nil)
+    /// Descriptions of plugins that passed, by file key.
+    private static let passed = Locked<[String: PluginDescription]?>(nil)
     /// Probes run by this process (tests).
     static let probesRun = Locked(0)
 
-    /// Nil when the plugin may be loaded here; else why not.
-    static func check(_ file: PluginFile, path: String) -> PluginDiagnostic? {
+    enum Outcome {
+        /// Its code ran in the probe without harm; what it declared (nil when not known).
+        case passed(PluginDescription?)
+        case refused(PluginDiagnostic)
+        /// No probe ran (no worker, or turned off): in-process loading decides.
+        case unavailable
+    }
+
+    /// Runs the plugin's constructor and entry point in a probe process (or remembers
+    /// that it did). `describe`: the caller needs the description (isolated mode), so the
+    /// probe runs even when `PORTER_PLUGIN_PROBE=0`.
+    static func check(_ file: PluginFile, path: String, describe: Bool = false) -> Outcome {
         let env = ProcessInfo.processInfo.environment
-        guard env["PORTER_PLUGIN_PROBE"] != "0", let worker = workerExecutable(env) else { return nil }
+        guard describe || env["PORTER_PLUGIN_PROBE"] != "0", let worker = workerExecutable(env) else { return .unavailable }
         var st = stat()
-        guard fstat(file.fd, &st) == 0 else { return nil }
+        guard fstat(file.fd, &st) == 0 else { return .unavailable }
         let key = "\(st.st_dev):\(st.st_ino):\(st.st_size):\(st.st_mtim.tv_sec).\(st.st_mtim.tv_nsec)"
-        if cached().contains(key) { return nil }
-        var out = [CChar](repeating: 0, count: 4096)
+        if let known = cached()[key] { return .passed(known) }
+        var out = [CChar](repeating: 0, count: 65536)
         probesRun.withLock { $0 += 1 }
         let status = porter_ipc_probe_plugin(worker, file.fd, &out, out.count, timeoutMilliseconds)
         let text = String(decoding: out.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
@@ -39,16 +51,22 @@ enum PluginProbe {
         if status < 0, status != -1000 {
             let signal = -status
             let name = signal == SIGKILL ? "SIGKILL (no answer in \(timeoutMilliseconds / 1000) s)" : signalName(signal)
-            return PluginDiagnostic(path: path, stage: reached,
-                                    reason: "the plugin's code crashed in a probe process (\(name)); it was not loaded",
-                                    detail: nil)
+            return .refused(PluginDiagnostic(path: path, stage: reached,
+                                             reason: "the plugin's code crashed in a probe process (\(name)); it was not loaded",
+                                             detail: nil))
         }
-        if status == 0, lines.contains(where: { $0.hasPrefix("OK") }) {
-            remember(key)
+        if status == 0, let line = lines.first(where: { $0.hasPrefix("RESULT ") }),
+           let description = try? JSONDecoder().decode(PluginDescription.self, from: Data(line.dropFirst(7).utf8)) {
+            remember(key, description)
+            return .passed(description)
         }
-        // Other outcomes (a refusal the in-process checks will report the same way, or a
-        // worker that could not start): the usual loading decides.
-        return nil
+        if status == 0, let line = lines.first(where: { $0.hasPrefix("REFUSED ") }),
+           var diagnostic = try? JSONDecoder().decode(PluginDiagnostic.self, from: Data(line.dropFirst(8).utf8)) {
+            diagnostic.path = path
+            return .refused(diagnostic)
+        }
+        // A worker that could not start or said something else: in-process loading decides.
+        return .unavailable
     }
 
     static func signalName(_ s: Int32) -> String {
@@ -68,32 +86,35 @@ enum PluginProbe {
         HelperProgram.find("porter-plugin-worker", override: "PORTER_PLUGIN_WORKER", environment: env)
     }
 
-    private static var cacheFile: String? { XDG.cacheHome().map { $0 + "/porter/plugin-probes" } }
+    private static var cacheFile: String? { XDG.cacheHome().map { $0 + "/porter/plugin-probes.json" } }
 
-    private static func cached() -> Set<String> {
+    private static func cached() -> [String: PluginDescription] {
         passed.withLock { known in
             if let known { return known }
-            var loaded = Set<String>()
+            var loaded: [String: PluginDescription] = [:]
             if let f = cacheFile, (try? PrivateFiles.refuseIfOthersCanRead(f, what: "the plugin probe cache")) != nil,
-               let text = try? String(contentsOfFile: f, encoding: .utf8) {
-                loaded = Set(text.split(separator: "\n").map(String.init).prefix(10_000))
+               let data = FileManager.default.contents(atPath: f),
+               let table = try? JSONDecoder().decode([String: PluginDescription].self, from: data) {
+                loaded = table
             }
             known = loaded
             return loaded
         }
     }
 
-    private static func remember(_ key: String) {
-        let all = passed.withLock { known -> Set<String> in
-            var s = known ?? []
-            s.insert(key)
-            known = s
-            return s
+    private static func remember(_ key: String, _ description: PluginDescription) {
+        let all = passed.withLock { known -> [String: PluginDescription] in
+            var table = known ?? [:]
+            // A bounded table: drop the oldest half at random when it grows too big.
+            if table.count >= 1000 { table = Dictionary(uniqueKeysWithValues: table.prefix(500).map { ($0.key, $0.value) }) }
+            table[key] = description
+            known = table
+            return table
         }
-        guard let f = cacheFile else { return }
+        guard let f = cacheFile, let data = try? JSONEncoder().encode(all) else { return }
         do {
             try PrivateFiles.makeFolder((f as NSString).deletingLastPathComponent)
-            _ = PrivateFiles.writeAtomically(Data(all.sorted().joined(separator: "\n").utf8), to: f)
+            _ = PrivateFiles.writeAtomically(data, to: f)
         } catch {
             // Without a cache the next start probes again: slower, never wrong.
         }

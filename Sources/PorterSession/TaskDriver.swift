@@ -82,7 +82,7 @@ final class TaskDriver: @unchecked Sendable {
         let policy = RedirectPolicy(maximumRedirects: config.maximumRedirects, allowedSchemes: config.allowedRedirectSchemes) { target in
             // A handler that never wants to be a redirect target (a plugin without the
             // flag) is not reached even when the application allows the scheme.
-            TaskDriver.factory(for: target, in: config)?.mayBeRedirectTarget ?? true
+            TaskDriver.factory(for: target, in: config)?.mayBeRedirectTarget(scheme: target.scheme) ?? true
         }
         self.machine = TaskStateMachine(request: request, redirectPolicy: policy, asksResponseDisposition: asksResponseDisposition)
         TaskEventCenter.shared.post(.created(taskID: eventID, url: request.url))

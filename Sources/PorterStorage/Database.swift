@@ -17,13 +17,21 @@ extension PrivateFiles {
         try refuseIfNotOwnRegularFile(path, what: what)
         var config = Configuration()
         config.busyMode = .timeout(5)
-        do {
-            let database = try DatabaseQueue(path: path, configuration: config)
-            try database.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA journal_mode = WAL") }
-            try database.write { db in try db.execute(sql: schema) }
-            return database
-        } catch {
-            throw PorterError(.storeUnusable, "cannot open \(what) \(path) (damaged, or not a database): \(error)")
+        // Processes opening a new store at once can still meet SQLITE_BUSY where SQLite
+        // does not wait (the first switch to WAL): try again for up to 5 s before calling
+        // the store unusable.
+        let deadline = Date().addingTimeInterval(5)
+        while true {
+            do {
+                let database = try DatabaseQueue(path: path, configuration: config)
+                try database.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA journal_mode = WAL") }
+                try database.write { db in try db.execute(sql: schema) }
+                return database
+            } catch let e as DatabaseError where (e.resultCode == .SQLITE_BUSY || e.resultCode == .SQLITE_LOCKED) && Date() < deadline {
+                usleep(20_000)
+            } catch {
+                throw PorterError(.storeUnusable, "cannot open \(what) \(path) (damaged, or not a database): \(error)")
+            }
         }
     }
 }

@@ -6,31 +6,57 @@ import XCTest
 
 /// A C plugin's scheme through sessions, delegates, redirects, challenges,
 /// back-pressure, uploads and downloads — as a built-in handler is.
-final class AdapterTests: XCTestCase {
-    // One plugin file for the whole class (loaded once per process, never unloaded).
-    nonisolated(unsafe) static var pluginPath = ""
-    nonisolated(unsafe) static var registry = HandlerRegistry()
+/// The same tests run with the plugin in process (this class) and in a worker process
+/// (`IsolatedAdapterTests`): the contract must not change across the boundary.
+class AdapterTests: XCTestCase {
+    /// Where the plugin runs in this class's tests.
+    class var mode: PluginMode { .inProcess }
+    // One plugin file per mode (loaded once per process, never unloaded).
+    nonisolated(unsafe) static var fixtures: [PluginMode: (path: String, registry: HandlerRegistry)] = [:]
+    static var pluginPath: String { fixtures[mode]?.path ?? "" }
+    static var registry: HandlerRegistry { fixtures[mode]?.registry ?? HandlerRegistry() }
 
     override class func setUp() {
         super.setUp()
+        guard fixtures[mode] == nil else { return }
         do {
             let folder = try PluginFixture.folder()
-            pluginPath = try PluginFixture.build("ptest.so", in: folder)
-            registry = HandlerRegistry()
+            let path = try PluginFixture.build("ptest.so", in: folder)
+            let registry = HandlerRegistry()
             Porter.bootstrap(registry: registry, loadPlugins: false)
-            let verdict = PluginLoader(registry: registry).load(path: pluginPath)
+            var isolation = PluginIsolation.default
+            isolation.defaultMode = mode
+            let verdict = PluginLoader(registry: registry, isolation: isolation).load(path: path)
             if verdict.plugin == nil { print("plugin did not load: \(verdict)") }
+            if verdict.plugin?.mode != mode { print("plugin loaded \(String(describing: verdict.plugin?.mode)), not \(mode)") }
+            fixtures[mode] = (path, registry)
         } catch {
             print("fixture failed: \(error)")
         }
     }
 
-    private func session(_ delegate: (any SessionDelegate)? = nil, _ tweak: (inout SessionConfiguration) -> Void = { _ in })
+    func testThePluginRunsWhereAsked() {
+        let isolated = PluginLoader.isolatedPlugins.contains { $0.path == Self.pluginPath }
+        XCTAssertEqual(isolated, Self.mode == .isolated)
+    }
+
+    func session(_ delegate: (any SessionDelegate)? = nil, _ tweak: (inout SessionConfiguration) -> Void = { _ in })
         -> Session {
         var config = SessionConfiguration.ephemeral
         config.registry = Self.registry
         tweak(&config)
         return Session(configuration: config, delegate: delegate)
+    }
+
+    /// One of the plugin's counters, asked of the plugin itself (in either mode).
+    func counter(_ name: String) async throws -> Int {
+        let (data, _) = try await session().data(from: URL(string: "ptest://h/counters")!)
+        let text = String(decoding: data, as: UTF8.self)
+        for pair in text.split(separator: " ") where pair.hasPrefix(name + "=") {
+            return Int(pair.dropFirst(name.count + 1)) ?? -1
+        }
+        XCTFail("no counter \(name) in \(text)")
+        return -1
     }
 
     func testDataThroughThePlugin() async throws {
@@ -77,9 +103,7 @@ final class AdapterTests: XCTestCase {
     /// is ignored: the client is a token the host looks up, not a pointer into freed
     /// memory. The task ends with the plugin's own answer and nothing late reaches it.
     func testLateCallsFromADeadClientAreIgnored() async throws {
-        typealias Count = @convention(c) () -> Int32
-        let lateCalls = { PluginFixture.symbol("testplugin_late_calls", in: Self.pluginPath, as: Count.self)?() ?? -1 }
-        let before = lateCalls()
+        let before = try await counter("late")
         XCTAssertGreaterThanOrEqual(before, 0)
         do {
             _ = try await session().data(from: URL(string: "ptest://h/late-after-refuse")!)
@@ -88,14 +112,14 @@ final class AdapterTests: XCTestCase {
             XCTAssertEqual(e.code, .noPermissionsToReadFile)
             XCTAssertEqual(e.message, "refused, but calls anyway")
         }
-        XCTAssertTrue(eventually { lateCalls() == before + 1 }, "the late calls were made (and survived)")
+        try await eventuallyAsync { try await self.counter("late") == before + 1 }
         do {
             _ = try await session().data(from: URL(string: "ptest://h/late-after-destroy")!)
             XCTFail("the test plugin fails unknown paths")
         } catch let e as PorterError {
             XCTAssertNotEqual(e.message, "late")
         }
-        XCTAssertTrue(eventually { lateCalls() == before + 2 }, "the calls after destroy were made (and survived)")
+        try await eventuallyAsync { try await self.counter("late") == before + 2 }
         // The host still serves the plugin normally.
         let (data, _) = try await session().data(from: URL(string: "ptest://h/hello")!)
         XCTAssertEqual(String(decoding: data, as: UTF8.self), "hello from ptest")
@@ -186,7 +210,7 @@ final class AdapterTests: XCTestCase {
 
     func testLargeBodyWithBackPressure() async throws {
         let total = 40 << 20
-        let before = PluginFixture.counter("testplugin_pauses", of: Self.pluginPath)
+        let before = try await counter("pauses")
         let s = session { $0.receiveBufferLimit = 256 << 10 }
         let (bytes, response) = try await s.bytes(from: URL(string: "ptest://h/big?\(total)")!)
         XCTAssertEqual(response.expectedContentLength, Int64(total))
@@ -199,8 +223,8 @@ final class AdapterTests: XCTestCase {
         }
         XCTAssertEqual(count, total)
         XCTAssertTrue(ok, "body bytes out of order")
-        XCTAssertGreaterThan(PluginFixture.counter("testplugin_pauses", of: Self.pluginPath), before,
-                             "the plugin's pause was never called")
+        let after = try await counter("pauses")
+        XCTAssertGreaterThan(after, before, "the plugin's pause was never called")
     }
 
     func testDownloadAndResume() async throws {
@@ -223,15 +247,14 @@ final class AdapterTests: XCTestCase {
     }
 
     func testCancelStopsAndDestroysTheLoad() async throws {
-        let before = PluginFixture.counter("testplugin_live_loads", of: Self.pluginPath)
+        let before = try await counter("live")
         let task = session().dataTask(with: URL(string: "ptest://h/slow")!)
         task.resume()
         XCTAssertTrue(eventually { task.countOfBytesReceived == 1 })
         task.cancel()
         XCTAssertTrue(eventually { task.state == .completed })
         XCTAssertEqual(task.error?.code, .cancelled)
-        XCTAssertTrue(eventually { PluginFixture.counter("testplugin_live_loads", of: Self.pluginPath) == before },
-                      "the load was not destroyed")
+        try await eventuallyAsync { try await self.counter("live") == before }
     }
 
     func testIdleTimeoutStopsAPluginLoad() async throws {
@@ -255,15 +278,17 @@ final class AdapterTests: XCTestCase {
         }
         let fetches = Fetches()
         let s = session(fetches) { $0.responseCache = HTTPCache() }
-        let loads = PluginFixture.counter("testplugin_full_loads", of: Self.pluginPath)
-        let checks = PluginFixture.counter("testplugin_validations", of: Self.pluginPath)
+        let loads = try await counter("full_loads")
+        let checks = try await counter("validations")
         let (first, _) = try await s.data(from: URL(string: "ptest://h/cacheable")!)
         let (second, response) = try await s.data(from: URL(string: "ptest://h/cacheable")!)
         XCTAssertEqual(first, Data("cacheable body".utf8))
         XCTAssertEqual(second, first)
         XCTAssertEqual(response.statusCode, 200)
-        XCTAssertEqual(PluginFixture.counter("testplugin_full_loads", of: Self.pluginPath), loads + 1)
-        XCTAssertEqual(PluginFixture.counter("testplugin_validations", of: Self.pluginPath), checks + 1)
+        let loadsAfter = try await counter("full_loads")
+        let checksAfter = try await counter("validations")
+        XCTAssertEqual(loadsAfter, loads + 1)
+        XCTAssertEqual(checksAfter, checks + 1)
         XCTAssertEqual(fetches.types.current.last, "revalidated")
     }
 
@@ -278,6 +303,44 @@ final class AdapterTests: XCTestCase {
         XCTAssertEqual(registry.registrations.first?.origin, .inProcess)
         XCTAssertTrue(registry.hasHandler(forScheme: "ptest"))
     }
+}
+
+/// The adapter tests with the plugin in a worker process.
+final class IsolatedAdapterTests: AdapterTests {
+    override class var mode: PluginMode { .isolated }
+    // Linux XCTest finds only the methods a class declares: each test, again.
+    override func testThePluginRunsWhereAsked() { super.testThePluginRunsWhereAsked() }
+    override func testDataThroughThePlugin() async throws { try await super.testDataThroughThePlugin() }
+    override func testCanHandleIsAsked() async throws { try await super.testCanHandleIsAsked() }
+    override func testFailureCarriesCodeAndCause() async throws { try await super.testFailureCarriesCodeAndCause() }
+    override func testStartRefusal() async throws { try await super.testStartRefusal() }
+    override func testLateCallsFromADeadClientAreIgnored() async throws { try await super.testLateCallsFromADeadClientAreIgnored() }
+    override func testRedirectInsideTheScheme() async throws { try await super.testRedirectInsideTheScheme() }
+    override func testRedirectToHTTPIsRefusedUnlessAllowed() async throws { try await super.testRedirectToHTTPIsRefusedUnlessAllowed() }
+    override func testPasswordChallengeThroughTheDelegate() async throws { try await super.testPasswordChallengeThroughTheDelegate() }
+    override func testWrongPasswordsEndInAuthenticationFailed() async throws { try await super.testWrongPasswordsEndInAuthenticationFailed() }
+    override func testCancelledChallenge() async throws { try await super.testCancelledChallenge() }
+    override func testURLCredentialsAreProposed() async throws { try await super.testURLCredentialsAreProposed() }
+    override func testServerTrustChallengeCarriesTheIdentity() async throws { try await super.testServerTrustChallengeCarriesTheIdentity() }
+    override func testUploadReadsTheBody() async throws { try await super.testUploadReadsTheBody() }
+    override func testLargeBodyWithBackPressure() async throws { try await super.testLargeBodyWithBackPressure() }
+    override func testDownloadAndResume() async throws { try await super.testDownloadAndResume() }
+    override func testCancelStopsAndDestroysTheLoad() async throws { try await super.testCancelStopsAndDestroysTheLoad() }
+    override func testIdleTimeoutStopsAPluginLoad() async throws { try await super.testIdleTimeoutStopsAPluginLoad() }
+    override func testPluginUsesTheSessionCache() async throws { try await super.testPluginUsesTheSessionCache() }
+    override func testLinkedEntryPointWithoutDlopen() throws { try super.testLinkedEntryPointWithoutDlopen() }
+}
+
+/// Waits until `condition` holds (at most `seconds`), failing the test otherwise.
+func eventuallyAsync(_ seconds: Double = 5, file: StaticString = #filePath, line: UInt = #line,
+                     _ condition: () async throws -> Bool) async throws {
+    let end = Date().addingTimeInterval(seconds)
+    while Date() < end {
+        if try await condition() { return }
+        try await Task.sleep(nanoseconds: 20_000_000)
+    }
+    let last = try await condition()
+    XCTAssertTrue(last, "the condition did not hold within \(seconds) s", file: file, line: line)
 }
 
 /// A task delegate that answers challenges with `answer` and records failure counts.

@@ -7,25 +7,43 @@ import XCTest
 /// them with the values of real tasks; bad subscriptions are refused and never called.
 final class EventTests: XCTestCase {
     func testEventsReachTheSubscribedFunctionsWithTheirValues() async throws {
+        try await check(mode: .inProcess, scheme: "evt")
+    }
+
+    /// The same plugin in a worker process: the host forwards the events it subscribed to.
+    func testEventsReachAnIsolatedPlugin() async throws {
+        try await check(mode: .isolated, scheme: "evi")
+    }
+
+    private func check(mode: PluginMode, scheme evt: String) async throws {
         let folder = try PluginFixture.folder()
-        let path = try PluginFixture.build("events.so", in: folder, defines: ["EVENTS", "SCHEME=\"evt\""])
+        let path = try PluginFixture.build("events.so", in: folder, defines: ["EVENTS", "SCHEME=\"\(evt)\""])
         let registry = HandlerRegistry()
         Porter.bootstrap(registry: registry, loadPlugins: false)
-        let verdict = PluginLoader(registry: registry).load(path: path)
+        var isolation = PluginIsolation.default
+        isolation.defaultMode = mode
+        let verdict = PluginLoader(registry: registry, isolation: isolation).load(path: path)
         XCTAssertNotNil(verdict.plugin, "\(verdict)")
+        XCTAssertEqual(verdict.plugin?.mode, mode)
 
         var config = SessionConfiguration.ephemeral
         config.registry = registry
         let delegate = Answers { _ in .useCredential(Credential(user: "ann", password: "sesame")) }
         let session = Session(configuration: config, delegate: delegate)
-        _ = try await session.data(from: URL(string: "evt://e1/redirect")!)
-        _ = try await session.data(from: URL(string: "evt://e2/auth")!)
-        _ = try? await session.data(from: URL(string: "evt://e3/missing")!)
-        var upload = Request(url: URL(string: "evt://e4/upload")!)
+        _ = try await session.data(from: URL(string: "\(evt)://e1/redirect")!)
+        _ = try await session.data(from: URL(string: "\(evt)://e2/auth")!)
+        _ = try? await session.data(from: URL(string: "\(evt)://e3/missing")!)
+        var upload = Request(url: URL(string: "\(evt)://e4/upload")!)
         upload.method = "PUT"
         _ = try await session.upload(for: upload, from: Data(count: 1234))
 
-        let log = PluginFixture.events(of: path)
+        var log = ""
+        for _ in 0..<50 {
+            log = mode == .inProcess ? PluginFixture.events(of: path)
+                : String(decoding: try await session.data(from: URL(string: "\(evt)://x/events")!).0, as: UTF8.self)
+            if log.contains("\(evt)://e4/upload 13 1234 0") { break }
+            try await Task.sleep(nanoseconds: 50_000_000)
+        }
         let lines = log.split(separator: "\n").map(String.init)
         func line(_ prefix: String, _ contains: String) -> String? {
             lines.first { $0.hasPrefix(prefix) && $0.contains(contains) }
@@ -37,19 +55,19 @@ final class EventTests: XCTestCase {
         XCTAssertFalse(lines.contains { $0.hasPrefix("refused created") || $0.hasPrefix("refused completed") }, log)
 
         // task.created: id and URL.
-        let created = try XCTUnwrap(line("created C ", "evt://e1/redirect"), log)
+        let created = try XCTUnwrap(line("created C ", "\(evt)://e1/redirect"), log)
         let id = created.split(separator: " ")[2]
         // task.redirected with from and to, same task id.
-        XCTAssertNotNil(line("redirected D \(id) ", "evt://e1/redirect evt://e1/hello"), log)
+        XCTAssertNotNil(line("redirected D \(id) ", "\(evt)://e1/redirect \(evt)://e1/hello"), log)
         // task.response: status -1 (none) and length 14 ("hello from evt").
-        XCTAssertNotNil(line("response R \(id) ", "evt://e1/hello -1 14"), log)
+        XCTAssertNotNil(line("response R \(id) ", "\(evt)://e1/hello -1 14"), log)
         // task.completed: bytes received, sent, error 0.
-        XCTAssertNotNil(line("completed F \(id) ", "evt://e1/hello 14 0 0"), log)
+        XCTAssertNotNil(line("completed F \(id) ", "\(evt)://e1/hello 14 0 0"), log)
         // task.challenged: host, method, failure count.
         XCTAssertNotNil(line("challenged A ", " e2 default 0"), log)
         // A failure's code (17: fileDoesNotExist).
-        XCTAssertNotNil(line("completed F ", "evt://e3/missing 0 0 17"), log)
+        XCTAssertNotNil(line("completed F ", "\(evt)://e3/missing 0 0 17"), log)
         // An upload's byte counts ("received 1234" is 13 bytes).
-        XCTAssertNotNil(line("completed F ", "evt://e4/upload 13 1234 0"), log)
+        XCTAssertNotNil(line("completed F ", "\(evt)://e4/upload 13 1234 0"), log)
     }
 }

@@ -7,18 +7,22 @@ import XCTest
 /// The C example plugin (Examples/CPlugin, libGopherPlugin.so) end to end against a
 /// gopher server on loopback: through a session and through the CLI, loaded from a
 /// folder.
-final class GopherTests: XCTestCase {
+class GopherTests: XCTestCase {
+    /// Where the plugin runs (`IsolatedGopherTests` runs the same tests in a worker).
+    class var mode: PluginMode { .inProcess }
     static let buildDir = URL(fileURLWithPath: porterBinary).deletingLastPathComponent().path
     static let pluginPath = buildDir + "/libGopherPlugin.so"
     nonisolated(unsafe) static var server: Process?
     nonisolated(unsafe) static var port = 0
     nonisolated(unsafe) static var root = URL(fileURLWithPath: "/")
-    nonisolated(unsafe) static var registry = HandlerRegistry()
+    nonisolated(unsafe) static var registries: [PluginMode: HandlerRegistry] = [:]
+    static var registry: HandlerRegistry { registries[mode] ?? HandlerRegistry() }
     static let blob = Data((0..<3_000_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) })
 
     override class func setUp() {
         super.setUp()
         do {
+            if server == nil {
             root = try PluginFixture.folder("gopher-root")
             try "Hello from gopher.\nSecond line.\n".write(to: root.appendingPathComponent("welcome.txt"), atomically: true, encoding: .utf8)
             try FileManager.default.createDirectory(at: root.appendingPathComponent("docs"), withIntermediateDirectories: true)
@@ -27,10 +31,15 @@ final class GopherTests: XCTestCase {
             let (p, port) = try startReadyServer("/usr/bin/env", ["python3", script, "--root", root.path])
             server = p
             self.port = port
-            registry = HandlerRegistry()
+            }
+            guard registries[mode] == nil else { return }
+            let registry = HandlerRegistry()
             Porter.bootstrap(registry: registry, loadPlugins: false)
-            let verdict = PluginLoader(registry: registry).load(path: pluginPath)
-            if verdict.plugin == nil { print("gopher plugin did not load: \(verdict)") }
+            var isolation = PluginIsolation.default
+            isolation.defaultMode = mode
+            let verdict = PluginLoader(registry: registry, isolation: isolation).load(path: pluginPath)
+            if verdict.plugin?.mode != mode { print("gopher plugin did not load \(mode): \(verdict)") }
+            registries[mode] = registry
         } catch {
             print("gopher fixture failed: \(error)")
         }
@@ -39,6 +48,7 @@ final class GopherTests: XCTestCase {
     override class func tearDown() {
         server?.terminate()
         server?.waitUntilExit()
+        server = nil
         super.tearDown()
     }
 
@@ -139,4 +149,18 @@ final class GopherTests: XCTestCase {
         XCTAssertEqual(bad.status, 2)
         XCTAssertTrue(bad.err.contains("1 plugin(s) were refused at start-up; 'porter plugins' says why"), bad.err)
     }
+}
+
+/// The gopher tests with the plugin in a worker process.
+final class IsolatedGopherTests: GopherTests {
+    override class var mode: PluginMode { .isolated }
+    // Linux XCTest finds only the methods a class declares: each test, again.
+    override func testServerStarted() { super.testServerStarted() }
+    override func testMenu() async throws { try await super.testMenu() }
+    override func testTextWithoutTheTerminatorLine() async throws { try await super.testTextWithoutTheTerminatorLine() }
+    override func testBinaryDownloadWithBackPressure() async throws { try await super.testBinaryDownloadWithBackPressure() }
+    override func testRefusedConnection() async throws { try await super.testRefusedConnection() }
+    override func testBadSelectorIsABadURL() async throws { try await super.testBadSelectorIsABadURL() }
+    override func testCLILoadsThePluginFromAFolder() throws { try super.testCLILoadsThePluginFromAFolder() }
+    override func testPorterPluginsExplainsEachCandidate() throws { try super.testPorterPluginsExplainsEachCandidate() }
 }

@@ -94,7 +94,7 @@ final class LoaderTests: XCTestCase {
         try PluginFixture.build("major.so", in: folder, defines: ["ABI_MAJOR=2"])
         let d = try refusal(in: folder, named: "major.so")
         XCTAssertEqual(d?.stage, .abi)
-        XCTAssertTrue(d?.reason.contains("built for ABI 2.1; this host has 1.1") == true, "\(String(describing: d))")
+        XCTAssertTrue(d?.reason.contains("built for ABI 2.2; this host has 1.2") == true, "\(String(describing: d))")
     }
 
     func testNewerMinor() throws {
@@ -102,19 +102,26 @@ final class LoaderTests: XCTestCase {
         try PluginFixture.build("minor.so", in: folder, defines: ["ABI_MINOR=7"])
         let d = try refusal(in: folder, named: "minor.so")
         XCTAssertEqual(d?.stage, .abi)
-        XCTAssertTrue(d?.reason.contains("1.7, newer than this host's 1.1") == true, "\(String(describing: d))")
+        XCTAssertTrue(d?.reason.contains("1.7, newer than this host's 1.2") == true, "\(String(describing: d))")
     }
 
-    /// ABI 1.1 only appended fields: a plugin built against 1.0 loads and works.
+    /// ABI 1.1 and 1.2 only appended fields: a plugin built against 1.0 or 1.1 — with the
+    /// descriptor as it was then, ending before 1.2's `read_paths` — loads and works, in
+    /// process and isolated.
     func testAnOlderMinorStillLoads() async throws {
-        let folder = try PluginFixture.folder()
-        let path = try PluginFixture.build("old.so", in: folder, defines: ["ABI_MINOR=0"])
-        let registry = HandlerRegistry()
-        XCTAssertNotNil(PluginLoader(registry: registry).load(path: path).plugin)
-        var config = SessionConfiguration.ephemeral
-        config.registry = registry
-        let (data, _) = try await Session(configuration: config).data(from: URL(string: "ptest://h/hello")!)
-        XCTAssertEqual(String(decoding: data, as: UTF8.self), "hello from ptest")
+        for (minor, mode) in [(0, PluginMode.inProcess), (1, .inProcess), (0, .isolated), (1, .isolated)] {
+            let folder = try PluginFixture.folder()
+            let path = try PluginFixture.build("old.so", in: folder, defines: ["ABI_MINOR=\(minor)", "ABI11_SIZE"])
+            let registry = HandlerRegistry()
+            var isolation = PluginIsolation.default
+            isolation.defaultMode = mode
+            let verdict = PluginLoader(registry: registry, isolation: isolation).load(path: path)
+            XCTAssertEqual(verdict.plugin?.mode, mode, "1.\(minor) \(mode): \(verdict)")
+            var config = SessionConfiguration.ephemeral
+            config.registry = registry
+            let (data, _) = try await Session(configuration: config).data(from: URL(string: "ptest://h/hello")!)
+            XCTAssertEqual(String(decoding: data, as: UTF8.self), "hello from ptest")
+        }
     }
 
     func testIncompleteDescriptor() throws {
@@ -285,7 +292,7 @@ final class LoaderTests: XCTestCase {
         XCTAssertEqual(PluginProbe.probesRun.current, before + 1, "probed once")
         XCTAssertNotNil(PluginLoader(registry: HandlerRegistry()).load(path: path).plugin)
         XCTAssertEqual(PluginProbe.probesRun.current, before + 1, "not probed again")
-        if let cache = XDG.cacheHome().map({ $0 + "/porter/plugin-probes" }) {
+        if let cache = XDG.cacheHome().map({ $0 + "/porter/plugin-probes.json" }) {
             var st = stat()
             XCTAssertEqual(stat(cache, &st), 0)
             XCTAssertEqual(st.st_mode & 0o777, 0o600)
@@ -301,7 +308,8 @@ final class LoaderTests: XCTestCase {
     func testTheProbeIsWhatKeepsTheProgramAlive() throws {
         let folder = try PluginFixture.folder()
         try PluginFixture.build("ctor.so", in: folder, defines: ["CRASH_CONSTRUCTOR"])
-        let without = try runProcess(porterBinary, ["plugins", "--plugin-path", folder.path], environment: ["PORTER_PLUGIN_PROBE": "0"])
+        let without = try runProcess(porterBinary, ["plugins", "--plugins-in-process", "--plugin-path", folder.path],
+                                     environment: ["PORTER_PLUGIN_PROBE": "0"])
         XCTAssertEqual(without.status, SIGSEGV, "in-process, the crash is the program's (killed by SIGSEGV): \(without.stderr)")
         let with = try runProcess(porterBinary, ["plugins", "--plugin-path", folder.path])
         XCTAssertEqual(with.status, 0, with.stderr)

@@ -32,10 +32,10 @@ enum PluginFixture {
     }
 
 
-    /// A C function exported by a loaded test plugin (the plugin is RTLD_LOCAL, so ask
-    /// its own handle).
+    /// A C function exported by a test plugin (the plugin is RTLD_LOCAL, so ask its own
+    /// handle; a plugin that runs in a worker is mapped here too, for the symbol only).
     static func symbol<T>(_ name: String, in path: String, as type: T.Type) -> T? {
-        guard let handle = dlopen(path, RTLD_NOW | RTLD_NOLOAD), let sym = dlsym(handle, name) else { return nil }
+        guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL), let sym = dlsym(handle, name) else { return nil }
         return unsafeBitCast(sym, to: type)
     }
 

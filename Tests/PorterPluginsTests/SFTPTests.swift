@@ -6,27 +6,36 @@ import XCTest
 
 /// The sftp plugin (libPorterSFTPPlugin.so, dlopened) against a real OpenSSH sshd on
 /// loopback: download, upload, listing, resume, logins, host keys, errors, the CLI.
-final class SFTPTests: XCTestCase {
+class SFTPTests: XCTestCase {
+    /// Where the plugin runs (`IsolatedSFTPTests` runs the same tests in a worker).
+    class var mode: PluginMode { .inProcess }
     static let pluginPath = GopherTests.buildDir + "/libPorterSFTPPlugin.so"
     nonisolated(unsafe) static var sshd: SSHDFixture?
     nonisolated(unsafe) static var setupError: String?
-    nonisolated(unsafe) static var registry = HandlerRegistry()
+    nonisolated(unsafe) static var registries: [PluginMode: HandlerRegistry] = [:]
+    static var registry: HandlerRegistry { registries[mode] ?? HandlerRegistry() }
 
     override class func setUp() {
         super.setUp()
+        setupError = nil
         do {
             sshd = try SSHDFixture()
         } catch {
             setupError = "\(error)"
         }
-        registry = HandlerRegistry()
+        guard registries[mode] == nil else { return }
+        let registry = HandlerRegistry()
         Porter.bootstrap(registry: registry, loadPlugins: false)
-        let verdict = PluginLoader(registry: registry).load(path: pluginPath)
-        if verdict.plugin == nil { setupError = (setupError ?? "") + " plugin: \(verdict)" }
+        var isolation = PluginIsolation.default
+        isolation.defaultMode = mode
+        let verdict = PluginLoader(registry: registry, isolation: isolation).load(path: pluginPath)
+        if verdict.plugin?.mode != mode { setupError = (setupError ?? "") + " plugin: \(verdict)" }
+        registries[mode] = registry
     }
 
     override class func tearDown() {
         sshd?.stop()
+        sshd = nil
         super.tearDown()
     }
 
@@ -350,4 +359,28 @@ final class SFTPTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: local.path).sorted(),
                        ["big.bin", "deeper", "notes.txt"], "resume data and partial files are gone")
     }
+}
+
+/// The sftp tests with the plugin in a worker process (the default for plugin files).
+final class IsolatedSFTPTests: SFTPTests {
+    override class var mode: PluginMode { .isolated }
+    // Linux XCTest finds only the methods a class declares: each test, again.
+    override func testDownloadWithThePasswordFromTheURL() async throws { try await super.testDownloadWithThePasswordFromTheURL() }
+    override func testLargeDownloadWithBackPressure() async throws { try await super.testLargeDownloadWithBackPressure() }
+    override func testPublicKeyLogin() async throws { try await super.testPublicKeyLogin() }
+    override func testListing() async throws { try await super.testListing() }
+    override func testUploadIsAtomicAndComplete() async throws { try await super.testUploadIsAtomicAndComplete() }
+    override func testUploadWithoutPermission() async throws { try await super.testUploadWithoutPermission() }
+    override func testResumeFromAnOffset() async throws { try await super.testResumeFromAnOffset() }
+    override func testWrongPassword() async throws { try await super.testWrongPassword() }
+    override func testPasswordThroughAChallenge() async throws { try await super.testPasswordThroughAChallenge() }
+    override func testUnknownHostKeyIsAServerTrustChallenge() async throws { try await super.testUnknownHostKeyIsAServerTrustChallenge() }
+    override func testChangedHostKeyIsAlwaysAHardError() async throws { try await super.testChangedHostKeyIsAlwaysAHardError() }
+    override func testErrors() async throws { try await super.testErrors() }
+    override func testCancelWhileAChallengeWaits() async throws { try await super.testCancelWhileAChallengeWaits() }
+    override func testCancelMidDownload() async throws { try await super.testCancelMidDownload() }
+    override func testCLIDownloadsWithThePluginFolder() throws { try super.testCLIDownloadsWithThePluginFolder() }
+    override func testDefaultKeyAndAgentLogins() throws { try super.testDefaultKeyAndAgentLogins() }
+    override func testBackgroundSFTPDownload() throws { try super.testBackgroundSFTPDownload() }
+    override func testMirrorExampleResumesAnInterruptedRun() throws { try super.testMirrorExampleResumesAnInterruptedRun() }
 }

@@ -21,8 +21,10 @@ public enum SFTPPlugin {
     public static let definition = PluginDefinition(
         name: "sftp (libssh2)", version: version,
         schemes: [PluginSchemeDefinition("sftp", flags: UInt32(PORTER_SCHEME_NEEDS_NETWORK)
-                                                    | UInt32(PORTER_SCHEME_CREDENTIALS_PER_REQUEST)
                                                     | UInt32(PORTER_SCHEME_CAN_UPLOAD))],
+        // Keys and known_hosts (read only: an unknown host key is a challenge, never
+        // written down here).
+        readPaths: ["~/.ssh"],
         makeHandler: { request, client throws(PluginError) in
             try SFTPLoad(request: request, client: client)
         })

@@ -44,4 +44,47 @@ int porter_ipc_route_wait(int fd, int timeout_ms);
  * signal ended it (-SIGKILL after the timeout), or -1000 when it could not start. */
 int porter_ipc_probe_plugin(const char *worker, int plugin_fd, char *out, size_t cap, int timeout_ms);
 
+/* Starts a plugin worker: `worker` with `argv` (NULL-terminated), `sock_fd` as its fd 3
+ * and `plugin_fd` as its fd 4 (both without close-on-exec there), stdin and stdout on
+ * /dev/null (a plugin's printf must not mix into the host's output), stderr inherited,
+ * every other descriptor closed, signals at their defaults and unblocked, and
+ * SWIFT_BACKTRACE=enable=no so a crash ends the worker by its signal. Returns the pid,
+ * or -1 with errno set. The caller reaps it (waitpid). */
+pid_t porter_ipc_spawn_worker(const char *worker, char *const argv[], int sock_fd, int plugin_fd);
+
+/* What a plugin worker may do (porter_worker_sandbox). */
+typedef struct porter_sandbox {
+    /* Address-space limit in bytes (RLIMIT_AS); 0: none. */
+    unsigned long long memory_bytes;
+    /* CPU seconds (RLIMIT_CPU, soft; SIGXCPU ends the worker); 0: none. */
+    unsigned long long cpu_seconds;
+    /* 1: the plugin may make TCP connections and bind ports (a scheme declared
+     * PORTER_SCHEME_NEEDS_NETWORK); 0: Landlock refuses both. */
+    int network;
+    /* The user's home folder (its contents are not readable unless listed below), or
+     * NULL. */
+    const char *home;
+    /* Extra paths the plugin may read (files or folders), and paths it may also write. */
+    const char *const *read_paths;
+    unsigned read_path_count;
+    const char *const *write_paths;
+    unsigned write_path_count;
+    /* The plugin file's descriptor: readable and mappable whatever folder it is in. */
+    int plugin_fd;
+} porter_sandbox;
+
+/* Confines the calling process for good, before it runs a plugin's code:
+ * - no core dumps, not ptrace-attachable by the user's other processes (dumpable 0),
+ *   the limits above, PR_SET_NO_NEW_PRIVS;
+ * - Landlock (when the kernel has it): reading everywhere except inside `home` (but the
+ *   listed paths), writing only to the listed write paths, /dev/null and /tmp; with
+ *   Landlock ABI 4, no TCP unless `network`; with ABI 6, no signals to processes outside
+ *   the sandbox and no abstract Unix sockets outside it;
+ * - seccomp: fork, vfork, clone of a new process, execve and ptrace fail with EPERM
+ *   (threads still start), so a plugin can neither fork-bomb nor run programs.
+ * Returns a bit set of what is in force (1 limits, 2 no_new_privs, 4 landlock filesystem,
+ * 8 landlock network, 16 landlock scopes, 32 seccomp), or -1 when a step that must not
+ * fail did (errno set). `report` receives a short text of what was skipped and why. */
+int porter_worker_sandbox(const porter_sandbox *box, char *report, size_t report_capacity);
+
 #endif

@@ -1,8 +1,24 @@
 /*
  * porter_plugin.h — the C ABI between Porter and a protocol-handler plugin.
  *
- * ABI version 1.1 (1.1 appended `porter_request.cached_response` and
- * `porter_host.cached_response_is_valid`; a 1.0 plugin loads unchanged).
+ * ABI version 1.2. 1.1 appended `porter_request.cached_response` and
+ * `porter_host.cached_response_is_valid`; 1.2 appended the descriptor's `read_paths` /
+ * `write_paths` (what a plugin may touch in its sandbox) and PORTER_ERR_PLUGIN_CRASHED,
+ * made PORTER_SCHEME_REDIRECT_TARGET count per scheme, made the host enforce
+ * PORTER_SCHEME_NEEDS_NETWORK and PORTER_SCHEME_CAN_UPLOAD, and retired
+ * PORTER_SCHEME_CREDENTIALS_PER_REQUEST. A 1.0 or 1.1 plugin loads unchanged.
+ *
+ * ----------------------------------------------------------------------------------
+ * Where a plugin runs
+ * ----------------------------------------------------------------------------------
+ * A plugin found on the search path runs in a process of its own, a worker
+ * (`porter-plugin-worker`), one per plugin, serving all of its loads; the host talks to
+ * it over a socket, and every call below crosses that boundary unchanged (the plugin
+ * cannot tell). A crash, abort or hang there fails the loads in flight with
+ * PORTER_ERR_PLUGIN_CRASHED and never the program; the next load starts a fresh worker.
+ * The worker is sandboxed before the plugin's code runs (see `read_paths`). An
+ * application may ask for a plugin to run inside its own process instead (faster,
+ * unprotected), and a plugin it links in and registers itself always does.
  *
  * A plugin is a shared object that exports ONE function, `porter_plugin_entry`
  * (see PORTER_PLUGIN_ENTRY_SYMBOL). Porter dlopens it (RTLD_NOW | RTLD_LOCAL |
@@ -69,7 +85,7 @@ extern "C" {
 #endif
 
 #define PORTER_PLUGIN_ABI_MAJOR 1
-#define PORTER_PLUGIN_ABI_MINOR 1
+#define PORTER_PLUGIN_ABI_MINOR 2
 
 /* The name of the one exported function. */
 #define PORTER_PLUGIN_ENTRY_SYMBOL "porter_plugin_entry"
@@ -103,7 +119,12 @@ enum {
     PORTER_ERR_RESUME_FAILED = 33,
     PORTER_ERR_PROTOCOL_VIOLATION = 34,
     PORTER_ERR_AUTHENTICATION_FAILED = 35,   /* credentials were offered and refused */
-    PORTER_ERR_SERVER_IDENTITY_CHANGED = 36  /* e.g. an SSH host key that changed */
+    PORTER_ERR_SERVER_IDENTITY_CHANGED = 36, /* e.g. an SSH host key that changed */
+    /* 1.2. Raised by the host, never by a plugin: the plugin's worker process died (a
+     * crash, an abort, a limit, or a kill because it did not honour `stop` in time)
+     * while the load was in flight, or the plugin was disabled after crashing again and
+     * again. */
+    PORTER_ERR_PLUGIN_CRASHED = 38
 };
 
 /* Log levels for `porter_host.log`. */
@@ -118,23 +139,31 @@ enum {
 /* ---------------------------------------------------------------------------------
  * Capability flags of a scheme (porter_scheme.flags).
  * --------------------------------------------------------------------------------- */
-/* The scheme talks to other machines (timeouts, proxies-free by default, listed as
- * network in `porter handlers`). */
+/* The scheme talks to other machines. Enforced (1.2): a worker whose plugin declares
+ * this on none of its schemes may not make TCP connections or bind ports (Landlock). */
 #define PORTER_SCHEME_NEEDS_NETWORK          (1u << 0)
-/* A redirect from another scheme (e.g. http) may lead here if the application
- * allows it. Without this flag Porter never follows a redirect into the scheme. */
+/* A redirect from another scheme (e.g. http) may lead to THIS scheme if the
+ * application allows it. Per scheme (1.2; 1.0 and 1.1 hosts looked at any scheme of the
+ * plugin). Without this flag Porter never follows a redirect into the scheme. */
 #define PORTER_SCHEME_REDIRECT_TARGET        (1u << 1)
-/* Credentials belong to one request (e.g. ssh logins per connection), so the host
- * asks for them per task rather than reusing a session-wide answer. */
+/* Retired in 1.2: the host ignores it (it never changed how challenges are answered).
+ * Kept so old sources compile; do not use in new plugins. */
 #define PORTER_SCHEME_CREDENTIALS_PER_REQUEST (1u << 2)
-/* The handler can upload (request bodies through `read_body`). */
+/* The handler can upload (request bodies through `read_body`). Enforced (1.2): a task
+ * with a body to a scheme without this flag fails with PORTER_ERR_UNSUPPORTED_URL before
+ * `start` is called. */
 #define PORTER_SCHEME_CAN_UPLOAD             (1u << 3)
 
 /* ---------------------------------------------------------------------------------
  * Values the host hands to the plugin
  * --------------------------------------------------------------------------------- */
 
-/* One header field, or one request property (name = key). */
+/* One header field, or one request property (name = key).
+ *
+ * Frozen: `porter_field` and `porter_scheme` are array elements without a struct_size,
+ * so they never change. Should either ever need a field, the struct that holds the
+ * array gains an element-size field first (e.g. `scheme_size` in the descriptor) in a
+ * minor version, and readers step through the array by that size. */
 typedef struct porter_field {
     const char *name;
     const char *value;
@@ -198,10 +227,11 @@ typedef struct porter_response {
 /* Opaque: one load's link back to the host. Valid from `start` until `destroy`
  * returns; the plugin must make sure none of its threads uses it after that.
  * The client dies when `start` returns nonzero, or when `destroy` returns. It is a
- * token, not a pointer to host memory: a call made with a dead client is recognised
- * and ignored (a challenge returns 0, read_body returns -1, the rest do nothing), so
- * a late call cannot crash the host. The request handed to `start` is freed at the
- * same moment and must not be read afterwards. */
+ * token, not a pointer to host memory: each load gets a number never used again in the
+ * process (a generation), so a call made with a dead client is recognised and ignored
+ * (a challenge returns 0, read_body returns -1, the rest do nothing) even when a newer
+ * load is live, and a late call cannot crash the host. The request handed to `start`
+ * is freed at the same moment and must not be read afterwards. */
 typedef struct porter_client porter_client;
 
 /* ---------------------------------------------------------------------------------
@@ -275,7 +305,10 @@ typedef struct porter_host {
     void (*did_load_data)(porter_client *client, const void *bytes, size_t length);
     /* The resource is elsewhere: the host decides whether to follow (delegate,
      * redirect limit, allowed schemes) and then stops this load. `response` may be
-     * NULL. */
+     * NULL. The new request keeps the method, the header fields and the body (as an
+     * HTTP 307/308 does); a body is read again from its start by the next load. A plugin
+     * that means "fetch this instead with GET" should report the failure or the
+     * response it has rather than a redirect. */
     void (*was_redirected)(porter_client *client, const char *new_url, const porter_response *response);
     /* Success. After this the host calls `destroy` (from another thread). */
     void (*did_finish)(porter_client *client);
@@ -301,9 +334,12 @@ typedef struct porter_host {
     /* --- Request body --- */
 
     /* Read up to `capacity` bytes of the request body into `buffer`. Returns the number
-     * of bytes read, 0 at the end of the body, or -1 on error (then fail the load with
-     * the code and message the host logged). May block while the body's source
-     * produces data: call it on the plugin's own thread. */
+     * of bytes read, 0 at the end of the body (also for a request without a body), or -1
+     * when no more can be had: the body's source failed (a file that went away, a stream
+     * that threw; the host logged why), the arguments are bad, or the client is dead.
+     * After -1 the plugin should fail the load (e.g. PORTER_ERR_CANNOT_OPEN_FILE); a
+     * later call returns -1 again. May block while the body's source produces data:
+     * call it on the plugin's own thread. */
     int64_t (*read_body)(porter_client *client, void *buffer, size_t capacity);
 
     /* --- Logging: `client` may be NULL for messages not about one load. --- */
@@ -401,6 +437,20 @@ typedef struct porter_plugin_descriptor {
     size_t scheme_count;
     const porter_handler_vtable *handler; /* required */
     void *plugin_context;   /* passed to can_handle and start; may be NULL */
+
+    /* --- ABI 1.2 (set struct_size to sizeof; an older, smaller descriptor declares
+     * nothing here) --- */
+
+    /* What the plugin needs of the file system in its sandbox, besides reading what
+     * lies outside the user's home folder (allowed to every plugin): files or folders
+     * it reads, and files or folders it also writes (/tmp and /dev/null are writable to
+     * all). A leading "~/" means the user's home folder. Anything else inside the home
+     * folder cannot be opened (EACCES) in an isolated plugin, e.g. ~/.ssh/id_ed25519
+     * for a plugin that did not declare "~/.ssh". Up to 32 entries each. */
+    const char *const *read_paths;
+    size_t read_path_count;
+    const char *const *write_paths;
+    size_t write_path_count;
 } porter_plugin_descriptor;
 
 /* The entry point every plugin exports under PORTER_PLUGIN_ENTRY_SYMBOL.

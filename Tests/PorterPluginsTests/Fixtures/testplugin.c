@@ -15,6 +15,21 @@
  *   /missing        fails with PORTER_ERR_FILE_DOES_NOT_EXIST
  *   /upload         reads the request body; body "received N"
  *   /refuse         start() refuses with PORTER_ERR_NO_PERMISSIONS_TO_READ_FILE
+ *   /counters       the plugin's counters as text (works in process and in a worker)
+ *   /events         the event log (see -DEVENTS)
+ *
+ * Faults of a plugin at work (issue 13), each the body's doing or the process's end:
+ *   /crash-start    SIGSEGV inside start()
+ *   /crash-data     a response and 64 KiB, then SIGSEGV on the plugin's thread
+ *   /wild-write     writes through a pointer to memory it does not own (SIGSEGV)
+ *   /abort          abort() on the plugin's thread
+ *   /hang-stop      stop() for this load never returns
+ *   /flood?N        N bytes (default 64 MiB) without ever waiting for a resume;
+ *                   counts what the host accepted in "flooded"
+ *   /fork-bomb      tries fork() 32 times; body "forks=N error=TEXT"
+ *   /read?PATH      opens PATH; body "read N" or "read failed: TEXT"
+ *   /connect?PORT   TCP connect to 127.0.0.1:PORT; body "connected" or "connect failed: TEXT"
+ *   /signal-host    kill(getppid(), SIGTERM); body "signalled" or "signal failed: TEXT"
  *
  * Faults for the out-of-process probe: -DCRASH_CONSTRUCTOR (SIGSEGV while the library
  * is mapped), -DCRASH_ENTRY (SIGSEGV in the entry point), -DABORT_ENTRY (abort() there),
@@ -22,8 +37,15 @@
  */
 #include "porter_plugin.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,6 +198,12 @@ static void body_text(load_t *l, const char *text) {
     host->did_finish(l->client);
 }
 
+static int flooded;
+static int pauses;
+static int late_calls;
+int testplugin_pauses(void);
+static volatile int *nowhere(void) { return (volatile int *)(void *)getenv("PORTER_TEST_UNSET_VARIABLE"); }
+
 static void *run(void *arg) {
     load_t *l = arg;
     const char *path = path_of(l->request->url);
@@ -190,6 +218,102 @@ static void *run(void *arg) {
     }
     if (strcmp(path, "/hello") == 0) {
         body_text(l, "hello from " SCHEME);
+    } else if (strcmp(path, "/counters") == 0) {
+        char text[256];
+        snprintf(text, sizeof text, "full_loads=%d validations=%d pauses=%d live=%d late=%d flooded=%d",
+                 __atomic_load_n(&full_loads, __ATOMIC_SEQ_CST), __atomic_load_n(&validations, __ATOMIC_SEQ_CST),
+                 testplugin_pauses(), __atomic_load_n(&live_loads, __ATOMIC_SEQ_CST) - 1,
+                 __atomic_load_n(&late_calls, __ATOMIC_SEQ_CST), __atomic_load_n(&flooded, __ATOMIC_SEQ_CST));
+        body_text(l, text);
+    } else if (strcmp(path, "/events") == 0) {
+        static char log_copy[65536];
+        size_t n = testplugin_events(log_copy, sizeof log_copy - 1);
+        log_copy[n] = 0;
+        body_text(l, log_copy);
+    } else if (strcmp(path, "/crash-data") == 0) {
+        respond(l, "application/octet-stream", -1);
+        static char chunk[65536];
+        host->did_load_data(l->client, chunk, sizeof chunk);
+        usleep(100000);
+        *nowhere() = 1;
+    } else if (strcmp(path, "/wild-write") == 0) {
+        respond(l, "application/octet-stream", -1);
+        volatile char *p = (volatile char *)(uintptr_t)0xdead0000;
+        for (int i = 0; i < 4096; i++) p[i] = 1;
+        body_text(l, "wrote");
+    } else if (strcmp(path, "/abort") == 0) {
+        respond(l, "text/plain", -1);
+        abort();
+    } else if (strcmp(path, "/hang-stop") == 0) {
+        respond(l, "text/plain", -1);
+        host->did_load_data(l->client, "x", 1);
+        pthread_mutex_lock(&l->lock);
+        while (!l->stopped) pthread_cond_wait(&l->cond, &l->lock);
+        pthread_mutex_unlock(&l->lock);
+    } else if (starts_with(path, "/flood")) {
+        const char *q = strchr(path, '?');
+        int64_t total = q ? atoll(q + 1) : (64 << 20);
+        respond(l, "application/octet-stream", total);
+        static char chunk[65536];
+        memset(chunk, 'f', sizeof chunk);
+        int64_t sent = 0;
+        while (sent < total) {
+            pthread_mutex_lock(&l->lock);
+            int stopped = l->stopped;
+            pthread_mutex_unlock(&l->lock);
+            if (stopped) return NULL;
+            size_t n = (size_t)(total - sent < (int64_t)sizeof chunk ? total - sent : (int64_t)sizeof chunk);
+            host->did_load_data(l->client, chunk, n);
+            sent += (int64_t)n;
+            __atomic_add_fetch(&flooded, (int)n, __ATOMIC_SEQ_CST);
+        }
+        host->did_finish(l->client);
+    } else if (strcmp(path, "/fork-bomb") == 0) {
+        int forks = 0, error = 0;
+        for (int i = 0; i < 32; i++) {
+            pid_t child = fork();
+            if (child == 0) _exit(0);
+            if (child < 0) { error = errno; break; }
+            forks++;
+            waitpid(child, NULL, 0);
+        }
+        char text[128];
+        snprintf(text, sizeof text, "forks=%d error=%s", forks, error ? strerror(error) : "none");
+        body_text(l, text);
+    } else if (starts_with(path, "/read")) {
+        const char *q = strchr(l->request->url, '?');
+        char text[512];
+        int fd = q ? open(q + 1, O_RDONLY | O_CLOEXEC) : -1;
+        if (fd < 0) {
+            snprintf(text, sizeof text, "read failed: %s", strerror(errno));
+        } else {
+            char buf[4096];
+            ssize_t n = read(fd, buf, sizeof buf);
+            close(fd);
+            snprintf(text, sizeof text, "read %zd", n);
+        }
+        body_text(l, text);
+    } else if (starts_with(path, "/connect")) {
+        const char *q = strchr(l->request->url, '?');
+        char text[256];
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a;
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET;
+        a.sin_port = htons((uint16_t)(q ? atoi(q + 1) : 1));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+            snprintf(text, sizeof text, "connect failed: %s", strerror(errno));
+        } else {
+            snprintf(text, sizeof text, "connected");
+        }
+        if (fd >= 0) close(fd);
+        body_text(l, text);
+    } else if (strcmp(path, "/signal-host") == 0) {
+        char text[256];
+        if (kill(getppid(), SIGTERM) != 0) snprintf(text, sizeof text, "signal failed: %s", strerror(errno));
+        else snprintf(text, sizeof text, "signalled");
+        body_text(l, text);
     } else if (starts_with(path, "/big")) {
         const char *q = strchr(path, '?');
         int64_t total = q ? atoll(q + 1) : 1000000;
@@ -331,7 +455,6 @@ static int32_t t_can_handle(void *ctx, const porter_request *r) {
 
 /* A careless plugin: it keeps using a client the header says is dead (after a refused
  * start, or after destroy) from a thread of its own. The host must ignore the calls. */
-static int late_calls;
 __attribute__((visibility("default"))) int testplugin_late_calls(void) {
     return __atomic_load_n(&late_calls, __ATOMIC_SEQ_CST);
 }
@@ -360,6 +483,9 @@ static int32_t t_start(void *ctx, const porter_request *r, porter_client *client
         snprintf(error, cap, "refused, but calls anyway");
         return PORTER_ERR_NO_PERMISSIONS_TO_READ_FILE;
     }
+    if (strcmp(path_of(r->url), "/crash-start") == 0) {
+        *nowhere() = 1;
+    }
     if (strcmp(path_of(r->url), "/refuse") == 0) {
         snprintf(error, cap, "refused by the plugin");
         return PORTER_ERR_NO_PERMISSIONS_TO_READ_FILE;
@@ -384,6 +510,9 @@ static int32_t t_start(void *ctx, const porter_request *r, porter_client *client
 
 static void t_stop(void *p) {
     load_t *l = p;
+    if (strcmp(path_of(l->request->url), "/hang-stop") == 0) {
+        for (;;) pause();
+    }
     pthread_mutex_lock(&l->lock);
     l->stopped = 1;
     pthread_cond_broadcast(&l->cond);
@@ -401,7 +530,6 @@ static void t_destroy(void *p) {
     __atomic_sub_fetch(&live_loads, 1, __ATOMIC_SEQ_CST);
 }
 
-static int pauses;
 __attribute__((visibility("default"))) int testplugin_pauses(void) {
     return __atomic_load_n(&pauses, __ATOMIC_SEQ_CST);
 }
@@ -440,7 +568,10 @@ static const porter_scheme schemes[] = {
 #ifdef BAD_SCHEME
     {"Bad Scheme!", PORTER_SCHEME_REDIRECT_TARGET},
 #else
-    {SCHEME, PORTER_SCHEME_REDIRECT_TARGET | PORTER_SCHEME_CAN_UPLOAD},
+#ifndef SCHEME_FLAGS
+#define SCHEME_FLAGS (PORTER_SCHEME_REDIRECT_TARGET | PORTER_SCHEME_CAN_UPLOAD)
+#endif
+    {SCHEME, SCHEME_FLAGS},
 #endif
 };
 
@@ -451,8 +582,16 @@ static const porter_scheme schemes[] = {
 #define ABI_MINOR PORTER_PLUGIN_ABI_MINOR
 #endif
 
+#ifdef READ_PATH
+static const char *const read_paths[] = { READ_PATH };
+#endif
+
 static const porter_plugin_descriptor descriptor = {
+#ifdef ABI11_SIZE
+    offsetof(porter_plugin_descriptor, read_paths),
+#else
     sizeof(porter_plugin_descriptor),
+#endif
     ABI_MAJOR,
     ABI_MINOR,
     "ptest plugin (" SCHEME ")",
@@ -465,6 +604,12 @@ static const porter_plugin_descriptor descriptor = {
     &vtable,
 #endif
     NULL,
+#ifdef READ_PATH
+    read_paths, 1,
+#else
+    NULL, 0,
+#endif
+    NULL, 0,
 };
 
 /* Event hooks: each records its arguments. */

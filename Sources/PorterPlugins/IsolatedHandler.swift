@@ -1,0 +1,259 @@
+import Foundation
+import Logging
+import PorterCore
+
+/// The `ProtocolHandler` of one load of an isolated plugin: it forwards the load to the
+/// plugin's worker and the worker's reports to its client, and keeps the promises the
+/// header makes (one end, nothing after a stop) whatever the worker does.
+///
+/// Flow control crosses the process boundary twice: a pause is sent to the plugin, and a
+/// plugin that keeps sending anyway is read no further once `floodAllowance` bytes have
+/// arrived since the pause: the thread reading the worker's socket waits, the socket
+/// fills, and the plugin's own `did_load_data` blocks in its process.
+final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
+    static var schemes: Set<String> { [] }
+    static let floodAllowance = 1 << 20
+
+    let plugin: IsolatedPlugin
+    let request: Request
+    let cached: CachedResponse?
+    let client: any ProtocolClient
+    var logger: Logger { client.context.configuration.logger }
+
+    private let condition = NSCondition()
+    private var worker: WorkerProcess?
+    private var load: UInt64 = 0
+    /// The client hears nothing more (a stop, or the end was reported).
+    private var silenced = false
+    private var stopSent = false
+    private var destroyed = false
+    private var paused = false
+    private var sincePause = 0
+    private var challenges: [UInt64: AuthenticationChallenge] = [:]
+    private var body: (any BodyStream)?
+    private var bodyOpened = false
+    private let bodyQueue = DispatchQueue(label: "porter.plugin.body")
+
+    init(plugin: IsolatedPlugin, request: Request, cached: CachedResponse?, client: any ProtocolClient) {
+        self.plugin = plugin
+        self.request = request
+        self.cached = cached
+        self.client = client
+    }
+
+    convenience init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {
+        fatalError("IsolatedHandler is made by its factory")
+    }
+
+    // MARK: - the session's side
+
+    func startLoading() {
+        if let refusal = PluginScheme.refusal(of: request, by: plugin.name, schemes: plugin.description.schemes) {
+            end { $0.didFail(with: refusal) }
+            return
+        }
+        let worker: WorkerProcess
+        switch plugin.worker() {
+        case .failure(var e):
+            e.url = request.url
+            end { $0.didFail(with: e) }
+            return
+        case .success(let w): worker = w
+        }
+        guard let id = worker.attach(self) else {
+            end { $0.didFail(with: PorterError(.pluginCrashed, "plugin \(plugin.name): its worker ended", url: request.url)) }
+            return
+        }
+        let pausedNow = condition.withLock { () -> Bool in
+            self.worker = worker
+            self.load = id
+            return paused
+        }
+        let wire = WireRequest(request, insecure: client.context.configuration.tlsVerificationDisabled,
+                               cached: cached?.response)
+        worker.send(.start(load: id, request: wire))
+        if pausedNow { worker.send(.pause(load: id)) }
+    }
+
+    func stopLoading() {
+        let target = condition.withLock { () -> (WorkerProcess, UInt64)? in
+            let wasSilenced = silenced
+            silenced = true
+            condition.broadcast()
+            guard let worker, !stopSent, !destroyed, !wasSilenced else { return nil }
+            stopSent = true
+            return (worker, load)
+        }
+        guard let (worker, id) = target else { return }
+        worker.send(.stop(load: id))
+        let timeout = plugin.isolation.stopTimeout
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [self] in
+            let done = condition.withLock { destroyed }
+            if !done {
+                worker.kill(reason: "its worker was killed: a load did not stop within \(timeout) s of being asked")
+            }
+        }
+    }
+
+    func pauseDelivery() { setPaused(true) }
+    func resumeDelivery() { setPaused(false) }
+
+    private func setPaused(_ p: Bool) {
+        let target = condition.withLock { () -> (WorkerProcess, UInt64)? in
+            guard paused != p else { return nil }
+            paused = p
+            sincePause = 0
+            condition.broadcast()
+            guard let worker, !silenced else { return nil }
+            return (worker, load)
+        }
+        guard let (worker, id) = target else { return }
+        worker.send(p ? .pause(load: id) : .resume(load: id))
+    }
+
+    // MARK: - the worker's side (its reader thread)
+
+    /// Runs `body` with the client unless silenced; `end: true` silences for good.
+    private func report(end: Bool = false, _ body: (any ProtocolClient) -> Void) {
+        let live = condition.withLock { () -> Bool in
+            guard !silenced else { return false }
+            if end { silenced = true; condition.broadcast() }
+            return true
+        }
+        if live { body(client) }
+    }
+
+    private func end(_ body: (any ProtocolClient) -> Void) { report(end: true, body) }
+
+    func deliverData(_ payload: [UInt8], from worker: WorkerProcess) {
+        let count = payload.count - 8
+        guard count > 0 else { return }
+        condition.lock()
+        // A plugin that keeps sending while paused is read no further (see the type's note).
+        while paused && !silenced && sincePause >= Self.floodAllowance && worker.isAlive {
+            _ = condition.wait(until: Date().addingTimeInterval(0.25))
+        }
+        if paused { sincePause += count }
+        condition.unlock()
+        report { $0.didLoad(Data(payload[8...])) }
+    }
+
+    func workerResponse(_ head: WireResponse) {
+        report { $0.didReceive(head.response(fallback: request.url), cacheStoragePolicy: .allowed) }
+    }
+
+    func workerRedirect(_ url: String, _ head: WireResponse) {
+        guard let target = URL(string: url), target.scheme != nil else {
+            end { $0.didFail(with: PorterError(.badServerResponse, "plugin \(plugin.name) redirected to an invalid URL",
+                                              url: request.url)) }
+            return
+        }
+        var next = request
+        next.url = target
+        report { $0.wasRedirected(to: next, redirectResponse: head.response(fallback: request.url)) }
+    }
+
+    func workerFinish() { end { $0.didFinishLoading() } }
+
+    func workerFail(code: Int, message: String, domain: String?, causeCode: Int) {
+        // The plugin may not claim the host's own code.
+        var c = PorterError.Code(rawValue: code) ?? .unknown
+        if c == .pluginCrashed { c = .unknown }
+        var error = PorterError(c, message, url: request.url)
+        if let domain { error.cause = PorterError.Cause(domain: domain, code: causeCode, message: message) }
+        end { $0.didFail(with: error) }
+    }
+
+    func workerCachedValid(_ revalidated: Bool) {
+        guard let cached else {
+            logger.warning("plugin \(plugin.name): cached_response_is_valid without a cached response, ignored")
+            return
+        }
+        let serving = HTTPCacheRules.serving(cached, now: Date())
+        end { $0.cachedResponseIsValid(serving: serving, revalidated: revalidated) }
+    }
+
+    func workerSent(_ bytes: Int64, _ total: Int64, _ expected: Int64) {
+        report { $0.didSendBodyData(bytesSent: bytes, totalBytesSent: total, totalBytesExpectedToSend: expected) }
+    }
+
+    func workerChallenge(_ wire: WireChallenge) {
+        let workerID = wire.id
+        let challenge = wire.challenge { [weak self] disposition in
+            guard let self else { return }
+            let target = self.condition.withLock { () -> (WorkerProcess, UInt64)? in
+                guard self.challenges.removeValue(forKey: workerID) != nil, !self.silenced, let w = self.worker else { return nil }
+                return (w, self.load)
+            }
+            guard let (worker, id) = target else { return }
+            worker.send(.reply(load: id, challenge: workerID, answer: WireDisposition(disposition)))
+        }
+        let live = condition.withLock { () -> Bool in
+            guard !silenced else { return false }
+            challenges[workerID] = challenge
+            return true
+        }
+        if live { client.didReceive(challenge) }
+    }
+
+    func workerCancelChallenge(_ id: UInt64) {
+        let c = condition.withLock { challenges.removeValue(forKey: id) }
+        if let c { client.didCancel(c) }
+    }
+
+    /// The plugin reads the request body: read it here (off the reader thread, as a
+    /// stream may block) and send what there is.
+    func workerReadBody(_ capacity: Int) {
+        bodyQueue.async { [self] in
+            let (worker, id, stream, ended) = condition.withLock { () -> (WorkerProcess?, UInt64, (any BodyStream)?, Bool) in
+                if !bodyOpened {
+                    bodyOpened = true
+                    body = Self.open(request.body)
+                }
+                return (self.worker, load, body, silenced)
+            }
+            guard let worker, !ended else { return }
+            guard let stream else {
+                worker.send(.bodyEnd(load: id, failure: request.body == nil ? nil : "the request body cannot be read"))
+                return
+            }
+            var buffer = [UInt8](repeating: 0, count: max(1, min(capacity, WorkerWire.chunk)))
+            do {
+                let n = try buffer.withUnsafeMutableBytes { try stream.read(into: $0) }
+                if n == 0 {
+                    worker.send(.bodyEnd(load: id, failure: nil))
+                } else {
+                    buffer.withUnsafeBytes { worker.send(WorkerWire.dataFrame(load: id, UnsafeRawBufferPointer(rebasing: $0[0..<n]))) }
+                }
+            } catch {
+                logger.error("plugin \(plugin.name): reading the request body failed: \(error)")
+                worker.send(.bodyEnd(load: id, failure: "reading the request body failed: \(error)"))
+            }
+        }
+    }
+
+    private static func open(_ body: RequestBody?) -> (any BodyStream)? {
+        switch body {
+        case nil: return nil
+        case .data(let d): return DataBodyStream(d)
+        case .stream(let s): return s
+        case .file(let url): return FileBodyStream(url: url)
+        }
+    }
+
+    func workerDestroyed() {
+        condition.withLock {
+            destroyed = true
+            condition.broadcast()
+        }
+    }
+
+    /// The worker died with this load in flight.
+    func workerDied(_ why: String) {
+        condition.withLock {
+            destroyed = true
+            condition.broadcast()
+        }
+        end { $0.didFail(with: PorterError(.pluginCrashed, why, url: request.url)) }
+    }
+}

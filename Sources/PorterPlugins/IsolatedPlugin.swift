@@ -1,0 +1,381 @@
+import CPorterIPC
+import Foundation
+import Logging
+import PorterCore
+import PorterIPC
+
+/// Where a plugin's code runs.
+public enum PluginMode: String, Sendable, Codable, CustomStringConvertible {
+    /// In a worker process of its own (`porter-plugin-worker`), sandboxed: a crash fails
+    /// its loads with `.pluginCrashed`, never the program. The default for plugin files.
+    case isolated
+    /// Inside the program: fastest, unprotected. Plugins linked in with
+    /// `register(entry:name:)` always run so.
+    case inProcess = "in-process"
+    public var description: String { rawValue }
+}
+
+/// How plugin files are run: which ones in process, and the limits of the workers of the
+/// others. `PluginIsolation.default` reads the environment:
+/// - `PORTER_PLUGINS_IN_PROCESS=1`: every plugin in process (the CLI's `--plugins-in-process`);
+/// - `PORTER_PLUGIN_READ_PATHS`, `PORTER_PLUGIN_WRITE_PATHS`: colon-separated paths every
+///   worker may also read / write (e.g. a key file outside `~/.ssh`);
+/// - `PORTER_PLUGIN_MEMORY_MB` (default 4096), `PORTER_PLUGIN_CPU_SECONDS` (default none);
+/// - `PORTER_PLUGIN_STOP_TIMEOUT_MS` (default 5000).
+public struct PluginIsolation: Sendable {
+    public var defaultMode: PluginMode = .isolated
+    /// File names ("libgopher.so") or paths of plugins to run in process anyway.
+    public var inProcess: Set<String> = []
+    /// Address-space limit of a worker (RLIMIT_AS), MiB; 0: none.
+    public var memoryLimitMB: UInt64 = 4096
+    /// CPU seconds a worker may use in its life (RLIMIT_CPU); 0: none.
+    public var cpuLimitSeconds: UInt64 = 0
+    /// Paths every worker may read, or write, besides what each plugin declares.
+    public var readablePaths: [String] = []
+    public var writablePaths: [String] = []
+    /// A worker that has not finished a stopped load's `destroy` this long after `stop`
+    /// is killed (its other loads fail with `.pluginCrashed`).
+    public var stopTimeout: TimeInterval = 5
+    /// A plugin whose worker dies `crashLimit` times within `crashWindow` seconds is
+    /// disabled for the rest of the process.
+    public var crashLimit = 3
+    public var crashWindow: TimeInterval = 60
+
+    public init() {}
+
+    public static var `default`: PluginIsolation {
+        let env = ProcessInfo.processInfo.environment
+        var p = PluginIsolation()
+        if env["PORTER_PLUGINS_IN_PROCESS"] == "1" { p.defaultMode = .inProcess }
+        p.readablePaths = env["PORTER_PLUGIN_READ_PATHS"].map { $0.split(separator: ":").map(String.init) } ?? []
+        p.writablePaths = env["PORTER_PLUGIN_WRITE_PATHS"].map { $0.split(separator: ":").map(String.init) } ?? []
+        if let mb = env["PORTER_PLUGIN_MEMORY_MB"].flatMap(UInt64.init) { p.memoryLimitMB = mb }
+        if let s = env["PORTER_PLUGIN_CPU_SECONDS"].flatMap(UInt64.init) { p.cpuLimitSeconds = s }
+        if let ms = env["PORTER_PLUGIN_STOP_TIMEOUT_MS"].flatMap(Double.init) { p.stopTimeout = max(0.05, ms / 1000) }
+        return p
+    }
+
+    func mode(for path: String) -> PluginMode {
+        if inProcess.contains(path) || inProcess.contains((path as NSString).lastPathComponent) { return .inProcess }
+        return defaultMode
+    }
+}
+
+/// An isolated plugin's state, for programs and `porter plugins`.
+public struct IsolatedPluginStatus: Sendable {
+    public var path: String
+    public var name: String
+    /// The running worker, if any.
+    public var workerPID: pid_t?
+    /// Workers started so far (a crash makes the next load start another).
+    public var workersStarted: Int
+    /// Why the plugin no longer runs (it kept crashing), or nil.
+    public var disabledReason: String?
+    /// What the current (or last) worker's sandbox enforces, as it reported.
+    public var sandbox: String?
+}
+
+/// What a plugin's descriptor says, read in a probe process (so the host need not run the
+/// plugin's code to know it) and remembered per file.
+struct PluginDescription: Codable, Sendable, Equatable {
+    var name: String
+    var version: String
+    var schemes: [PluginScheme]
+    var readPaths: [String]
+    var writePaths: [String]
+    var subscriptions: [String]
+}
+
+/// The factory of an isolated plugin: its handlers forward every load to the plugin's worker.
+final class IsolatedPluginFactory: ProtocolHandlerFactory, @unchecked Sendable {
+    let plugin: IsolatedPlugin
+    init(plugin: IsolatedPlugin) { self.plugin = plugin }
+    var schemes: Set<String> { Set(plugin.description.schemes.map(\.name)) }
+    var name: String { plugin.description.name }
+    /// The plugin's own `can_handle` is asked in the worker, at start.
+    func canHandle(_ request: Request) -> Bool { true }
+    func canonicalRequest(for request: Request) -> Request { request }
+    func requestIsCacheEquivalent(_ a: Request, _ b: Request) -> Bool { a.url == b.url }
+    var mayBeRedirectTarget: Bool { plugin.description.schemes.contains { $0.mayBeRedirectTarget } }
+    func mayBeRedirectTarget(scheme: String) -> Bool {
+        plugin.description.schemes.first { $0.name == scheme }?.mayBeRedirectTarget ?? false
+    }
+    func makeHandler(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) -> any ProtocolHandler {
+        IsolatedHandler(plugin: plugin, request: request, cached: cachedResponse, client: client)
+    }
+}
+
+/// One plugin file run in workers: starts a worker on first use and after a crash, and
+/// disables the plugin when it keeps crashing.
+final class IsolatedPlugin: @unchecked Sendable {
+    let path: String
+    let description: PluginDescription
+    /// The checked plugin file, open for the life of the process; each worker maps it.
+    let fd: Int32
+    let workerPath: String
+    let isolation: PluginIsolation
+    private let lock = NSLock()
+    private var current: WorkerProcess?
+    private var crashes: [Date] = []
+    private var disabledReason: String?
+    private var eventObserver: UInt64?
+    static let logger = Logger(label: "porter.plugins")
+    /// Workers started, for tests and `porter plugins -v`.
+    private(set) var workersStarted = 0
+
+    init(path: String, description: PluginDescription, fd: Int32, workerPath: String, isolation: PluginIsolation) {
+        self.path = path
+        self.description = description
+        self.fd = fd
+        self.workerPath = workerPath
+        self.isolation = isolation
+        if !description.subscriptions.isEmpty {
+            let wanted = Set(description.subscriptions)
+            eventObserver = TaskEventCenter.shared.addObserver { [weak self] event in
+                guard let self, let wire = WireTaskEvent(event), wanted.contains(wire.kind) else { return }
+                guard case .success(let worker) = self.worker() else { return }
+                worker.send(.event(wire))
+            }
+        }
+    }
+
+    var name: String { description.name }
+
+    /// The running worker, started if there is none; or why the plugin cannot run.
+    func worker() -> Result<WorkerProcess, PorterError> {
+        lock.lock()
+        defer { lock.unlock() }
+        if let disabledReason { return .failure(PorterError(.pluginCrashed, disabledReason)) }
+        if let current, current.isAlive { return .success(current) }
+        do {
+            let w = try WorkerProcess.start(plugin: self)
+            current = w
+            workersStarted += 1
+            return .success(w)
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    /// A worker ended while it had work, or was killed: counts toward disabling.
+    func workerDied(_ worker: WorkerProcess, crashed: Bool) {
+        lock.lock()
+        defer { lock.unlock() }
+        if current === worker { current = nil }
+        guard crashed else { return }
+        let now = Date()
+        crashes = crashes.filter { now.timeIntervalSince($0) < isolation.crashWindow } + [now]
+        if crashes.count >= isolation.crashLimit, disabledReason == nil {
+            disabledReason = "plugin \(name) is disabled: its worker died \(crashes.count) times within \(Int(isolation.crashWindow)) s"
+            Self.logger.error("\(path): \(disabledReason!)")
+        }
+    }
+
+    var isDisabled: Bool { lock.withLock { disabledReason != nil } }
+
+    private var lastSandbox: String?
+    func noteSandbox(_ s: String) { lock.withLock { lastSandbox = s } }
+
+    var status: IsolatedPluginStatus {
+        lock.withLock {
+            IsolatedPluginStatus(path: path, name: name, workerPID: current?.isAlive == true ? current?.pid : nil,
+                                 workersStarted: workersStarted, disabledReason: disabledReason, sandbox: lastSandbox)
+        }
+    }
+
+    /// The current worker's pid (tests).
+    var workerPID: pid_t? { lock.withLock { current?.isAlive == true ? current?.pid : nil } }
+
+    /// Arguments for the worker: name, limits, network, paths ("~/" expanded).
+    var workerArguments: [String] {
+        var a = ["porter-plugin-worker", "--serve", "--name", name,
+                 "--memory-mb", String(isolation.memoryLimitMB), "--cpu-seconds", String(isolation.cpuLimitSeconds),
+                 "--network", description.schemes.contains { $0.needsNetwork } ? "1" : "0"]
+        let home = ProcessInfo.processInfo.environment["HOME"]
+        func expand(_ p: String) -> String? {
+            if p.hasPrefix("~/") { return home.map { $0 + String(p.dropFirst()) } }
+            return p.hasPrefix("/") ? p : nil
+        }
+        for p in (description.readPaths + isolation.readablePaths).prefix(64) { if let e = expand(p) { a += ["--read", e] } }
+        for p in (description.writePaths + isolation.writablePaths).prefix(64) { if let e = expand(p) { a += ["--write", e] } }
+        return a
+    }
+}
+
+/// One running worker: its process, its socket, and the loads in flight on it.
+final class WorkerProcess: @unchecked Sendable {
+    let pid: pid_t
+    let channel: Channel
+    unowned let plugin: IsolatedPlugin
+    private let lock = NSLock()
+    private var loads: [UInt64: IsolatedHandler] = [:]
+    private var nextLoad: UInt64 = 0
+    private var alive = true
+    private var killReason: String?
+    /// What the worker reported about its sandbox.
+    private(set) var sandbox: String?
+
+    private init(pid: pid_t, channel: Channel, plugin: IsolatedPlugin) {
+        self.pid = pid
+        self.channel = channel
+        self.plugin = plugin
+    }
+
+    static func start(plugin: IsolatedPlugin) throws(PorterError) -> WorkerProcess {
+        // A raw pair: the child's end is only closed here, never shut down (a Channel
+        // would shut the socket down for both processes when it goes away).
+        var fds: [Int32] = [-1, -1]
+        guard porter_ipc_socketpair(&fds) == 0 else {
+            throw PorterError(.pluginCrashed, "plugin \(plugin.name): cannot make a socket for its worker: \(String(cString: strerror(errno)))")
+        }
+        let host = Channel(fd: fds[0], maximumPayload: WorkerWire.chunk + 64)
+        let child = fds[1]
+        let args = plugin.workerArguments
+        let copies = args.map { strdup($0) }
+        defer { copies.forEach { free($0) } }
+        var argv: [UnsafeMutablePointer<CChar>?] = copies + [nil]
+        let pid = argv.withUnsafeMutableBufferPointer { porter_ipc_spawn_worker(plugin.workerPath, $0.baseAddress, child, plugin.fd) }
+        Glibc.close(child)
+        guard pid > 0 else {
+            throw PorterError(.pluginCrashed, "plugin \(plugin.name): cannot start \(plugin.workerPath): \(String(cString: strerror(errno)))")
+        }
+        let w = WorkerProcess(pid: pid, channel: host, plugin: plugin)
+        // Greet now, so the greeting is ahead of any start; the reader takes the answer.
+        try? host.send(WorkerWire.hello.frame)
+        let thread = Thread { w.readLoop() }
+        thread.name = "porter-plugin-\(pid)"
+        thread.stackSize = 256 << 10
+        thread.start()
+        return w
+    }
+
+    var isAlive: Bool { lock.withLock { alive } }
+
+    /// Registers a load; nil when the worker already died.
+    func attach(_ handler: IsolatedHandler) -> UInt64? {
+        lock.withLock {
+            guard alive else { return nil }
+            nextLoad += 1
+            loads[nextLoad] = handler
+            return nextLoad
+        }
+    }
+
+    func detach(_ id: UInt64) { _ = lock.withLock { loads.removeValue(forKey: id) } }
+
+    func send(_ m: ToWorker) {
+        do { try channel.send(message: m) } catch { /* the reader sees the end and reports it */ }
+    }
+
+    func send(_ frame: Frame) {
+        do { try channel.send(frame) } catch {}
+    }
+
+    /// Ends the worker now (SIGKILL); its loads fail with `reason`.
+    func kill(reason: String) {
+        let first = lock.withLock { () -> Bool in
+            guard alive, killReason == nil else { return false }
+            killReason = reason
+            return true
+        }
+        guard first else { return }
+        Glibc.kill(pid, SIGKILL)
+        channel.close()
+    }
+
+    private func readLoop() {
+        var failure: String?
+        do {
+            let reply = try Hello(frame: try channel.receive())
+            guard reply.service == WorkerWire.hello.service, reply.minimumVersion == reply.maximumVersion,
+                  reply.minimumVersion == WorkerWire.hello.maximumVersion else {
+                throw IPCError(.versionMismatch, "the worker speaks \(reply.service) \(reply.minimumVersion)–\(reply.maximumVersion)")
+            }
+            while true {
+                let frame = try channel.receive()
+                switch frame.kind {
+                case .data:
+                    guard let id = WorkerWire.load(ofData: frame.payload) else { throw IPCError(.malformed, "a data frame without a load") }
+                    if let h = handler(id) { h.deliverData(frame.payload, from: self) }
+                case .message:
+                    handle(try Channel.decode(FromWorker.self, from: frame.payload))
+                default:
+                    throw IPCError(.malformed, "a frame of kind \(frame.kind)")
+                }
+            }
+        } catch let error as IPCError {
+            failure = error.code == .closed ? (error.message.hasPrefix("the peer closed") ? nil : error.message) : error.description
+        } catch {
+            failure = "\(error)"
+        }
+        finish(protocolFailure: failure)
+    }
+
+    private func handler(_ id: UInt64) -> IsolatedHandler? { lock.withLock { loads[id] } }
+
+    private func handle(_ m: FromWorker) {
+        switch m {
+        case .ready(_, let sandbox):
+            self.sandbox = sandbox
+            plugin.noteSandbox(sandbox)
+        case .response(let id, let head): handler(id)?.workerResponse(head)
+        case .redirect(let id, let url, let head): handler(id)?.workerRedirect(url, head)
+        case .finish(let id): handler(id)?.workerFinish()
+        case .fail(let id, let code, let message, let domain, let causeCode):
+            handler(id)?.workerFail(code: code, message: message, domain: domain, causeCode: causeCode)
+        case .challenge(let id, let c): handler(id)?.workerChallenge(c)
+        case .cancelChallenge(let id, let c): handler(id)?.workerCancelChallenge(c)
+        case .cachedValid(let id, let revalidated): handler(id)?.workerCachedValid(revalidated)
+        case .sent(let id, let bytes, let total, let expected): handler(id)?.workerSent(bytes, total, expected)
+        case .readBody(let id, let capacity): handler(id)?.workerReadBody(capacity)
+        case .log(let id, let level, let text):
+            let lvl: Logger.Level = [.trace, .debug, .info, .warning, .error][max(0, min(4, level))]
+            let logger = id.flatMap { handler($0) }?.logger ?? IsolatedPlugin.logger
+            logger.log(level: lvl, "plugin \(plugin.name): \(text)")
+        case .destroyed(let id):
+            let h = lock.withLock { loads.removeValue(forKey: id) }
+            h?.workerDestroyed()
+        }
+    }
+
+    /// The worker is gone: reap it, say why, fail what was in flight.
+    private func finish(protocolFailure: String?) {
+        let killed = lock.withLock { () -> String? in
+            alive = false
+            return killReason
+        }
+        channel.close()
+        if protocolFailure != nil && killed == nil { Glibc.kill(pid, SIGKILL) }
+        var status: Int32 = 0
+        var reaped = false
+        for _ in 0..<200 {
+            let r = waitpid(pid, &status, WNOHANG)
+            if r == pid { reaped = true; break }
+            if r < 0 && errno != EINTR { break }
+            usleep(10_000)
+        }
+        if !reaped {
+            Glibc.kill(pid, SIGKILL)
+            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        }
+        let why: String
+        var crashed = true
+        if let killed {
+            why = killed
+        } else if status & 0x7f != 0 {
+            why = "its worker crashed (\(PluginProbe.signalName(status & 0x7f)))"
+        } else if let protocolFailure {
+            why = "its worker broke the protocol (\(protocolFailure)) and was stopped"
+        } else {
+            let code = (status >> 8) & 0xff
+            why = "its worker exited with status \(code)"
+            crashed = code != 0
+        }
+        let orphans = lock.withLock { () -> [IsolatedHandler] in
+            defer { loads.removeAll() }
+            return Array(loads.values)
+        }
+        plugin.workerDied(self, crashed: crashed || !orphans.isEmpty)
+        for h in orphans { h.workerDied("plugin \(plugin.name): \(why)") }
+    }
+}

@@ -1,0 +1,282 @@
+import Foundation
+import HTTPTypes
+import PorterCore
+import PorterIPC
+
+/// What the host and a plugin worker say to each other over their socketpair
+/// (PorterIPC frames; service "porter-plugin-worker", version 1). Messages are JSON; body
+/// bytes travel as data frames whose payload starts with the load's number (8 bytes,
+/// big-endian). Every value here comes from the other process and is checked before use:
+/// a message the receiver cannot place ends the connection, never the process.
+enum WorkerWire {
+    static let hello = Hello(service: "porter-plugin-worker", minimumVersion: 1, maximumVersion: 1)
+    /// Body bytes per data frame.
+    static let chunk = 256 << 10
+
+    static func dataFrame(load: UInt64, _ bytes: UnsafeRawBufferPointer) -> Frame {
+        var payload = [UInt8](repeating: 0, count: 8 + bytes.count)
+        for i in 0..<8 { payload[i] = UInt8(truncatingIfNeeded: load >> (56 - 8 * UInt64(i))) }
+        if bytes.count > 0 {
+            payload.withUnsafeMutableBytes { dst in
+                UnsafeMutableRawBufferPointer(rebasing: dst[8...]).copyMemory(from: bytes)
+            }
+        }
+        return Frame(kind: .data, payload: payload)
+    }
+
+    /// The load a data frame is for, and where its bytes start; nil when too short.
+    static func load(ofData payload: [UInt8]) -> UInt64? {
+        guard payload.count >= 8 else { return nil }
+        var v: UInt64 = 0
+        for i in 0..<8 { v = v << 8 | UInt64(payload[i]) }
+        return v
+    }
+}
+
+/// A response head on the wire.
+struct WireResponse: Codable, Sendable {
+    var url: String
+    var mimeType: String?
+    var textEncoding: String?
+    var expectedLength: Int64
+    var statusCode: Int?
+    var headers: [[String]]
+    var resumeOffset: Int64?
+    var validator: String?
+
+    init(_ r: Response) {
+        url = r.url.absoluteString
+        mimeType = r.mimeType
+        textEncoding = r.textEncodingName
+        expectedLength = r.expectedContentLength
+        statusCode = r.statusCode
+        headers = r.headerFields.map { [$0.name.rawName, $0.value] }
+        resumeOffset = r.resumeOffset
+        validator = r.validator
+    }
+
+    /// The head as a `Response`; a URL or field that does not parse is dropped (the URL
+    /// falls back to `fallback`).
+    func response(fallback: URL) -> Response {
+        var fields = HTTPFields()
+        for pair in headers.prefix(10_000) where pair.count == 2 {
+            guard let name = HTTPField.Name(pair[0]) else { continue }
+            fields.append(HTTPField(name: name, value: pair[1]))
+        }
+        var r = Response(url: URL(string: url) ?? fallback, mimeType: mimeType,
+                         expectedContentLength: expectedLength >= 0 ? expectedLength : -1,
+                         textEncodingName: textEncoding, statusCode: statusCode, headerFields: fields)
+        r.resumeOffset = resumeOffset
+        r.validator = validator
+        return r
+    }
+}
+
+/// A request on the wire: what the C `porter_request` carries.
+struct WireRequest: Codable, Sendable {
+    var url: String
+    var method: String
+    var headers: [[String]]
+    var properties: [[String]]
+    var resumeOffset: Int64?
+    var resumeValidator: String?
+    var hasBody: Bool
+    var bodyLength: Int64?
+    var timeout: Double
+    var insecure: Bool
+    var cached: WireResponse?
+
+    init(_ r: Request, insecure: Bool, cached: Response?) {
+        url = r.url.absoluteString
+        method = r.method
+        headers = r.headerFields.map { [$0.name.rawName, $0.value] }
+        properties = r.properties.compactMap { key, value in (value as? String).map { [key, $0] } }.sorted { $0[0] < $1[0] }
+        resumeOffset = r.resumeRange?.offset
+        resumeValidator = r.resumeRange?.validator
+        hasBody = r.body != nil
+        bodyLength = r.body?.knownLength
+        timeout = r.timeoutInterval
+        self.insecure = insecure
+        self.cached = cached.map(WireResponse.init)
+    }
+}
+
+/// A challenge on the wire (the worker raised it; the host asks the application).
+struct WireChallenge: Codable, Sendable {
+    var id: UInt64
+    var host: String
+    var port: Int
+    var scheme: String
+    var realm: String?
+    /// "default", "client-certificate", "server-trust" or "custom:NAME".
+    var method: String
+    var previousFailureCount: Int
+    var proposedUser: String?
+    var proposedPassword: String?
+    var identity: [Data]?
+    var failureReason: String?
+
+    init(_ c: AuthenticationChallenge) {
+        id = c.identifier
+        let s = c.protectionSpace
+        host = s.host
+        port = s.port
+        scheme = s.protocol
+        realm = s.realm
+        switch s.authenticationMethod {
+        case .clientCertificate: method = "client-certificate"
+        case .serverTrust: method = "server-trust"
+        case .custom(let name): method = "custom:" + name
+        default: method = "default"
+        }
+        previousFailureCount = c.previousFailureCount
+        if case .password(let user, let password)? = c.proposedCredential?.kind {
+            proposedUser = user
+            proposedPassword = password
+        }
+        identity = s.serverTrust?.certificateChain
+        failureReason = s.serverTrust?.evaluationFailure
+    }
+
+    func challenge(reply: @escaping @Sendable (ChallengeDisposition) -> Void) -> AuthenticationChallenge {
+        let m: AuthenticationMethod
+        switch method {
+        case "client-certificate": m = .clientCertificate
+        case "server-trust": m = .serverTrust
+        case let s where s.hasPrefix("custom:"): m = .custom(String(s.dropFirst(7)))
+        default: m = .default
+        }
+        let trust = m == .serverTrust
+            ? ServerTrust(certificateChain: Array((identity ?? []).prefix(64)), evaluationFailure: failureReason) : nil
+        let space = ProtectionSpace(host: host, port: port, protocol: scheme, realm: realm, authenticationMethod: m,
+                                    serverTrust: trust)
+        let proposed = proposedUser.map { Credential(user: $0, password: proposedPassword ?? "", persistence: .none) }
+        return AuthenticationChallenge(protectionSpace: space, proposedCredential: proposed,
+                                       previousFailureCount: max(0, previousFailureCount), reply: reply)
+    }
+}
+
+/// The application's answer to a challenge, on the wire.
+enum WireDisposition: Codable, Sendable {
+    case password(user: String, password: String)
+    case trust
+    case certificate(certificatePath: String, keyPath: String, passphrase: String?)
+    case performDefault
+    case cancel
+    case reject
+
+    init(_ d: ChallengeDisposition) {
+        switch d {
+        case .useCredential(let c):
+            switch c.kind {
+            case .password(let u, let p): self = .password(user: u, password: p)
+            case .trust: self = .trust
+            case .certificate(let c, let k, let p): self = .certificate(certificatePath: c, keyPath: k, passphrase: p)
+            }
+        case .performDefaultHandling: self = .performDefault
+        case .cancelAuthenticationChallenge: self = .cancel
+        case .rejectProtectionSpace: self = .reject
+        }
+    }
+
+    func disposition(for challenge: AuthenticationChallenge) -> ChallengeDisposition {
+        switch self {
+        case .password(let u, let p): return .useCredential(Credential(user: u, password: p, persistence: .none))
+        case .trust:
+            return .useCredential(Credential(trust: challenge.protectionSpace.serverTrust ?? ServerTrust(certificateChain: [])))
+        case .certificate(let c, let k, let p):
+            return .useCredential(Credential(certificatePath: c, keyPath: k, passphrase: p, persistence: .none))
+        case .performDefault: return .performDefaultHandling
+        case .cancel: return .cancelAuthenticationChallenge
+        case .reject: return .rejectProtectionSpace
+        }
+    }
+}
+
+/// A task event for a plugin that subscribed to it (porter_plugin.h, Events).
+struct WireTaskEvent: Codable, Sendable {
+    var kind: String
+    var taskID: UInt64
+    var url: String
+    var other: String?
+    var number: Int64
+    var number2: Int64
+    var code: Int
+
+    init?(_ e: TaskEvent) {
+        switch e {
+        case .created(let id, let url):
+            self.init(kind: "task.created", taskID: id, url: url.absoluteString)
+        case .response(let id, let url, let status, let length):
+            self.init(kind: "task.response", taskID: id, url: url.absoluteString, number: Int64(status ?? -1), number2: length)
+        case .redirected(let id, let from, let to):
+            self.init(kind: "task.redirected", taskID: id, url: from.absoluteString, other: to.absoluteString)
+        case .challenged(let id, let host, let method, let failures):
+            self.init(kind: "task.challenged", taskID: id, url: host, other: method, number: Int64(failures))
+        case .completed(let id, let url, let received, let sent, let error):
+            self.init(kind: "task.completed", taskID: id, url: url.absoluteString, number: received, number2: sent,
+                      code: error?.code.rawValue ?? 0)
+        }
+    }
+
+    init(kind: String, taskID: UInt64, url: String, other: String? = nil, number: Int64 = 0, number2: Int64 = 0,
+         code: Int = 0) {
+        self.kind = kind
+        self.taskID = taskID
+        self.url = url
+        self.other = other
+        self.number = number
+        self.number2 = number2
+        self.code = code
+    }
+
+    var event: TaskEvent? {
+        guard let u = URL(string: url) ?? URL(string: "about:blank") else { return nil }
+        switch kind {
+        case "task.created": return .created(taskID: taskID, url: u)
+        case "task.response":
+            return .response(taskID: taskID, url: u, statusCode: number >= 0 ? Int(clamping: number) : nil,
+                             expectedContentLength: number2)
+        case "task.redirected":
+            return .redirected(taskID: taskID, from: u, to: URL(string: other ?? "") ?? u)
+        case "task.challenged":
+            return .challenged(taskID: taskID, host: url, method: other ?? "", previousFailureCount: Int(clamping: number))
+        case "task.completed":
+            let error = code == 0 ? nil : PorterError(PorterError.Code(rawValue: code) ?? .unknown, "", url: u)
+            return .completed(taskID: taskID, url: u, bytesReceived: number, bytesSent: number2, error: error)
+        default: return nil
+        }
+    }
+}
+
+/// Host to worker.
+enum ToWorker: Codable, Sendable {
+    case start(load: UInt64, request: WireRequest)
+    case stop(load: UInt64)
+    case pause(load: UInt64)
+    case resume(load: UInt64)
+    case reply(load: UInt64, challenge: UInt64, answer: WireDisposition)
+    /// The request body ended (after the data frames answering a `readBody`), or failed.
+    case bodyEnd(load: UInt64, failure: String?)
+    case event(WireTaskEvent)
+}
+
+/// Worker to host.
+enum FromWorker: Codable, Sendable {
+    /// Sent once the plugin is loaded: the events it subscribed to, and what the sandbox
+    /// enforces.
+    case ready(subscriptions: [String], sandbox: String)
+    case response(load: UInt64, head: WireResponse)
+    case redirect(load: UInt64, url: String, head: WireResponse)
+    case finish(load: UInt64)
+    case fail(load: UInt64, code: Int, message: String, causeDomain: String?, causeCode: Int)
+    case challenge(load: UInt64, challenge: WireChallenge)
+    case cancelChallenge(load: UInt64, challenge: UInt64)
+    case cachedValid(load: UInt64, revalidated: Bool)
+    case sent(load: UInt64, bytes: Int64, total: Int64, expected: Int64)
+    /// The plugin wants up to `capacity` bytes of the request body.
+    case readBody(load: UInt64, capacity: Int)
+    case log(load: UInt64?, level: Int, text: String)
+    /// The plugin's `destroy` returned for this load (after an end or a stop).
+    case destroyed(load: UInt64)
+}

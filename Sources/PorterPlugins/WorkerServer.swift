@@ -1,0 +1,399 @@
+import CPorterIPC
+import CPorterPlugin
+import Foundation
+import HTTPTypes
+import Logging
+import PorterCore
+import PorterIPC
+import PorterPluginKit
+
+/// The worker side: `porter-plugin-worker --serve` confines itself (porter_worker_sandbox),
+/// maps the plugin the host opened and checked (fd 4), and serves its loads over the
+/// socket the host handed it (fd 3), until the host goes away.
+public enum PluginWorkerServer {
+    /// Runs the worker; never returns.
+    public static func serve(arguments: [String]) -> Never {
+        var name = "plugin", memoryMB: UInt64 = 0, cpuSeconds: UInt64 = 0, network = false
+        var reads: [String] = [], writes: [String] = []
+        var i = 0
+        while i < arguments.count {
+            let a = arguments[i]
+            let value = i + 1 < arguments.count ? arguments[i + 1] : ""
+            switch a {
+            case "--name": name = value; i += 1
+            case "--memory-mb": memoryMB = UInt64(value) ?? 0; i += 1
+            case "--cpu-seconds": cpuSeconds = UInt64(value) ?? 0; i += 1
+            case "--network": network = value == "1"; i += 1
+            case "--read": reads.append(value); i += 1
+            case "--write": writes.append(value); i += 1
+            default: break
+            }
+            i += 1
+        }
+        let channel = Channel(fd: 3, maximumPayload: WorkerWire.chunk + 64)
+        do {
+            try channel.answer(WorkerWire.hello)
+        } catch {
+            _exit(65)
+        }
+        // The sandbox first: nothing of the plugin's has run yet.
+        let home = ProcessInfo.processInfo.environment["HOME"]
+        var report = [CChar](repeating: 0, count: 512)
+        let status: Int32 = withCStrings(reads) { readList in
+            withCStrings(writes) { writeList in
+                var box = porter_sandbox()
+                box.memory_bytes = memoryMB * 1_048_576
+                box.cpu_seconds = cpuSeconds
+                box.network = network ? 1 : 0
+                box.plugin_fd = 4
+                box.read_paths = readList.baseAddress.map { UnsafePointer($0) }
+                box.read_path_count = UInt32(readList.count)
+                box.write_paths = writeList.baseAddress.map { UnsafePointer($0) }
+                box.write_path_count = UInt32(writeList.count)
+                return home.withOptionalCString { h in
+                    box.home = h
+                    return porter_worker_sandbox(&box, &report, report.count)
+                }
+            }
+        }
+        if status < 0 {
+            channel.goodbye("the sandbox could not be set up: \(String(cString: strerror(errno)))")
+            _exit(70)
+        }
+        let sandbox = describe(status, skipped: CErrorBuffer.read(report))
+        _ = dlerror()
+        guard let handle = dlopen("/proc/self/fd/4", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE),
+              let symbol = dlsym(handle, PORTER_PLUGIN_ENTRY_SYMBOL) else {
+            channel.goodbye("cannot map the plugin: " + (dlerror().map { String(cString: $0) } ?? "no entry point"))
+            _exit(71)
+        }
+        let entry = unsafeBitCast(symbol, to: porter_plugin_entry_fn.self)
+        let factory: PluginHandlerFactory
+        switch PluginLoader.describe(entry: entry, path: name) {
+        case .failure(let d):
+            channel.goodbye("the plugin was refused: \(d)")
+            _exit(72)
+        case .success(let (f, _)):
+            factory = f
+        }
+        let server = Server(channel: channel, factory: factory)
+        server.send(.ready(subscriptions: PluginEvents.shared.subscribedEvents, sandbox: sandbox))
+        server.run()
+    }
+
+    /// The probe's answer line: `RESULT {description}` or `REFUSED {diagnostic}`.
+    public static func probeResult(entry: porter_plugin_entry_fn) -> String {
+        switch PluginLoader.describe(entry: entry, path: "probe") {
+        case .success(let (_, description)):
+            return "RESULT " + String(decoding: (try? JSONEncoder().encode(description)) ?? Data(), as: UTF8.self)
+        case .failure(let d):
+            return "REFUSED " + String(decoding: (try? JSONEncoder().encode(d)) ?? Data(), as: UTF8.self)
+        }
+    }
+
+    public static func json(stage: String, reason: String, detail: String?) -> String {
+        let d = PluginDiagnostic(path: "probe", stage: PluginLoadStage(rawValue: stage) ?? .open, reason: reason, detail: detail)
+        return String(decoding: (try? JSONEncoder().encode(d)) ?? Data(), as: UTF8.self)
+    }
+
+    static func describe(_ status: Int32, skipped: String) -> String {
+        var parts: [String] = []
+        if status & 1 != 0 { parts.append("limits") }
+        if status & 2 != 0 { parts.append("no-new-privs") }
+        if status & 4 != 0 { parts.append("landlock-files") }
+        if status & 8 != 0 { parts.append("landlock-tcp") }
+        if status & 16 != 0 { parts.append("landlock-scopes") }
+        if status & 32 != 0 { parts.append("seccomp") }
+        return parts.joined(separator: ",") + (skipped.isEmpty ? "" : " (\(skipped))")
+    }
+
+    private static func withCStrings<R>(_ list: [String], _ body: (UnsafeBufferPointer<UnsafePointer<CChar>?>) -> R) -> R {
+        let copies = list.map { strdup($0) }
+        defer { copies.forEach { free($0) } }
+        let pointers = copies.map { UnsafePointer($0) }
+        return pointers.withUnsafeBufferPointer(body)
+    }
+
+    /// One load in the worker: the plugin's `PluginLoad`, its serial queue (start and stop
+    /// never run at once, and a plugin stuck in one never blocks the others) and the
+    /// body the host streams.
+    final class Load: @unchecked Sendable {
+        let id: UInt64
+        let queue: DispatchQueue
+        var pluginLoad: PluginLoad?
+        let client: WorkerClient
+        let body: RemoteBody?
+        init(id: UInt64, client: WorkerClient, body: RemoteBody?) {
+            self.id = id
+            self.client = client
+            self.body = body
+            self.queue = DispatchQueue(label: "porter.worker.load.\(id)")
+        }
+    }
+
+    final class Server: @unchecked Sendable {
+        let channel: Channel
+        let factory: PluginHandlerFactory
+        private let loads = Locked<[UInt64: Load]>([:])
+
+        init(channel: Channel, factory: PluginHandlerFactory) {
+            self.channel = channel
+            self.factory = factory
+        }
+
+        /// A send that fails means the host is gone: so is the worker.
+        func send(_ m: FromWorker) {
+            do { try channel.send(message: m) } catch { _exit(0) }
+        }
+
+        func send(_ frame: Frame) {
+            do { try channel.send(frame) } catch { _exit(0) }
+        }
+
+        func run() -> Never {
+            while true {
+                let frame: Frame
+                do { frame = try channel.receive() } catch { _exit(0) }
+                switch frame.kind {
+                case .data:
+                    guard let id = WorkerWire.load(ofData: frame.payload) else { _exit(66) }
+                    loads.withLock { $0[id] }?.body?.append(frame.payload[8...])
+                case .message:
+                    guard let m = try? Channel.decode(ToWorker.self, from: frame.payload) else { _exit(66) }
+                    handle(m)
+                default:
+                    _exit(66)
+                }
+            }
+        }
+
+        private func handle(_ m: ToWorker) {
+            switch m {
+            case .start(let id, let wire):
+                start(id, wire)
+            case .stop(let id):
+                guard let load = loads.withLock({ $0[id] }) else {
+                    send(.destroyed(load: id))
+                    return
+                }
+                load.queue.async { load.pluginLoad?.stop() }
+            case .pause(let id):
+                loads.withLock { $0[id] }?.pluginLoad?.pause(true)
+            case .resume(let id):
+                loads.withLock { $0[id] }?.pluginLoad?.pause(false)
+            case .reply(let id, let challenge, let answer):
+                loads.withLock { $0[id] }?.client.answer(challenge, answer)
+            case .bodyEnd(let id, let failure):
+                loads.withLock { $0[id] }?.body?.finish(failure)
+            case .event(let e):
+                if let event = e.event { TaskEventCenter.shared.post(event) }
+            }
+        }
+
+        private func start(_ id: UInt64, _ wire: WireRequest) {
+            guard let url = URL(string: wire.url) else {
+                send(.fail(load: id, code: PorterError.Code.badURL.rawValue, message: "not a URL: \(wire.url)",
+                           causeDomain: nil, causeCode: 0))
+                send(.destroyed(load: id))
+                return
+            }
+            var request = Request(url: url)
+            request.method = wire.method
+            for pair in wire.headers where pair.count == 2 {
+                if let name = HTTPField.Name(pair[0]) { request.headerFields.append(HTTPField(name: name, value: pair[1])) }
+            }
+            for pair in wire.properties where pair.count == 2 { request.setProperty(pair[1], forKey: pair[0]) }
+            if let offset = wire.resumeOffset { request.resumeRange = ResumeRange(offset: offset, validator: wire.resumeValidator) }
+            request.timeoutInterval = wire.timeout
+            let body = wire.hasBody ? RemoteBody(server: self, load: id) : nil
+            if let body { request.body = .stream(body) }
+            var configuration = SessionConfiguration.ephemeral
+            configuration.tlsVerificationDisabled = wire.insecure
+            configuration.logger = Logger(label: "porter.plugin-worker") { _ in WorkerLogHandler(server: self, load: id) }
+            let client = WorkerClient(server: self, load: id, configuration: configuration)
+            let cached = wire.cached.map { CachedResponse(response: $0.response(fallback: url), data: Data()) }
+            let load = Load(id: id, client: client, body: body)
+            let pluginLoad = PluginLoad(client: client, request: request, vtable: factory.vtable, pluginName: factory.name,
+                                        pluginContext: factory.pluginContext, cached: cached,
+                                        bodyLength: wire.bodyLength, checkCanHandle: true,
+                                        onDestroyed: { [weak self] in
+                                            guard let self else { return }
+                                            _ = self.loads.withLock { $0.removeValue(forKey: id) }
+                                            self.send(.destroyed(load: id))
+                                        })
+            load.pluginLoad = pluginLoad
+            loads.withLock { $0[id] = load }
+            load.queue.async { pluginLoad.start() }
+        }
+    }
+
+    /// The request body, read from the host on the plugin's thread.
+    final class RemoteBody: BodyStream, @unchecked Sendable {
+        private let condition = NSCondition()
+        private var buffer: [UInt8] = []
+        private var start = 0
+        private var ended = false
+        private var failure: String?
+        private var asked = false
+        private unowned let server: Server
+        private let load: UInt64
+
+        init(server: Server, load: UInt64) {
+            self.server = server
+            self.load = load
+        }
+
+        func append(_ bytes: ArraySlice<UInt8>) {
+            condition.lock()
+            buffer.append(contentsOf: bytes)
+            asked = false
+            condition.broadcast()
+            condition.unlock()
+        }
+
+        func finish(_ failure: String?) {
+            condition.lock()
+            ended = true
+            self.failure = failure
+            condition.broadcast()
+            condition.unlock()
+        }
+
+        func read(into target: UnsafeMutableRawBufferPointer) throws -> Int {
+            condition.lock()
+            defer { condition.unlock() }
+            while start == buffer.count && !ended {
+                if !asked {
+                    asked = true
+                    condition.unlock()
+                    server.send(.readBody(load: load, capacity: max(1, min(target.count, WorkerWire.chunk))))
+                    condition.lock()
+                    continue
+                }
+                condition.wait()
+            }
+            if start == buffer.count {
+                if let failure { throw PorterError(.cannotOpenFile, failure) }
+                return 0
+            }
+            let n = min(target.count, buffer.count - start)
+            buffer.withUnsafeBytes { src in
+                target.copyMemory(from: UnsafeRawBufferPointer(rebasing: src[start..<(start + n)]))
+            }
+            start += n
+            if start == buffer.count {
+                buffer.removeAll(keepingCapacity: true)
+                start = 0
+            }
+            return n
+        }
+    }
+
+    /// The `ProtocolClient` a load's `PluginLoad` reports to: each report becomes a message.
+    final class WorkerClient: ProtocolClient, @unchecked Sendable {
+        let context: SessionContext
+        private unowned let server: Server
+        private let load: UInt64
+        private let challenges = Locked<[UInt64: AuthenticationChallenge]>([:])
+
+        init(server: Server, load: UInt64, configuration: SessionConfiguration) {
+            self.server = server
+            self.load = load
+            self.context = SessionContext(configuration: configuration, sessionIdentifier: 0)
+        }
+
+        func didReceive(_ response: Response, cacheStoragePolicy: CacheStoragePolicy) {
+            server.send(.response(load: load, head: WireResponse(response)))
+        }
+
+        func didLoad(_ data: Data) {
+            data.withUnsafeBytes { all in
+                var offset = 0
+                while offset < all.count {
+                    let n = min(WorkerWire.chunk, all.count - offset)
+                    server.send(WorkerWire.dataFrame(load: load, UnsafeRawBufferPointer(rebasing: all[offset..<(offset + n)])))
+                    offset += n
+                }
+            }
+        }
+
+        func wasRedirected(to request: Request, redirectResponse: Response) {
+            server.send(.redirect(load: load, url: request.url.absoluteString, head: WireResponse(redirectResponse)))
+        }
+
+        func didFinishLoading() { server.send(.finish(load: load)) }
+
+        func didFail(with error: PorterError) {
+            server.send(.fail(load: load, code: error.code.rawValue, message: error.message,
+                              causeDomain: error.cause?.domain, causeCode: error.cause?.code ?? 0))
+        }
+
+        func didReceive(_ challenge: AuthenticationChallenge) {
+            challenges.withLock { $0[challenge.identifier] = challenge }
+            server.send(.challenge(load: load, challenge: WireChallenge(challenge)))
+        }
+
+        func didCancel(_ challenge: AuthenticationChallenge) {
+            _ = challenges.withLock { $0.removeValue(forKey: challenge.identifier) }
+            server.send(.cancelChallenge(load: load, challenge: challenge.identifier))
+        }
+
+        func answer(_ id: UInt64, _ answer: WireDisposition) {
+            guard let challenge = challenges.withLock({ $0.removeValue(forKey: id) }) else { return }
+            challenge.reply(answer.disposition(for: challenge))
+        }
+
+        func cachedResponseIsValid() { server.send(.cachedValid(load: load, revalidated: false)) }
+
+        func cachedResponseIsValid(serving response: Response, revalidated: Bool) {
+            server.send(.cachedValid(load: load, revalidated: revalidated))
+        }
+
+        func didSendBodyData(bytesSent: Int64, totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {
+            server.send(.sent(load: load, bytes: bytesSent, total: totalBytesSent, expected: totalBytesExpectedToSend))
+        }
+
+        func didCollect(_ metrics: TransactionMetrics) {}
+
+        func needNewBodyStream(_ completion: @escaping @Sendable ((any BodyStream)?) -> Void) { completion(nil) }
+    }
+
+    /// Log lines of the plugin and of the adapter, sent to the host's logger.
+    struct WorkerLogHandler: LogHandler {
+        unowned let server: Server
+        let load: UInt64
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .trace
+
+        init(server: Server, load: UInt64) {
+            self.server = server
+            self.load = load
+        }
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            let rank: Int
+            switch event.level {
+            case .trace: rank = 0
+            case .debug: rank = 1
+            case .info, .notice: rank = 2
+            case .warning: rank = 3
+            default: rank = 4
+            }
+            server.send(.log(load: load, level: rank, text: event.message.description))
+        }
+    }
+}
+
+extension Optional where Wrapped == String {
+    func withOptionalCString<R>(_ body: (UnsafePointer<CChar>?) -> R) -> R {
+        switch self {
+        case .none: return body(nil)
+        case .some(let s): return s.withCString { body($0) }
+        }
+    }
+}

@@ -1,0 +1,333 @@
+import Foundation
+import Porter
+import PorterPlugins
+import PorterTestSupport
+import XCTest
+
+/// Plugins out of process (issue 13): one test per fault a plugin can commit. In each, the
+/// program survives, the load fails with the documented code, a second plugin in the same
+/// program keeps working, and an in-process control shows what isolation prevented.
+final class IsolationTests: XCTestCase {
+    nonisolated(unsafe) static var folder = URL(fileURLWithPath: "/")
+    nonisolated(unsafe) static var registry = HandlerRegistry()
+    nonisolated(unsafe) static var inProcess = HandlerRegistry()
+
+    override class func setUp() {
+        super.setUp()
+        do {
+            folder = try PluginFixture.folder()
+            try PluginFixture.build("ptest.so", in: folder)
+            // A second plugin, with the network declared.
+            try PluginFixture.build("pnet.so", in: folder, defines: [
+                "SCHEME=\"pnet\"",
+                "SCHEME_FLAGS=(PORTER_SCHEME_NEEDS_NETWORK|PORTER_SCHEME_REDIRECT_TARGET)",
+            ])
+            registry = HandlerRegistry()
+            var isolation = PluginIsolation.default
+            isolation.defaultMode = .isolated
+            isolation.stopTimeout = 0.5
+            isolation.crashLimit = 1000
+            for v in PluginLoader(registry: registry, isolation: isolation).loadAll(from: [folder.path]) where v.plugin?.mode != .isolated {
+                print("not isolated: \(v)")
+            }
+            inProcess = HandlerRegistry()
+            isolation.defaultMode = .inProcess
+            for v in PluginLoader(registry: inProcess, isolation: isolation).loadAll(from: [folder.path]) where v.plugin == nil {
+                print("not loaded in process: \(v)")
+            }
+        } catch {
+            print("fixture failed: \(error)")
+        }
+    }
+
+    private func session(_ registry: HandlerRegistry = IsolationTests.registry,
+                         _ tweak: (inout SessionConfiguration) -> Void = { _ in }) -> Session {
+        var config = SessionConfiguration.ephemeral
+        config.registry = registry
+        tweak(&config)
+        return Session(configuration: config)
+    }
+
+    private func text(_ url: String, _ registry: HandlerRegistry = IsolationTests.registry) async throws -> String {
+        let (data, _) = try await session(registry).data(from: URL(string: url)!)
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    private func ptestStatus() -> IsolatedPluginStatus? {
+        PluginLoader.isolatedPlugins.last { $0.path == Self.folder.appendingPathComponent("ptest.so").path }
+    }
+
+    /// The program and both plugins still work.
+    private func assertStillServing(file: StaticString = #filePath, line: UInt = #line) async throws {
+        let other = try await text("pnet://h/hello")
+        XCTAssertEqual(other, "hello from pnet", "the second plugin", file: file, line: line)
+        let again = try await text("ptest://h/hello")
+        XCTAssertEqual(again, "hello from ptest", "the faulty plugin's next load (a fresh worker)", file: file, line: line)
+    }
+
+    /// The CLI with the plugin in process: the control.
+    private func porter(_ args: [String], inProcess: Bool, env: [String: String?] = [:]) throws -> ProcessResult {
+        var environment: [String: String?] = ["PORTER_PLUGIN_PATH": nil]
+        for (k, v) in env { environment[k] = v }
+        return try runProcess(porterBinary, ["--plugin-path", Self.folder.path] + (inProcess ? ["--plugins-in-process"] : []) + args,
+                              environment: environment)
+    }
+
+    /// A crash of the plugin's: isolated, the load fails with `.pluginCrashed` naming the
+    /// signal, and the program goes on; in process (the CLI, so the test survives), the
+    /// program dies of the same signal.
+    private func checkCrash(_ path: String, signal: Int32, name: String,
+                            file: StaticString = #filePath, line: UInt = #line) async throws {
+        let startedBefore = ptestStatus()?.workersStarted ?? 0
+        do {
+            _ = try await text("ptest://h\(path)")
+            XCTFail("expected pluginCrashed", file: file, line: line)
+        } catch let e as PorterError {
+            XCTAssertEqual(e.code, .pluginCrashed, "\(e)", file: file, line: line)
+            XCTAssertTrue(e.message.contains(name) && e.message.contains("ptest plugin"), e.message, file: file, line: line)
+        }
+        try await assertStillServing(file: file, line: line)
+        XCTAssertGreaterThan(ptestStatus()?.workersStarted ?? 0, startedBefore, file: file, line: line)
+
+        let isolated = try porter(["ptest://h\(path)"], inProcess: false)
+        XCTAssertEqual(isolated.status, 14, "exit 14 (pluginCrashed): \(isolated.stderr)", file: file, line: line)
+        XCTAssertTrue(isolated.stderr.contains(name), isolated.stderr, file: file, line: line)
+        let control = try porter(["ptest://h\(path)"], inProcess: true, env: ["SWIFT_BACKTRACE": "enable=no"])
+        XCTAssertEqual(control.status, signal, "in process the plugin's \(name) is the program's: \(control.stderr)",
+                       file: file, line: line)
+    }
+
+    func testSegfaultInStart() async throws {
+        try await checkCrash("/crash-start", signal: SIGSEGV, name: "SIGSEGV")
+    }
+
+    func testSegfaultOnThePluginsThreadMidBody() async throws {
+        try await checkCrash("/crash-data", signal: SIGSEGV, name: "SIGSEGV")
+    }
+
+    func testWriteToMemoryThePluginDoesNotOwn() async throws {
+        try await checkCrash("/wild-write", signal: SIGSEGV, name: "SIGSEGV")
+    }
+
+    func testAbort() async throws {
+        try await checkCrash("/abort", signal: SIGABRT, name: "SIGABRT")
+    }
+
+    /// Crashes in the constructor or the entry point never reach a serving worker: the
+    /// probe refuses the plugin at "open" or "init" with the signal (the control, porter
+    /// dying without the probe, is LoaderTests.testTheProbeIsWhatKeepsTheProgramAlive).
+    func testCrashesWhileLoadingAreRefusedWithTheStage() throws {
+        let folder = try PluginFixture.folder()
+        try PluginFixture.build("ctor.so", in: folder, defines: ["CRASH_CONSTRUCTOR", "SCHEME=\"pctor\""])
+        try PluginFixture.build("entry.so", in: folder, defines: ["CRASH_ENTRY", "SCHEME=\"pentry\""])
+        try PluginFixture.build("good.so", in: folder, defines: ["SCHEME=\"pgood\""])
+        let registry = HandlerRegistry()
+        let verdicts = PluginLoader(registry: registry).loadAll(from: [folder.path])
+        let byName = Dictionary(uniqueKeysWithValues: verdicts.map { v -> (String, PluginVerdict) in
+            (URL(fileURLWithPath: v.plugin?.path ?? v.diagnostic?.path ?? "").lastPathComponent, v)
+        })
+        XCTAssertEqual(byName["ctor.so"]?.diagnostic?.stage, .open, "\(verdicts)")
+        XCTAssertEqual(byName["entry.so"]?.diagnostic?.stage, .`init`, "\(verdicts)")
+        XCTAssertTrue(byName["entry.so"]?.diagnostic?.reason.contains("SIGSEGV") == true, "\(verdicts)")
+        XCTAssertEqual(byName["good.so"]?.plugin?.mode, .isolated, "\(verdicts)")
+    }
+
+    /// A plugin whose `stop` never returns: the task ends at once as cancelled; the worker
+    /// is killed after the stop timeout (0.5 s here) and the next load gets a fresh one. In
+    /// process, the stuck `stop` holds the session's queue and the task never completes.
+    func testHangInStopIsKilledAfterTheTimeout() async throws {
+        let task = session().dataTask(with: URL(string: "ptest://h/hang-stop")!)
+        task.resume()
+        XCTAssertTrue(eventually { task.countOfBytesReceived == 1 }, "the plugin's first byte")
+        let pid = try XCTUnwrap(ptestStatus()?.workerPID)
+        task.cancel()
+        XCTAssertTrue(eventually(2) { task.state == .completed && task.error != nil })
+        XCTAssertEqual(task.error?.code, .cancelled)
+        XCTAssertTrue(eventually(5) { kill(pid, 0) != 0 }, "the worker stuck in stop was not killed")
+        try await assertStillServing()
+
+        let control = session(Self.inProcess).dataTask(with: URL(string: "ptest://h/hang-stop")!)
+        control.resume()
+        XCTAssertTrue(eventually { control.countOfBytesReceived == 1 })
+        control.cancel()
+        XCTAssertFalse(eventually(2) { control.state == .completed },
+                       "in process, a stop that never returns holds the session (the control)")
+    }
+
+    /// A load that never finishes ends by the request's timeout in both modes, and the
+    /// plugin's load is stopped and destroyed.
+    func testNeverFinishingLoadTimesOut() async throws {
+        for registry in [Self.registry, Self.inProcess] {
+            let live = try await counter("live", registry)
+            let s = session(registry) { $0.timeoutIntervalForRequest = 0.5 }
+            do {
+                _ = try await s.data(from: URL(string: "ptest://h/slow")!)
+                XCTFail("expected a timeout")
+            } catch let e as PorterError {
+                XCTAssertEqual(e.code, .timedOut)
+            }
+            try await eventuallyAsync { try await self.counter("live", registry) == live }
+        }
+        try await assertStillServing()
+    }
+
+    /// A plugin that ignores pause and floods: isolated, the host stops reading its socket
+    /// and the plugin's own sends block, so while the reader waits it gets no further than a
+    /// few MiB; in process, the host takes (and buffers) all of it.
+    func testFloodIgnoringBackPressureIsStoppedAtTheSocket() async throws {
+        let total = 48 << 20
+        for (registry, isolated) in [(Self.registry, true), (Self.inProcess, false)] {
+            let before = try await counter("flooded", registry)
+            let s = session(registry) { $0.receiveBufferLimit = 256 << 10 }
+            let task = Task {
+                let (bytes, _) = try await s.bytes(from: URL(string: "ptest://h/flood?\(total)")!)
+                var n = 0
+                for try await chunk in bytes.chunks {
+                    n += chunk.count
+                    if n >= 65536 { try await Task.sleep(nanoseconds: 1_500_000_000); break }
+                }
+                return n
+            }
+            _ = try await task.value
+            let pushed = try await counter("flooded", registry) - before
+            if isolated {
+                XCTAssertLessThan(pushed, 16 << 20, "isolated: the flood was held back at the socket (\(pushed) bytes)")
+            } else {
+                XCTAssertEqual(pushed, total, "in process the host took the whole flood (the control)")
+            }
+            s.invalidateAndCancel()
+        }
+        try await assertStillServing()
+    }
+
+    private func counter(_ name: String, _ registry: HandlerRegistry) async throws -> Int {
+        let text = try await text("ptest://h/counters", registry)
+        for pair in text.split(separator: " ") where pair.hasPrefix(name + "=") { return Int(pair.dropFirst(name.count + 1)) ?? -1 }
+        return -1
+    }
+
+    /// fork() fails in a worker (seccomp): no fork bomb, no programs run.
+    func testForkBombIsBounded() async throws {
+        let isolated = try await text("ptest://h/fork-bomb")
+        XCTAssertEqual(isolated, "forks=0 error=Operation not permitted")
+        let control = try await text("ptest://h/fork-bomb", Self.inProcess)
+        XCTAssertEqual(control, "forks=32 error=none", "in process the plugin forks at will (the control)")
+        try await assertStillServing()
+    }
+
+    /// The user's home folder is closed to a plugin that did not declare what it reads
+    /// there (Landlock); what it declared is open.
+    func testAPluginCannotReadTheHomeFolderUnlessItDeclaredIt() async throws {
+        let home = try XCTUnwrap(ProcessInfo.processInfo.environment["HOME"])
+        let secret = home + "/.porter-test-secret-\(UUID().uuidString.prefix(8))"
+        try "a private key".write(toFile: secret, atomically: true, encoding: .utf8)
+        defer { unlink(secret) }
+        let denied = try await text("ptest://h/read?\(secret)")
+        XCTAssertEqual(denied, "read failed: Permission denied")
+        let control = try await text("ptest://h/read?\(secret)", Self.inProcess)
+        XCTAssertEqual(control, "read 13", "in process the plugin reads the user's files (the control)")
+        // Outside the home folder, reading is allowed.
+        let system = try await text("ptest://h/read?/etc/hostname")
+        XCTAssertTrue(system.hasPrefix("read "), system)
+
+        // A plugin that declares the file (ABI 1.2 read_paths, "~/...") may read it.
+        let folder = try PluginFixture.folder()
+        let name = (secret as NSString).lastPathComponent
+        try PluginFixture.build("declared.so", in: folder, defines: ["SCHEME=\"pdecl\"", "READ_PATH=\"~/\(name)\""])
+        let registry = HandlerRegistry()
+        let verdict = PluginLoader(registry: registry).load(path: folder.appendingPathComponent("declared.so").path)
+        XCTAssertEqual(verdict.plugin?.mode, .isolated, "\(verdict)")
+        let allowed = try await text("pdecl://h/read?\(secret)", registry)
+        XCTAssertEqual(allowed, "read 13")
+        try await assertStillServing()
+    }
+
+    /// A plugin whose schemes do not declare PORTER_SCHEME_NEEDS_NETWORK cannot make TCP
+    /// connections (Landlock); one that declares it can.
+    func testTheNetworkIsOnlyForPluginsThatDeclareIt() async throws {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
+        listen(listener, 16)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
+        let port = Int(UInt16(bigEndian: address.sin_port))
+        let denied = try await text("ptest://h/connect?\(port)")
+        XCTAssertEqual(denied, "connect failed: Permission denied")
+        let control = try await text("ptest://h/connect?\(port)", Self.inProcess)
+        XCTAssertEqual(control, "connected", "in process (the control)")
+        let declared = try await text("pnet://h/connect?\(port)")
+        XCTAssertEqual(declared, "connected", "a plugin that declared the network")
+    }
+
+    /// A worker cannot signal processes outside its sandbox (Landlock scopes), its host
+    /// included.
+    func testAPluginCannotSignalItsHost() async throws {
+        let isolated = try await text("ptest://h/signal-host")
+        XCTAssertEqual(isolated, "signal failed: Operation not permitted")
+    }
+
+    /// A plugin that keeps crashing is disabled for the process, with a diagnostic; the
+    /// other plugin goes on.
+    func testAPluginThatKeepsCrashingIsDisabled() async throws {
+        let folder = try PluginFixture.folder()
+        try PluginFixture.build("flaky.so", in: folder, defines: ["SCHEME=\"pflaky\""])
+        try PluginFixture.build("steady.so", in: folder, defines: ["SCHEME=\"psteady\""])
+        let registry = HandlerRegistry()
+        var isolation = PluginIsolation.default
+        isolation.crashLimit = 2
+        isolation.crashWindow = 60
+        _ = PluginLoader(registry: registry, isolation: isolation).loadAll(from: [folder.path])
+        for _ in 0..<2 {
+            do {
+                _ = try await text("pflaky://h/crash-start", registry)
+                XCTFail("expected a crash")
+            } catch let e as PorterError {
+                XCTAssertEqual(e.code, .pluginCrashed)
+            }
+        }
+        do {
+            _ = try await text("pflaky://h/hello", registry)
+            XCTFail("expected the plugin to be disabled")
+        } catch let e as PorterError {
+            XCTAssertEqual(e.code, .pluginCrashed)
+            XCTAssertTrue(e.message.contains("disabled"), e.message)
+        }
+        let status = PluginLoader.isolatedPlugins.first { $0.path.hasSuffix("flaky.so") && $0.path.hasPrefix(folder.path) }
+        XCTAssertNotNil(status?.disabledReason)
+        let steady = try await text("psteady://h/hello", registry)
+        XCTAssertEqual(steady, "hello from psteady")
+    }
+
+    /// ABI 1.2: a body to a scheme without PORTER_SCHEME_CAN_UPLOAD fails before the
+    /// plugin is called, in both modes.
+    func testUploadsOnlyToSchemesThatCanUpload() async throws {
+        for registry in [Self.registry, Self.inProcess] {
+            var request = Request(url: URL(string: "pnet://h/upload")!)
+            request.method = "PUT"
+            do {
+                _ = try await session(registry).upload(for: request, from: Data(count: 10))
+                XCTFail("expected unsupportedURL")
+            } catch let e as PorterError {
+                XCTAssertEqual(e.code, .unsupportedURL)
+                XCTAssertTrue(e.message.contains("PORTER_SCHEME_CAN_UPLOAD"), e.message)
+            }
+            var ok = Request(url: URL(string: "ptest://h/upload")!)
+            ok.method = "PUT"
+            let (data, _) = try await session(registry).upload(for: ok, from: Data(count: 10))
+            XCTAssertEqual(String(decoding: data, as: UTF8.self), "received 10")
+        }
+    }
+
+    /// What the sandbox enforces is reported, and on this kernel it is all of it.
+    func testTheSandboxReportsWhatItEnforces() async throws {
+        _ = try await text("ptest://h/hello")
+        let sandbox = try XCTUnwrap(ptestStatus()?.sandbox)
+        for part in ["limits", "no-new-privs", "landlock-files", "landlock-tcp", "landlock-scopes", "seccomp"] {
+            XCTAssertTrue(sandbox.contains(part), "\(part) missing from \(sandbox)")
+        }
+    }
+}
