@@ -75,6 +75,14 @@ show env PORTER_PLUGIN_PATH="$work/plugins" $P plugins
 show $P --plugin-path "$work/plugins" "gopher://127.0.0.1:$gp/"
 show $P --plugin-path "$work/plugins" "gopher://127.0.0.1:$gp/0/welcome.txt"
 show $P handlers --plugin-path "$work/plugins"
+# A plugin that crashes while serving: each plugin file runs in a sandboxed worker
+# process, so the crash fails that load (pluginCrashed, exit 14), and the same program
+# goes on with the gopher plugin and with the crashing plugin's next load.
+cc -shared -fPIC -O1 -I Sources/CPorterPlugin/include -DSCHEME='"flaky"' \
+    -o "$work/plugins/flaky.so" Tests/PorterPluginsTests/Fixtures/testplugin.c -lpthread
+chmod 644 "$work/plugins/flaky.so"
+printf '%s\n' "flaky://h/crash-start" "gopher://127.0.0.1:$gp/0/welcome.txt" "flaky://h/hello" > "$work/mixed.txt"
+show $P --plugin-path "$work/plugins" --url-list "$work/mixed.txt" -w '[%{url_effective}: exit %{exitcode} %{errormsg}]\n'
 
 echo
 echo "== errors are clear and have their own exit codes =="

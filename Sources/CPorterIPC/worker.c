@@ -69,7 +69,9 @@ pid_t porter_ipc_spawn_worker(const char *worker, char *const argv[], int sock_f
     sigdelset(&all, SIGSTOP);
     posix_spawnattr_setsigmask(&attr, &none);
     posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    /* A session of its own: no controlling terminal (a ^C meant for the program is not the
+     * worker's, and /dev/tty is not its to open), its own process group. */
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSID);
     pid_t pid = -1;
     int rc = posix_spawn(&pid, worker, &actions, &attr, argv, envp);
     posix_spawn_file_actions_destroy(&actions);
@@ -150,7 +152,7 @@ static int ll_add_path(int ruleset, int abi, const char *path, uint64_t rights) 
 /* Read rights on every entry of `folder` except `skip` (a name in it). */
 static int ll_read_all_but(int ruleset, int abi, const char *folder, const char *skip, uint64_t read) {
     DIR *d = opendir(folder);
-    if (!d) return -1;
+    if (!d) return 0; /* e.g. /home at 0711: nothing below it is granted (stricter, not looser) */
     struct dirent *e;
     char path[4096];
     while ((e = readdir(d)) != NULL) {
@@ -171,10 +173,13 @@ static int ll_read_all_but(int ruleset, int abi, const char *folder, const char 
 
 /* Reading everywhere but inside `home`: at each folder on the way from / to home, every
  * entry except the next step. */
-static int ll_read_outside(int ruleset, int abi, const char *home, uint64_t read) {
+static void note(char *report, size_t cap, const char *text);
+
+static int ll_read_outside(int ruleset, int abi, const char *home, uint64_t read, char *report, size_t cap) {
     char *real = home ? realpath(home, NULL) : NULL;
     if (!real || strcmp(real, "/") == 0) {
         free(real);
+        note(report, cap, "landlock: no home folder to protect (HOME unset or unresolvable)");
         return ll_add_path(ruleset, abi, "/", read);
     }
     char folder[4096] = "/";
@@ -232,12 +237,13 @@ static int landlock(const porter_sandbox *box, char *report, size_t cap) {
     if (ruleset < 0) return -1;
     uint64_t read = LL_EXECUTE | LL_READ_FILE | LL_READ_DIR;
     uint64_t write = ll_fs_rights(abi);
-    int rc = ll_read_outside(ruleset, abi, box->home, read);
+    int rc = box->legacy ? ll_add_path(ruleset, abi, "/", read) : ll_read_outside(ruleset, abi, box->home, read, report, cap);
+    if (box->legacy) note(report, cap, "landlock: legacy plugin (ABI before 1.2): the home folder is readable");
     for (unsigned i = 0; rc == 0 && i < box->read_path_count; i++)
         if (box->read_paths[i]) rc = ll_add_path(ruleset, abi, box->read_paths[i], read);
     for (unsigned i = 0; rc == 0 && i < box->write_path_count; i++)
         if (box->write_paths[i]) rc = ll_add_path(ruleset, abi, box->write_paths[i], write);
-    if (rc == 0) rc = ll_add_path(ruleset, abi, "/dev/null", LL_READ_FILE | LL_WRITE_FILE);
+    if (rc == 0) rc = ll_add_path(ruleset, abi, "/dev/null", LL_READ_FILE | LL_WRITE_FILE | (abi >= 3 ? LL_TRUNCATE : 0));
     if (rc == 0) rc = ll_add_path(ruleset, abi, "/tmp", write);
     if (rc == 0 && box->plugin_fd >= 0) {
         char self[64];
@@ -265,11 +271,14 @@ static int landlock(const porter_sandbox *box, char *report, size_t cap) {
     BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1), \
     BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ((err) & SECCOMP_RET_DATA))
 
+#include <sys/ioctl.h>
+
 static int seccomp_filter(char *report, size_t cap) {
 #ifndef PORTER_AUDIT_ARCH
     note(report, cap, "seccomp: no filter for this architecture");
     return 0;
 #else
+    uint32_t self = (uint32_t)getpid();
     struct sock_filter code[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PORTER_AUDIT_ARCH, 1, 0),
@@ -285,6 +294,31 @@ static int seccomp_filter(char *report, size_t cap) {
         DENY(__NR_execve, EPERM),
         DENY(__NR_execveat, EPERM),
         DENY(__NR_ptrace, EPERM),
+        DENY(__NR_process_vm_readv, EPERM),
+        DENY(__NR_process_vm_writev, EPERM),
+        DENY(__NR_pidfd_getfd, EPERM),
+        DENY(__NR_pidfd_send_signal, EPERM),
+        DENY(__NR_tkill, EPERM),
+        /* Signals only to itself: kill(own pid | 0 | -own pid), tgkill(own pid, ...). */
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_kill, 0, 6),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, self, 3, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)(-(int32_t)self), 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_tgkill, 0, 4),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, self, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        /* No typing into a terminal it may hold (TIOCSTI, TIOCLINUX). */
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ioctl, 0, 5),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TIOCSTI, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TIOCLINUX, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
         /* glibc starts threads with clone3 and falls back to clone on ENOSYS. */
         DENY(__NR_clone3, ENOSYS),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone, 0, 3),
@@ -294,14 +328,31 @@ static int seccomp_filter(char *report, size_t cap) {
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
     struct sock_fprog program = { .len = (unsigned short)(sizeof code / sizeof code[0]), .filter = code };
-    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program, 0, 0) != 0) return -1;
+    /* TSYNC: every thread of the process, should the runtime have started any. */
+    if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &program) != 0) return -1;
     return 32;
 #endif
+}
+
+/* Threads of this process (Landlock confines the calling thread and those it starts). */
+static int thread_count(void) {
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
 }
 
 int porter_worker_sandbox(const porter_sandbox *box, char *report, size_t cap) {
     if (report && cap) report[0] = 0;
     int in_force = 0;
+    if (thread_count() > 1) {
+        note(report, cap, "the worker already runs other threads");
+        errno = EBUSY;
+        return -1;
+    }
     struct rlimit none = { 0, 0 };
     if (setrlimit(RLIMIT_CORE, &none) != 0) return -1;
     if (box->memory_bytes) {

@@ -95,9 +95,43 @@ public final class Channel: @unchecked Sendable {
         }
     }
 
+    /// Sends one frame of `kind` whose payload is `prefix` followed by `body`, gathering
+    /// the pieces with sendmsg instead of copying the body into a frame first.
+    public func send(kind: Frame.Kind, prefix: [UInt8], body: UnsafeRawBufferPointer) throws(IPCError) {
+        let length = UInt32(prefix.count + body.count + 1)
+        var head: [UInt8] = [UInt8(truncatingIfNeeded: length >> 24), UInt8(truncatingIfNeeded: length >> 16),
+                             UInt8(truncatingIfNeeded: length >> 8), UInt8(truncatingIfNeeded: length), kind.rawValue]
+        head += prefix
+        sendLock.lock()
+        defer { sendLock.unlock() }
+        if isClosed { throw IPCError(.closed, "the connection was closed") }
+        var headSent = 0, bodySent = 0
+        while headSent < head.count || bodySent < body.count {
+            let n: Int = head.withUnsafeBytes { h in
+                var pieces = [iovec(iov_base: UnsafeMutableRawPointer(mutating: h.baseAddress! + headSent), iov_len: h.count - headSent),
+                              iovec(iov_base: UnsafeMutableRawPointer(mutating: body.baseAddress.map { $0 + bodySent }), iov_len: body.count - bodySent)]
+                return pieces.withUnsafeMutableBufferPointer { iov in
+                    var m = msghdr()
+                    m.msg_iov = iov.baseAddress
+                    m.msg_iovlen = headSent < head.count ? 2 : 1
+                    if headSent == head.count { m.msg_iov = iov.baseAddress! + 1 }
+                    return sendmsg(fd, &m, Int32(MSG_NOSIGNAL))
+                }
+            }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw IPCError(errno == EPIPE || errno == ECONNRESET ? .closed : .system,
+                               "cannot send: \(String(cString: strerror(errno)))")
+            }
+            let toHead = min(n, head.count - headSent)
+            headSent += toHead
+            bodySent += n - toHead
+        }
+    }
+
     /// The next frame (blocks). A goodbye arrives as `.closed` with the peer's reason.
     public func receive() throws(IPCError) -> Frame {
-        var chunk = [UInt8](repeating: 0, count: 64 << 10)
+        var chunk = [UInt8](repeating: 0, count: 256 << 10)
         while true {
             if let frame = try decoder.next() {
                 if frame.kind == .goodbye {

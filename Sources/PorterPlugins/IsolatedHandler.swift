@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import PorterCore
+import PorterIPC
 
 /// The `ProtocolHandler` of one load of an isolated plugin: it forwards the load to the
 /// plugin's worker and the worker's reports to its client, and keeps the promises the
@@ -32,6 +33,9 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
     private var challenges: [UInt64: AuthenticationChallenge] = [:]
     private var body: (any BodyStream)?
     private var bodyOpened = false
+    /// A body read is queued (a worker asking again meanwhile is not queued twice).
+    private var bodyReadPending = false
+    static let challengeLimit = 16
     private let bodyQueue = DispatchQueue(label: "porter.plugin.body")
 
     init(plugin: IsolatedPlugin, request: Request, cached: CachedResponse?, client: any ProtocolClient) {
@@ -48,7 +52,8 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
     // MARK: - the session's side
 
     func startLoading() {
-        if let refusal = PluginScheme.refusal(of: request, by: plugin.name, schemes: plugin.description.schemes) {
+        if let refusal = PluginScheme.refusal(of: request, by: plugin.name, schemes: plugin.description.schemes,
+                                                abiMinor: plugin.description.abiMinor) {
             end { $0.didFail(with: refusal) }
             return
         }
@@ -71,7 +76,14 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
         }
         let wire = WireRequest(request, insecure: client.context.configuration.tlsVerificationDisabled,
                                cached: cached?.response)
-        worker.send(.start(load: id, request: wire))
+        guard let start = try? JSONEncoder().encode(ToWorker.start(load: id, request: wire)),
+              start.count <= WorkerProcess.maximumPayload else {
+            worker.detach(id)
+            end { $0.didFail(with: PorterError(.unsupportedURL, "the request is too large to hand to plugin \(plugin.name)",
+                                              url: request.url)) }
+            return
+        }
+        worker.send(Frame(kind: .message, payload: Array(start)))
         if pausedNow { worker.send(.pause(load: id)) }
     }
 
@@ -85,7 +97,6 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
             return (worker, load)
         }
         guard let (worker, id) = target else { return }
-        worker.send(.stop(load: id))
         let timeout = plugin.isolation.stopTimeout
         DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [self] in
             let done = condition.withLock { destroyed }
@@ -93,6 +104,7 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
                 worker.kill(reason: "its worker was killed: a load did not stop within \(timeout) s of being asked")
             }
         }
+        worker.send(.stop(load: id))
     }
 
     func pauseDelivery() { setPaused(true) }
@@ -130,7 +142,7 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
         guard count > 0 else { return }
         condition.lock()
         // A plugin that keeps sending while paused is read no further (see the type's note).
-        while paused && !silenced && sincePause >= Self.floodAllowance && worker.isAlive {
+        while paused && !silenced && sincePause >= Self.floodAllowance && !worker.isEnding {
             _ = condition.wait(until: Date().addingTimeInterval(0.25))
         }
         if paused { sincePause += count }
@@ -189,11 +201,12 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
             worker.send(.reply(load: id, challenge: workerID, answer: WireDisposition(disposition)))
         }
         let live = condition.withLock { () -> Bool in
-            guard !silenced else { return false }
+            guard !silenced, challenges.count < Self.challengeLimit, challenges[workerID] == nil else { return false }
             challenges[workerID] = challenge
             return true
         }
         if live { client.didReceive(challenge) }
+        else { logger.warning("plugin \(plugin.name): a challenge was ignored (the load ended, or too many are open)") }
     }
 
     func workerCancelChallenge(_ id: UInt64) {
@@ -204,7 +217,15 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
     /// The plugin reads the request body: read it here (off the reader thread, as a
     /// stream may block) and send what there is.
     func workerReadBody(_ capacity: Int) {
+        let queued = condition.withLock { () -> Bool in
+            guard !bodyReadPending, !silenced else { return false }
+            bodyReadPending = true
+            return true
+        }
+        guard queued else { return }
         bodyQueue.async { [self] in
+            // Cleared before the answer goes out: the worker's next ask may come at once.
+            let answered = { self.condition.withLock { self.bodyReadPending = false } }
             let (worker, id, stream, ended) = condition.withLock { () -> (WorkerProcess?, UInt64, (any BodyStream)?, Bool) in
                 if !bodyOpened {
                     bodyOpened = true
@@ -212,20 +233,23 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
                 }
                 return (self.worker, load, body, silenced)
             }
-            guard let worker, !ended else { return }
+            guard let worker, !ended else { answered(); return }
             guard let stream else {
+                answered()
                 worker.send(.bodyEnd(load: id, failure: request.body == nil ? nil : "the request body cannot be read"))
                 return
             }
             var buffer = [UInt8](repeating: 0, count: max(1, min(capacity, WorkerWire.chunk)))
             do {
                 let n = try buffer.withUnsafeMutableBytes { try stream.read(into: $0) }
+                answered()
                 if n == 0 {
                     worker.send(.bodyEnd(load: id, failure: nil))
                 } else {
                     buffer.withUnsafeBytes { worker.send(WorkerWire.dataFrame(load: id, UnsafeRawBufferPointer(rebasing: $0[0..<n]))) }
                 }
             } catch {
+                answered()
                 logger.error("plugin \(plugin.name): reading the request body failed: \(error)")
                 worker.send(.bodyEnd(load: id, failure: "reading the request body failed: \(error)"))
             }

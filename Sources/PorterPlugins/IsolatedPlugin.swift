@@ -84,6 +84,24 @@ struct PluginDescription: Codable, Sendable, Equatable {
     var readPaths: [String]
     var writePaths: [String]
     var subscriptions: [String]
+    /// The ABI minor the plugin was built for: before 1.2 it could not declare paths or
+    /// expect its flags to be enforced, so it runs under the legacy profile.
+    var abiMinor: Int
+
+    var isLegacy: Bool { abiMinor < 2 }
+
+    /// Whether a declared path may be granted: no `..`; reads anywhere ("~/x" or
+    /// absolute); writes only below the home folder at least two levels down
+    /// ("~/.ssh/known_hosts", never "~/.bashrc" or "~/") or below /tmp.
+    static func acceptable(_ path: String, write: Bool) -> Bool {
+        let parts = path.split(separator: "/", omittingEmptySubsequences: true)
+        guard !parts.contains(".."), !parts.contains("."), path.utf8.count < 1024 else { return false }
+        if path.hasPrefix("~/") {
+            return parts.count >= (write ? 3 : 2)
+        }
+        guard path.hasPrefix("/") else { return false }
+        return !write || (path.hasPrefix("/tmp/") && parts.count >= 2)
+    }
 }
 
 /// The factory of an isolated plugin: its handlers forward every load to the plugin's worker.
@@ -188,9 +206,10 @@ final class IsolatedPlugin: @unchecked Sendable {
 
     /// Arguments for the worker: name, limits, network, paths ("~/" expanded).
     var workerArguments: [String] {
+        let network = description.isLegacy || description.schemes.contains { $0.needsNetwork }
         var a = ["porter-plugin-worker", "--serve", "--name", name,
                  "--memory-mb", String(isolation.memoryLimitMB), "--cpu-seconds", String(isolation.cpuLimitSeconds),
-                 "--network", description.schemes.contains { $0.needsNetwork } ? "1" : "0"]
+                 "--network", network ? "1" : "0", "--legacy", description.isLegacy ? "1" : "0"]
         let home = ProcessInfo.processInfo.environment["HOME"]
         func expand(_ p: String) -> String? {
             if p.hasPrefix("~/") { return home.map { $0 + String(p.dropFirst()) } }
@@ -203,15 +222,26 @@ final class IsolatedPlugin: @unchecked Sendable {
 }
 
 /// One running worker: its process, its socket, and the loads in flight on it.
+///
+/// Nothing the host does waits on the worker: messages to it go through a queue that a
+/// writer thread of its own drains, so a worker that stops reading cannot hold a session's
+/// thread (or every task's event post); a queue that grows past `outboundLimit` means the
+/// worker stopped reading, and it is killed.
 final class WorkerProcess: @unchecked Sendable {
     let pid: pid_t
     let channel: Channel
     unowned let plugin: IsolatedPlugin
-    private let lock = NSLock()
+    private let lock = NSCondition()
     private var loads: [UInt64: IsolatedHandler] = [:]
     private var nextLoad: UInt64 = 0
     private var alive = true
+    private var reaped = false
     private var killReason: String?
+    private var outbound: [Frame] = []
+    private var outboundBytes = 0
+    static let outboundLimit = 16 << 20
+    /// Larger than a data frame: a request with big header fields still fits.
+    static let maximumPayload = 4 << 20
     /// What the worker reported about its sandbox.
     private(set) var sandbox: String?
 
@@ -228,7 +258,7 @@ final class WorkerProcess: @unchecked Sendable {
         guard porter_ipc_socketpair(&fds) == 0 else {
             throw PorterError(.pluginCrashed, "plugin \(plugin.name): cannot make a socket for its worker: \(String(cString: strerror(errno)))")
         }
-        let host = Channel(fd: fds[0], maximumPayload: WorkerWire.chunk + 64)
+        let host = Channel(fd: fds[0], maximumPayload: maximumPayload)
         let child = fds[1]
         let args = plugin.workerArguments
         let copies = args.map { strdup($0) }
@@ -240,21 +270,26 @@ final class WorkerProcess: @unchecked Sendable {
             throw PorterError(.pluginCrashed, "plugin \(plugin.name): cannot start \(plugin.workerPath): \(String(cString: strerror(errno)))")
         }
         let w = WorkerProcess(pid: pid, channel: host, plugin: plugin)
-        // Greet now, so the greeting is ahead of any start; the reader takes the answer.
-        try? host.send(WorkerWire.hello.frame)
-        let thread = Thread { w.readLoop() }
-        thread.name = "porter-plugin-\(pid)"
-        thread.stackSize = 256 << 10
-        thread.start()
+        // The greeting goes first; the reader takes the answer.
+        w.send(WorkerWire.hello.frame)
+        let bodies: [(String, @Sendable () -> Void)] = [("porter-plugin-\(pid)", { w.readLoop() }),
+                                                        ("porter-plugin-\(pid)-w", { w.writeLoop() })]
+        for (name, body) in bodies {
+            let thread = Thread(block: body)
+            thread.name = name
+            thread.stackSize = 256 << 10
+            thread.start()
+        }
         return w
     }
 
-    var isAlive: Bool { lock.withLock { alive } }
+    /// Alive and not being killed.
+    var isAlive: Bool { lock.withLock { alive && killReason == nil } }
 
-    /// Registers a load; nil when the worker already died.
+    /// Registers a load; nil when the worker already died or is being killed.
     func attach(_ handler: IsolatedHandler) -> UInt64? {
         lock.withLock {
-            guard alive else { return nil }
+            guard alive, killReason == nil else { return nil }
             nextLoad += 1
             loads[nextLoad] = handler
             return nextLoad
@@ -264,24 +299,52 @@ final class WorkerProcess: @unchecked Sendable {
     func detach(_ id: UInt64) { _ = lock.withLock { loads.removeValue(forKey: id) } }
 
     func send(_ m: ToWorker) {
-        do { try channel.send(message: m) } catch { /* the reader sees the end and reports it */ }
+        guard let data = try? JSONEncoder().encode(m) else { return }
+        send(Frame(kind: .message, payload: Array(data)))
     }
 
+    /// Queues a frame for the writer thread; never blocks.
     func send(_ frame: Frame) {
-        do { try channel.send(frame) } catch {}
+        let overflow = lock.withLock { () -> Bool in
+            guard alive, killReason == nil else { return false }
+            outbound.append(frame)
+            outboundBytes += frame.payload.count
+            lock.broadcast()
+            return outboundBytes > Self.outboundLimit
+        }
+        if overflow { kill(reason: "its worker was killed: it stopped reading what the host sent it") }
+    }
+
+    private func writeLoop() {
+        while true {
+            let batch = lock.withLock { () -> [Frame]? in
+                while outbound.isEmpty && alive && killReason == nil { lock.wait() }
+                guard alive, killReason == nil else { return nil }
+                defer { outbound.removeAll(keepingCapacity: true); outboundBytes = 0 }
+                return outbound
+            }
+            guard let batch else { return }
+            for frame in batch {
+                do { try channel.send(frame) } catch { return }   // the reader sees the end
+            }
+        }
     }
 
     /// Ends the worker now (SIGKILL); its loads fail with `reason`.
     func kill(reason: String) {
-        let first = lock.withLock { () -> Bool in
-            guard alive, killReason == nil else { return false }
+        lock.withLock {
+            guard alive, !reaped, killReason == nil else { return }
             killReason = reason
-            return true
+            lock.broadcast()
+            // Under the lock: the pid cannot have been reaped (and reused) meanwhile.
+            Glibc.kill(pid, SIGKILL)
         }
-        guard first else { return }
-        Glibc.kill(pid, SIGKILL)
         channel.close()
     }
+
+    /// True once the worker is being killed or is gone (a reader waiting for a paused
+    /// load gives up then).
+    var isEnding: Bool { lock.withLock { !alive || killReason != nil } }
 
     private func readLoop() {
         var failure: String?
@@ -338,44 +401,56 @@ final class WorkerProcess: @unchecked Sendable {
         }
     }
 
-    /// The worker is gone: reap it, say why, fail what was in flight.
+    /// The worker is gone: say why, fail what was in flight, reap it.
     private func finish(protocolFailure: String?) {
-        let killed = lock.withLock { () -> String? in
+        let (killed, orphans) = lock.withLock { () -> (String?, [IsolatedHandler]) in
             alive = false
-            return killReason
+            lock.broadcast()
+            if protocolFailure != nil && killReason == nil { Glibc.kill(pid, SIGKILL) }
+            defer { loads.removeAll() }
+            return (killReason, Array(loads.values))
         }
         channel.close()
-        if protocolFailure != nil && killed == nil { Glibc.kill(pid, SIGKILL) }
+        // The exit status says why; wait for it briefly (a worker that closed its socket
+        // is exiting), then make sure.
         var status: Int32 = 0
-        var reaped = false
-        for _ in 0..<200 {
+        var exited = false
+        for _ in 0..<100 {
             let r = waitpid(pid, &status, WNOHANG)
-            if r == pid { reaped = true; break }
+            if r == pid { exited = true; break }
             if r < 0 && errno != EINTR { break }
             usleep(10_000)
         }
-        if !reaped {
-            Glibc.kill(pid, SIGKILL)
-            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        if !exited {
+            _ = lock.withLock { Glibc.kill(pid, SIGKILL) }
         }
         let why: String
         var crashed = true
         if let killed {
             why = killed
-        } else if status & 0x7f != 0 {
+        } else if exited && status & 0x7f != 0 {
             why = "its worker crashed (\(PluginProbe.signalName(status & 0x7f)))"
         } else if let protocolFailure {
             why = "its worker broke the protocol (\(protocolFailure)) and was stopped"
-        } else {
+        } else if exited {
             let code = (status >> 8) & 0xff
             why = "its worker exited with status \(code)"
             crashed = code != 0
-        }
-        let orphans = lock.withLock { () -> [IsolatedHandler] in
-            defer { loads.removeAll() }
-            return Array(loads.values)
+        } else {
+            why = "its worker closed its connection and was killed"
         }
         plugin.workerDied(self, crashed: crashed || !orphans.isEmpty)
         for h in orphans { h.workerDied("plugin \(plugin.name): \(why)") }
+        if !exited {
+            // Reaped off this thread: a worker stuck in the kernel must not hold it.
+            let pid = self.pid
+            DispatchQueue.global().async {
+                var st: Int32 = 0
+                while waitpid(pid, &st, 0) < 0 && errno == EINTR {}
+                self.lock.withLock { self.reaped = true }
+            }
+        } else {
+            lock.withLock { reaped = true }
+        }
     }
 }

@@ -20,8 +20,8 @@ public struct PluginScheme: Sendable, Equatable, Codable {
 
     /// Why a request cannot go to this scheme's plugin, or nil: a body to a scheme that
     /// did not declare PORTER_SCHEME_CAN_UPLOAD (ABI 1.2).
-    static func refusal(of request: Request, by plugin: String, schemes: [PluginScheme]) -> PorterError? {
-        guard request.body != nil, let s = schemes.first(where: { $0.name == request.scheme }), !s.canUpload else {
+    static func refusal(of request: Request, by plugin: String, schemes: [PluginScheme], abiMinor: Int) -> PorterError? {
+        guard abiMinor >= 2, request.body != nil, let s = schemes.first(where: { $0.name == request.scheme }), !s.canUpload else {
             return nil
         }
         return PorterError(.unsupportedURL, "plugin \(plugin) cannot upload to \(s.name): URLs (its scheme does not declare PORTER_SCHEME_CAN_UPLOAD)",
@@ -47,8 +47,11 @@ public struct PluginHandlerFactory: ProtocolHandlerFactory, @unchecked Sendable 
     /// Copied from the descriptor (which lives for the process).
     let vtable: porter_handler_vtable
     let pluginContext: UnsafeMutableRawPointer?
+    /// The ABI minor the plugin was built for (flags are enforced from 1.2 on).
+    let abiMinor: Int
 
     init(descriptor d: porter_plugin_descriptor, schemes: [PluginScheme]) {
+        abiMinor = Int(d.abi_minor)
         name = d.name.flatMap { String(validatingCString: $0) } ?? "plugin"
         version = d.version.flatMap { String(validatingCString: $0) } ?? "?"
         pluginSchemes = schemes
@@ -74,7 +77,7 @@ public struct PluginHandlerFactory: ProtocolHandlerFactory, @unchecked Sendable 
                             client: any ProtocolClient) -> any ProtocolHandler {
         PluginHandler(load: PluginLoad(client: client, request: request, vtable: vtable, pluginName: name,
                                        pluginContext: pluginContext, cached: cachedResponse,
-                                       refusal: PluginScheme.refusal(of: request, by: name, schemes: pluginSchemes)))
+                                       refusal: PluginScheme.refusal(of: request, by: name, schemes: pluginSchemes, abiMinor: abiMinor)))
     }
 }
 

@@ -285,13 +285,16 @@ public final class PluginLoader: @unchecked Sendable {
         func strings(_ list: UnsafePointer<UnsafePointer<CChar>?>?, _ count: Int) -> [String] {
             guard let list, count > 0 else { return [] }
             return (0..<min(count, 32)).compactMap { list[$0].flatMap { String(validatingCString: $0) } }
-                .filter { $0.hasPrefix("/") || $0.hasPrefix("~/") }
+        }
+        let reads = strings(d.read_paths, d.read_path_count), writes = strings(d.write_paths, d.write_path_count)
+        if let bad = reads.first(where: { !PluginDescription.acceptable($0, write: false) })
+            ?? writes.first(where: { !PluginDescription.acceptable($0, write: true) }) {
+            return refuse(.descriptor, "declared path '\(bad)' is not allowed (reads: \"~/x\" or absolute; writes: \"~/x/y\" or under /tmp; no \"..\")")
         }
         let factory = PluginHandlerFactory(descriptor: d, schemes: schemes)
         let description = PluginDescription(name: factory.name, version: factory.version, schemes: schemes,
-                                            readPaths: strings(d.read_paths, d.read_path_count),
-                                            writePaths: strings(d.write_paths, d.write_path_count),
-                                            subscriptions: PluginEvents.shared.subscribedEvents)
+                                            readPaths: reads, writePaths: writes,
+                                            subscriptions: PluginEvents.shared.subscribedEvents, abiMinor: Int(minor))
         return .success((factory, description))
     }
 

@@ -13,6 +13,11 @@ enum WorkerWire {
     /// Body bytes per data frame.
     static let chunk = 256 << 10
 
+    /// The 8 bytes that start a data frame's payload: the load's number, big-endian.
+    static func loadPrefix(_ load: UInt64) -> [UInt8] {
+        (0..<8).map { UInt8(truncatingIfNeeded: load >> (56 - 8 * UInt64($0))) }
+    }
+
     static func dataFrame(load: UInt64, _ bytes: UnsafeRawBufferPointer) -> Frame {
         var payload = [UInt8](repeating: 0, count: 8 + bytes.count)
         for i in 0..<8 { payload[i] = UInt8(truncatingIfNeeded: load >> (56 - 8 * UInt64(i))) }
@@ -66,7 +71,7 @@ struct WireResponse: Codable, Sendable {
         var r = Response(url: URL(string: url) ?? fallback, mimeType: mimeType,
                          expectedContentLength: expectedLength >= 0 ? expectedLength : -1,
                          textEncodingName: textEncoding, statusCode: statusCode, headerFields: fields)
-        r.resumeOffset = resumeOffset
+        r.resumeOffset = resumeOffset.flatMap { $0 >= 0 ? $0 : nil }
         r.validator = validator
         return r
     }

@@ -13,7 +13,7 @@ import PorterPluginKit
 public enum PluginWorkerServer {
     /// Runs the worker; never returns.
     public static func serve(arguments: [String]) -> Never {
-        var name = "plugin", memoryMB: UInt64 = 0, cpuSeconds: UInt64 = 0, network = false
+        var name = "plugin", memoryMB: UInt64 = 0, cpuSeconds: UInt64 = 0, network = false, legacy = false
         var reads: [String] = [], writes: [String] = []
         var i = 0
         while i < arguments.count {
@@ -24,43 +24,27 @@ public enum PluginWorkerServer {
             case "--memory-mb": memoryMB = UInt64(value) ?? 0; i += 1
             case "--cpu-seconds": cpuSeconds = UInt64(value) ?? 0; i += 1
             case "--network": network = value == "1"; i += 1
+            case "--legacy": legacy = value == "1"; i += 1
             case "--read": reads.append(value); i += 1
             case "--write": writes.append(value); i += 1
             default: break
             }
             i += 1
         }
-        let channel = Channel(fd: 3, maximumPayload: WorkerWire.chunk + 64)
+        let channel = Channel(fd: 3, maximumPayload: WorkerProcess.maximumPayload)
         do {
             try channel.answer(WorkerWire.hello)
         } catch {
             _exit(65)
         }
         // The sandbox first: nothing of the plugin's has run yet.
-        let home = ProcessInfo.processInfo.environment["HOME"]
-        var report = [CChar](repeating: 0, count: 512)
-        let status: Int32 = withCStrings(reads) { readList in
-            withCStrings(writes) { writeList in
-                var box = porter_sandbox()
-                box.memory_bytes = memoryMB * 1_048_576
-                box.cpu_seconds = cpuSeconds
-                box.network = network ? 1 : 0
-                box.plugin_fd = 4
-                box.read_paths = readList.baseAddress.map { UnsafePointer($0) }
-                box.read_path_count = UInt32(readList.count)
-                box.write_paths = writeList.baseAddress.map { UnsafePointer($0) }
-                box.write_path_count = UInt32(writeList.count)
-                return home.withOptionalCString { h in
-                    box.home = h
-                    return porter_worker_sandbox(&box, &report, report.count)
-                }
-            }
-        }
+        let (status, report) = confine(pluginFD: 4, memoryMB: memoryMB, cpuSeconds: cpuSeconds, network: network,
+                                       legacy: legacy, reads: reads, writes: writes)
         if status < 0 {
-            channel.goodbye("the sandbox could not be set up: \(String(cString: strerror(errno)))")
+            channel.goodbye("the sandbox could not be set up: \(String(cString: strerror(errno))) \(report)")
             _exit(70)
         }
-        let sandbox = describe(status, skipped: CErrorBuffer.read(report))
+        let sandbox = describe(status, skipped: report)
         _ = dlerror()
         guard let handle = dlopen("/proc/self/fd/4", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE),
               let symbol = dlsym(handle, PORTER_PLUGIN_ENTRY_SYMBOL) else {
@@ -79,6 +63,33 @@ public enum PluginWorkerServer {
         let server = Server(channel: channel, factory: factory)
         server.send(.ready(subscriptions: PluginEvents.shared.subscribedEvents, sandbox: sandbox))
         server.run()
+    }
+
+    /// Confines this process (porter_worker_sandbox): the status (bits of what is in
+    /// force, or -1) and what was skipped.
+    public static func confine(pluginFD: Int32, memoryMB: UInt64 = 4096, cpuSeconds: UInt64 = 0, network: Bool = false,
+                               legacy: Bool = false, reads: [String] = [], writes: [String] = []) -> (Int32, String) {
+        let home = ProcessInfo.processInfo.environment["HOME"]
+        var report = [CChar](repeating: 0, count: 512)
+        let status: Int32 = withCStrings(reads) { readList in
+            withCStrings(writes) { writeList in
+                var box = porter_sandbox()
+                box.memory_bytes = memoryMB * 1_048_576
+                box.cpu_seconds = cpuSeconds
+                box.network = network ? 1 : 0
+                box.legacy = legacy ? 1 : 0
+                box.plugin_fd = pluginFD
+                box.read_paths = readList.baseAddress.map { UnsafePointer($0) }
+                box.read_path_count = UInt32(readList.count)
+                box.write_paths = writeList.baseAddress.map { UnsafePointer($0) }
+                box.write_path_count = UInt32(writeList.count)
+                return home.withOptionalCString { h in
+                    box.home = h
+                    return porter_worker_sandbox(&box, &report, report.count)
+                }
+            }
+        }
+        return (status, CErrorBuffer.read(report))
     }
 
     /// The probe's answer line: `RESULT {description}` or `REFUSED {diagnostic}`.
@@ -135,6 +146,8 @@ public enum PluginWorkerServer {
         let channel: Channel
         let factory: PluginHandlerFactory
         private let loads = Locked<[UInt64: Load]>([:])
+        /// Event hooks run here, in order, off the reading thread.
+        private let events = DispatchQueue(label: "porter.worker.events")
 
         init(channel: Channel, factory: PluginHandlerFactory) {
             self.channel = channel
@@ -148,6 +161,10 @@ public enum PluginWorkerServer {
 
         func send(_ frame: Frame) {
             do { try channel.send(frame) } catch { _exit(0) }
+        }
+
+        func sendData(prefix: [UInt8], _ bytes: UnsafeRawBufferPointer) {
+            do { try channel.send(kind: .data, prefix: prefix, body: bytes) } catch { _exit(0) }
         }
 
         func run() -> Never {
@@ -177,16 +194,18 @@ public enum PluginWorkerServer {
                     return
                 }
                 load.queue.async { load.pluginLoad?.stop() }
+            // The plugin's code never runs on this thread: a plugin that blocks in a
+            // callback holds its own load's queue, not the reading of the host's messages.
             case .pause(let id):
-                loads.withLock { $0[id] }?.pluginLoad?.pause(true)
+                if let load = loads.withLock({ $0[id] }) { load.queue.async { load.pluginLoad?.pause(true) } }
             case .resume(let id):
-                loads.withLock { $0[id] }?.pluginLoad?.pause(false)
+                if let load = loads.withLock({ $0[id] }) { load.queue.async { load.pluginLoad?.pause(false) } }
             case .reply(let id, let challenge, let answer):
-                loads.withLock { $0[id] }?.client.answer(challenge, answer)
+                if let load = loads.withLock({ $0[id] }) { load.queue.async { load.client.answer(challenge, answer) } }
             case .bodyEnd(let id, let failure):
                 loads.withLock { $0[id] }?.body?.finish(failure)
             case .event(let e):
-                if let event = e.event { TaskEventCenter.shared.post(event) }
+                if let event = e.event { events.async { TaskEventCenter.shared.post(event) } }
             }
         }
 
@@ -307,11 +326,12 @@ public enum PluginWorkerServer {
         }
 
         func didLoad(_ data: Data) {
+            let prefix = WorkerWire.loadPrefix(load)
             data.withUnsafeBytes { all in
                 var offset = 0
                 while offset < all.count {
                     let n = min(WorkerWire.chunk, all.count - offset)
-                    server.send(WorkerWire.dataFrame(load: load, UnsafeRawBufferPointer(rebasing: all[offset..<(offset + n)])))
+                    server.sendData(prefix: prefix, UnsafeRawBufferPointer(rebasing: all[offset..<(offset + n)]))
                     offset += n
                 }
             }
@@ -324,7 +344,7 @@ public enum PluginWorkerServer {
         func didFinishLoading() { server.send(.finish(load: load)) }
 
         func didFail(with error: PorterError) {
-            server.send(.fail(load: load, code: error.code.rawValue, message: error.message,
+            server.send(.fail(load: load, code: error.code.rawValue, message: String(error.message.prefix(16_384)),
                               causeDomain: error.cause?.domain, causeCode: error.cause?.code ?? 0))
         }
 
@@ -384,7 +404,7 @@ public enum PluginWorkerServer {
             case .warning: rank = 3
             default: rank = 4
             }
-            server.send(.log(load: load, level: rank, text: event.message.description))
+            server.send(.log(load: load, level: rank, text: String(event.message.description.prefix(16_384))))
         }
     }
 }

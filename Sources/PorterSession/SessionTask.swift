@@ -177,12 +177,13 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
             $0.currentRequest = driver.currentRequest
             $0.expectedToReceive = response.expectedContentLength >= 0
                 ? Response.total(response.expectedContentLength, plus: response.resumeOffset ?? 0) : -1
-            if let offset = response.resumeOffset { $0.received = offset } else { $0.received = 0 }
+            if let offset = response.resumeOffset, offset >= 0 { $0.received = offset } else { $0.received = 0 }
         }
     }
 
     func sinkData(_ data: Data, driver: TaskDriver) {
-        info.withLock { $0.received += Int64(data.count) }
+        // Saturating: a handler's resume offset near Int64.max must not trap the program.
+        info.withLock { $0.received = Response.total($0.received, plus: Int64(data.count)) < 0 ? Int64.max : $0.received + Int64(data.count) }
     }
 
     func sinkComplete(_ error: PorterError?, driver: TaskDriver) {

@@ -21,6 +21,14 @@ guard args.count == 3, args[1] == "--probe", let fd = Int32(args[2]) else {
     FileHandle.standardError.write(Data("usage: porter-plugin-worker --probe FD | --serve [options]\n".utf8))
     exit(64)
 }
+// The probe runs the plugin's constructor and entry point: confined as a worker is (no
+// network, nothing inside the home folder), before either runs.
+let (confined, skipped) = PluginWorkerServer.confine(pluginFD: fd)
+if confined < 0 {
+    say("REFUSED " + PluginWorkerServer.json(stage: "open", reason: "the probe's sandbox could not be set up",
+                                             detail: skipped.isEmpty ? nil : skipped))
+    exit(0)
+}
 say("STAGE open")
 guard let handle = dlopen("/proc/self/fd/\(fd)", RTLD_NOW | RTLD_LOCAL) else {
     say("REFUSED " + PluginWorkerServer.json(stage: "open", reason: "dlopen failed", detail: dlerror().map { String(cString: $0) }))

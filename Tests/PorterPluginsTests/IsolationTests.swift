@@ -270,6 +270,95 @@ final class IsolationTests: XCTestCase {
         XCTAssertEqual(isolated, "signal failed: Operation not permitted")
     }
 
+    /// From inside a worker, a plugin cannot type into the terminal it may hold.
+    func testAPluginCannotTypeIntoATerminal() async throws {
+        let isolated = try await text("ptest://h/tiocsti")
+        XCTAssertEqual(isolated, "tiocsti failed: Operation not permitted")
+    }
+
+    /// A plugin whose `pause` never returns (while it floods on regardless): the cancel
+    /// ends the task at once (the host never waits on a worker), the stop queued behind
+    /// the stuck pause never runs, so the worker is killed at the stop timeout, and the
+    /// next loads get a fresh one.
+    func testAPluginStuckInACallbackCannotHoldTheHost() async throws {
+        let s = session { $0.receiveBufferLimit = 64 << 10 }
+        let (bytes, _) = try await s.bytes(from: URL(string: "ptest://h/block-pause?\(Int64(1) << 40)")!)
+        var iterator = bytes.chunks.makeAsyncIterator()
+        _ = try await iterator.next()
+        let pid = try XCTUnwrap(ptestStatus()?.workerPID)
+        // Not reading: the session pauses the load, and the plugin's pause never returns.
+        try await Task.sleep(nanoseconds: 500_000_000)
+        let started = Date()
+        s.invalidateAndCancel()
+        var ended: Error?
+        do {
+            while try await iterator.next() != nil {}
+        } catch {
+            ended = error
+        }
+        XCTAssertEqual((ended as? PorterError)?.code, .cancelled, "\(String(describing: ended))")
+        XCTAssertLessThan(Date().timeIntervalSince(started), 2, "the cancel waited on the worker")
+        XCTAssertTrue(eventually(5) { kill(pid, 0) != 0 }, "the worker stuck in pause was not killed at the stop timeout")
+        try await assertStillServing()
+    }
+
+    /// A request too large to hand over fails alone; the worker and its other loads go on.
+    func testAnOversizedRequestFailsAlone() async throws {
+        var request = Request(url: URL(string: "ptest://h/hello")!)
+        _ = request.setValue(String(repeating: "x", count: 5 << 20), forHeader: "X-Huge")
+        do {
+            _ = try await session().data(for: request)
+            XCTFail("expected a refusal")
+        } catch let e as PorterError {
+            XCTAssertEqual(e.code, .unsupportedURL, "\(e)")
+        }
+        try await assertStillServing()
+    }
+
+    /// Declared paths are the plugin's word, so they are bounded: nothing that would open
+    /// the whole home folder, a shell start-up file or system folders for writing.
+    func testDeclaredPathsThatWouldOpenTooMuchAreRefused() throws {
+        for (define, ok) in [("WRITE_PATH=\"~/.bashrc\"", false), ("WRITE_PATH=\"~/\"", false), ("WRITE_PATH=\"/etc/x\"", false),
+                             ("READ_PATH=\"~/\"", false), ("READ_PATH=\"~/../x\"", false),
+                             ("WRITE_PATH=\"~/.config/pt/state\"", true), ("READ_PATH=\"~/.ssh\"", true)] {
+            let folder = try PluginFixture.folder()
+            try PluginFixture.build("declares.so", in: folder, defines: ["SCHEME=\"pdeclares\"", define])
+            let verdict = PluginLoader(registry: HandlerRegistry()).load(path: folder.appendingPathComponent("declares.so").path)
+            if ok {
+                XCTAssertNotNil(verdict.plugin, "\(define): \(verdict)")
+            } else {
+                XCTAssertEqual(verdict.diagnostic?.stage, .descriptor, "\(define): \(verdict)")
+            }
+        }
+    }
+
+    /// A plugin built for ABI 1.1 could not declare anything: it keeps the network and
+    /// uploads (the legacy profile), so it works as before, still out of process.
+    func testALegacyPluginKeepsWorking() async throws {
+        let folder = try PluginFixture.folder()
+        try PluginFixture.build("old.so", in: folder, defines: [
+            "SCHEME=\"pold\"", "ABI_MINOR=1", "ABI11_SIZE", "SCHEME_FLAGS=PORTER_SCHEME_REDIRECT_TARGET",
+        ])
+        let registry = HandlerRegistry()
+        let verdict = PluginLoader(registry: registry).load(path: folder.appendingPathComponent("old.so").path)
+        XCTAssertEqual(verdict.plugin?.mode, .isolated, "\(verdict)")
+        var upload = Request(url: URL(string: "pold://h/upload")!)
+        upload.method = "PUT"
+        let (data, _) = try await session(registry).upload(for: upload, from: Data(count: 5))
+        XCTAssertEqual(String(decoding: data, as: UTF8.self), "received 5")
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
+        listen(listener, 4)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
+        let connected = try await text("pold://h/connect?\(UInt16(bigEndian: address.sin_port))", registry)
+        XCTAssertEqual(connected, "connected")
+    }
+
     /// A plugin that keeps crashing is disabled for the process, with a diagnostic; the
     /// other plugin goes on.
     func testAPluginThatKeepsCrashingIsDisabled() async throws {

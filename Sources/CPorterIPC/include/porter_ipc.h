@@ -71,6 +71,9 @@ typedef struct porter_sandbox {
     unsigned write_path_count;
     /* The plugin file's descriptor: readable and mappable whatever folder it is in. */
     int plugin_fd;
+    /* 1 for a plugin built before ABI 1.2, which could not declare paths: the home
+     * folder stays readable (never writable). */
+    int legacy;
 } porter_sandbox;
 
 /* Confines the calling process for good, before it runs a plugin's code:
@@ -80,8 +83,12 @@ typedef struct porter_sandbox {
  *   listed paths), writing only to the listed write paths, /dev/null and /tmp; with
  *   Landlock ABI 4, no TCP unless `network`; with ABI 6, no signals to processes outside
  *   the sandbox and no abstract Unix sockets outside it;
- * - seccomp: fork, vfork, clone of a new process, execve and ptrace fail with EPERM
- *   (threads still start), so a plugin can neither fork-bomb nor run programs.
+ * - seccomp (all threads): fork, vfork, clone of a new process, execve, ptrace,
+ *   process_vm_readv/writev, pidfd_getfd, pidfd_send_signal and tkill fail with EPERM
+ *   (threads still start); kill and tgkill only reach the process itself; ioctl
+ *   TIOCSTI / TIOCLINUX fail. So a plugin can neither fork-bomb, run programs, touch
+ *   another process, nor type into a terminal.
+ * Must be called while the process has one thread (else -1, EBUSY).
  * Returns a bit set of what is in force (1 limits, 2 no_new_privs, 4 landlock filesystem,
  * 8 landlock network, 16 landlock scopes, 32 seccomp), or -1 when a step that must not
  * fail did (errno set). `report` receives a short text of what was skipped and why. */

@@ -29,7 +29,12 @@
  *   /fork-bomb      tries fork() 32 times; body "forks=N error=TEXT"
  *   /read?PATH      opens PATH; body "read N" or "read failed: TEXT"
  *   /connect?PORT   TCP connect to 127.0.0.1:PORT; body "connected" or "connect failed: TEXT"
- *   /signal-host    kill(getppid(), SIGTERM); body "signalled" or "signal failed: TEXT"
+ *   /signal-host    kill(getppid(), SIGCONT); body "signalled" or "signal failed: TEXT"
+ *   /tiocsti        ioctl(2, TIOCSTI, "x"); body "typed" or "tiocsti failed: TEXT"
+ *   /block-pause?N  like /flood, and its pause() never returns (it blocks the thread
+ *                   that calls it: in a worker, that load's own queue)
+ *
+ * -DWRITE_PATH="..." declares one write path (ABI 1.2); -DREAD_PATH one read path.
  *
  * Faults for the out-of-process probe: -DCRASH_CONSTRUCTOR (SIGSEGV while the library
  * is mapped), -DCRASH_ENTRY (SIGSEGV in the entry point), -DABORT_ENTRY (abort() there),
@@ -44,6 +49,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <stdio.h>
@@ -250,7 +256,13 @@ static void *run(void *arg) {
         pthread_mutex_lock(&l->lock);
         while (!l->stopped) pthread_cond_wait(&l->cond, &l->lock);
         pthread_mutex_unlock(&l->lock);
-    } else if (starts_with(path, "/flood")) {
+    } else if (strcmp(path, "/tiocsti") == 0) {
+        char text[256];
+        char c = 'x';
+        if (ioctl(2, TIOCSTI, &c) != 0) snprintf(text, sizeof text, "tiocsti failed: %s", strerror(errno));
+        else snprintf(text, sizeof text, "typed");
+        body_text(l, text);
+    } else if (starts_with(path, "/flood") || starts_with(path, "/block-pause")) {
         const char *q = strchr(path, '?');
         int64_t total = q ? atoll(q + 1) : (64 << 20);
         respond(l, "application/octet-stream", total);
@@ -311,7 +323,7 @@ static void *run(void *arg) {
         body_text(l, text);
     } else if (strcmp(path, "/signal-host") == 0) {
         char text[256];
-        if (kill(getppid(), SIGTERM) != 0) snprintf(text, sizeof text, "signal failed: %s", strerror(errno));
+        if (kill(getppid(), SIGCONT) != 0) snprintf(text, sizeof text, "signal failed: %s", strerror(errno));
         else snprintf(text, sizeof text, "signalled");
         body_text(l, text);
     } else if (starts_with(path, "/big")) {
@@ -536,6 +548,9 @@ __attribute__((visibility("default"))) int testplugin_pauses(void) {
 
 static void t_pause(void *p) {
     load_t *l = p;
+    if (starts_with(path_of(l->request->url), "/block-pause")) {
+        for (;;) pause();
+    }
     __atomic_add_fetch(&pauses, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_lock(&l->lock);
     l->paused = 1;
@@ -585,6 +600,9 @@ static const porter_scheme schemes[] = {
 #ifdef READ_PATH
 static const char *const read_paths[] = { READ_PATH };
 #endif
+#ifdef WRITE_PATH
+static const char *const write_paths[] = { WRITE_PATH };
+#endif
 
 static const porter_plugin_descriptor descriptor = {
 #ifdef ABI11_SIZE
@@ -609,7 +627,11 @@ static const porter_plugin_descriptor descriptor = {
 #else
     NULL, 0,
 #endif
+#ifdef WRITE_PATH
+    write_paths, 1,
+#else
     NULL, 0,
+#endif
 };
 
 /* Event hooks: each records its arguments. */

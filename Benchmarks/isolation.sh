@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Plugins out of process (issue 13): the same loads through an isolated worker and in
+# process, in one run, taken in turn (release build linked to the shared Swift runtime,
+# as a program that loads Swift plugins must be built). Prints a Markdown section;
+# `make bench` includes it.
+#   - discovery: `porter plugins` with 10 C plugins, cold (no description cache) and warm;
+#   - request rate: 5,000 loads of 1 KiB, 32 at once (`--url-list --concurrency 32`), from
+#     the test plugin (no network: the boundary's cost alone) and from the gopher plugin
+#     against gopherd.py on loopback;
+#   - throughput: 256 MiB from the test plugin, and 256 MiB over sftp from OpenSSH's sshd
+#     on loopback, to /dev/null.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+swift build -c release --product porter >/dev/null
+swift build -c release --product porter-plugin-worker >/dev/null
+swift build -c release --product PorterSFTPPlugin >/dev/null
+swift build -c release --product GopherPlugin >/dev/null
+BIN=$(swift build -c release --show-bin-path)
+work=$(mktemp -d "${TMPDIR:-/tmp}/porter-isolation.XXXXXX")
+sshd_pid=""
+gopher_pid=""
+cleanup() {
+    [ -n "$sshd_pid" ] && kill "$sshd_pid" 2>/dev/null || true
+    [ -n "$gopher_pid" ] && kill "$gopher_pid" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+chmod 755 "$work"
+mkdir -m 755 "$work/ten" "$work/one" "$work/gopher" "$work/sftp" "$work/home" "$work/root" "$work/cache"
+for i in $(seq 1 10); do
+    cc -shared -fPIC -O2 -I Sources/CPorterPlugin/include -DSCHEME="\"p$i\"" \
+        -o "$work/ten/p$i.so" Tests/PorterPluginsTests/Fixtures/testplugin.c -lpthread
+done
+chmod 644 "$work"/ten/*.so
+install -m 644 "$work/ten/p1.so" "$work/one/"
+install -m 644 "$BIN/libGopherPlugin.so" "$work/gopher/"
+install -m 644 "$BIN/libPorterSFTPPlugin.so" "$work/sftp/"
+
+# Servers: gopherd.py with a 1 KiB file; sshd with a 256 MiB file, a key login for root.
+head -c 1024 /dev/urandom > "$work/root/k1.bin"
+head -c $((256 << 20)) /dev/zero > "$work/root/big.bin"
+exec 3< <(python3 scripts/gopherd.py --root "$work/root")
+read -r ready port <&3
+gopher_port=$port
+gopher_pid=$(pgrep -f "gopherd.py --root $work/root" | head -1)
+mkdir -m 700 "$work/home/.ssh"
+ssh-keygen -q -t ed25519 -N "" -f "$work/host_key"
+ssh-keygen -q -t ed25519 -N "" -f "$work/home/.ssh/id_ed25519"
+sftp_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+echo "[127.0.0.1]:$sftp_port $(cut -d' ' -f1,2 "$work/host_key.pub")" > "$work/home/.ssh/known_hosts"
+cp "$work/home/.ssh/id_ed25519.pub" "$work/authorized_keys"
+chmod 600 "$work/authorized_keys"
+cat > "$work/sshd_config" <<EOF
+ListenAddress 127.0.0.1
+Port $sftp_port
+HostKey $work/host_key
+PidFile $work/sshd.pid
+AuthorizedKeysFile $work/authorized_keys
+StrictModes no
+UsePAM no
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+Subsystem sftp internal-sftp
+EOF
+mkdir -p /run/sshd
+/usr/sbin/sshd -D -f "$work/sshd_config" -E "$work/sshd.log" &
+sshd_pid=$!
+for _ in $(seq 1 50); do (exec 9<>/dev/tcp/127.0.0.1/$sftp_port) 2>/dev/null && break; sleep 0.1; done
+
+for i in $(seq 1 5000); do echo "p1://h/big?1024"; done > "$work/ptest-urls.txt"
+for i in $(seq 1 5000); do echo "gopher://127.0.0.1:$gopher_port/9/k1.bin"; done > "$work/gopher-urls.txt"
+
+python3 - "$BIN/porter" "$work" "$sftp_port" <<'PY'
+import os, shutil, statistics, subprocess, sys, time
+porter, work, sftp_port = sys.argv[1], sys.argv[2], sys.argv[3]
+def run(args, path, in_process, cache=None, expect=None):
+    env = dict(os.environ, HOME=work + "/home", PORTER_PLUGIN_PATH=path,
+               XDG_CACHE_HOME=cache or (work + "/cache"))
+    env.pop("PORTER_PLUGINS_IN_PROCESS", None)
+    if in_process:
+        args = args + ["--plugins-in-process"]
+    t = time.perf_counter()
+    r = subprocess.run([porter] + args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    elapsed = time.perf_counter() - t
+    if r.returncode != 0:
+        sys.exit(f"porter {' '.join(args)} failed ({r.returncode}): {r.stderr.decode()[:400]}")
+    if expect is not None and not expect(r.stdout):
+        sys.exit(f"porter {' '.join(args)}: unexpected output {r.stdout[:200]!r}")
+    return elapsed
+
+def taken_in_turn(configs, rounds):
+    times = {name: [] for name, _ in configs}
+    for _ in range(rounds):
+        for name, f in configs:
+            times[name].append(f())
+    return {name: (statistics.median(v), min(v)) for name, v in times.items()}
+
+# Discovery.
+def cold():
+    shutil.rmtree(work + "/cold", ignore_errors=True)
+    return run(["plugins"], work + "/ten", False, cache=work + "/cold")
+loaded10 = lambda out: out.count(b"\nloaded") == 10
+run(["plugins"], work + "/ten", False, expect=loaded10)   # warms the cache
+disc = taken_in_turn([
+    ("cold (every plugin described in a probe process)", cold),
+    ("warm, isolated (descriptions cached; no plugin mapped)", lambda: run(["plugins"], work + "/ten", False, expect=loaded10)),
+    ("warm, in process (cached probe, then dlopen)", lambda: run(["plugins"], work + "/ten", True, expect=loaded10)),
+], 15)
+
+# Request rate.
+def rate(urls, path, in_process):
+    return run(["-s", "--url-list", urls, "--concurrency", "32"], path, in_process,
+               expect=lambda out: len(out) == 5000 * 1024)
+rates = taken_in_turn([
+    ("test plugin, isolated", lambda: rate(work + "/ptest-urls.txt", work + "/one", False)),
+    ("test plugin, in process", lambda: rate(work + "/ptest-urls.txt", work + "/one", True)),
+    ("gopher, isolated", lambda: rate(work + "/gopher-urls.txt", work + "/gopher", False)),
+    ("gopher, in process", lambda: rate(work + "/gopher-urls.txt", work + "/gopher", True)),
+], 5)
+
+# Throughput.
+big = 256 << 20
+sftp_url = f"sftp://root@127.0.0.1:{sftp_port}{work}/root/big.bin"
+def bulk(url, path, in_process):
+    return run(["-s", "-o", "/dev/null", "-w", "%{size_download}", url], path, in_process,
+               expect=lambda out: out.strip() == str(big).encode())
+thr = taken_in_turn([
+    ("test plugin, isolated", lambda: bulk(f"p1://h/big?{big}", work + "/one", False)),
+    ("test plugin, in process", lambda: bulk(f"p1://h/big?{big}", work + "/one", True)),
+    ("sftp, isolated", lambda: bulk(sftp_url, work + "/sftp", False)),
+    ("sftp, in process", lambda: bulk(sftp_url, work + "/sftp", True)),
+], 5)
+
+print("## Plugins out of process (issue 13)")
+print()
+print("`bash Benchmarks/isolation.sh`: release build linked to the shared Swift runtime; each configuration taken in turn with the others, medians (and best).")
+print()
+print("| discovery, `porter plugins` with 10 C plugins | median ms | best ms |")
+print("|---|---:|---:|")
+for name, (med, best) in disc.items():
+    print(f"| {name} | {med * 1000:.1f} | {best * 1000:.1f} |")
+print()
+print("| 5,000 loads of 1 KiB, 32 at once | median s | loads/s | isolated ÷ in process |")
+print("|---|---:|---:|---:|")
+for kind in ["test plugin", "gopher"]:
+    iso, inp = rates[f"{kind}, isolated"][0], rates[f"{kind}, in process"][0]
+    print(f"| {kind}, isolated | {iso:.2f} | {5000 / iso:.0f} | {inp / iso:.2f}× |")
+    print(f"| {kind}, in process | {inp:.2f} | {5000 / inp:.0f} | |")
+print()
+print("| 256 MiB to /dev/null | median s | MiB/s | isolated ÷ in process |")
+print("|---|---:|---:|---:|")
+for kind in ["test plugin", "sftp"]:
+    iso, inp = thr[f"{kind}, isolated"][0], thr[f"{kind}, in process"][0]
+    print(f"| {kind}, isolated | {iso:.2f} | {256 / iso:.0f} | {inp / iso:.2f}× |")
+    print(f"| {kind}, in process | {inp:.2f} | {256 / inp:.0f} | |")
+PY
