@@ -30,6 +30,8 @@ echo "cookies..." >&2
 cookies=$($B cookies)
 echo "plugin load time..." >&2
 plugins=$(bash Benchmarks/plugins.sh)
+echo "plugins out of process..." >&2
+isolation=$(bash Benchmarks/isolation.sh)
 
 echo "file: 1 GiB..." >&2
 head -c 64M /dev/urandom > "$work/part"
@@ -228,6 +230,8 @@ done
     echo "Microseconds to build the \`Cookie\` header of one request from a \`MemoryCookieStore\` holding 10,000 cookies, 20 of which match (target: under 20 µs). The store is indexed by domain, so the cookies of other sites cost nothing."
     echo
     echo "$plugins"
+    echo
+    echo "$isolation"
     echo
     echo "## Background sessions (porterd)"
     echo

@@ -182,6 +182,12 @@ static int ll_read_outside(int ruleset, int abi, const char *home, uint64_t read
         note(report, cap, "landlock: no home folder to protect (HOME unset or unresolvable)");
         return ll_add_path(ruleset, abi, "/", read);
     }
+    if (strncmp(real, "/tmp/", 5) == 0) {
+        /* /tmp is open to every worker for writing: a home inside it cannot be closed. */
+        free(real);
+        note(report, cap, "landlock: the home folder is under /tmp, which workers may use: not protected");
+        return ll_add_path(ruleset, abi, "/", read);
+    }
     char folder[4096] = "/";
     const char *rest = real + 1;
     int rc = 0;

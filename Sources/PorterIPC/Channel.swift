@@ -19,6 +19,9 @@ public final class Channel: @unchecked Sendable {
     private var closed = false
     // Receiving thread only:
     private var decoder: FrameDecoder
+    /// The buffer `receive` reads into, made on first use and kept (a fresh one per frame
+    /// cost a 256 KiB allocation and fill for every small message).
+    private var chunk: [UInt8] = []
     /// The version agreed in the handshake (0 before it).
     public private(set) var version: UInt16 = 0
 
@@ -79,7 +82,11 @@ public final class Channel: @unchecked Sendable {
     // MARK: frames
 
     public func send(_ frame: Frame) throws(IPCError) {
-        let bytes = frame.encoded()
+        try sendRaw(frame.encoded())
+    }
+
+    /// Sends bytes that are already frames (or the rest of one), blocking until all went.
+    public func sendRaw(_ bytes: [UInt8]) throws(IPCError) {
         sendLock.lock()
         defer { sendLock.unlock() }
         if isClosed { throw IPCError(.closed, "the connection was closed") }
@@ -131,7 +138,6 @@ public final class Channel: @unchecked Sendable {
 
     /// The next frame (blocks). A goodbye arrives as `.closed` with the peer's reason.
     public func receive() throws(IPCError) -> Frame {
-        var chunk = [UInt8](repeating: 0, count: 256 << 10)
         while true {
             if let frame = try decoder.next() {
                 if frame.kind == .goodbye {
@@ -139,6 +145,7 @@ public final class Channel: @unchecked Sendable {
                 }
                 return frame
             }
+            if chunk.isEmpty { chunk = [UInt8](repeating: 0, count: 256 << 10) }
             let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if n < 0 {
                 if errno == EINTR { continue }

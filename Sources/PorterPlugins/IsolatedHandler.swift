@@ -229,7 +229,7 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
             let (worker, id, stream, ended) = condition.withLock { () -> (WorkerProcess?, UInt64, (any BodyStream)?, Bool) in
                 if !bodyOpened {
                     bodyOpened = true
-                    body = Self.open(request.body)
+                    body = PluginLoad.openBody(request.body)
                 }
                 return (self.worker, load, body, silenced)
             }
@@ -253,15 +253,6 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
                 logger.error("plugin \(plugin.name): reading the request body failed: \(error)")
                 worker.send(.bodyEnd(load: id, failure: "reading the request body failed: \(error)"))
             }
-        }
-    }
-
-    private static func open(_ body: RequestBody?) -> (any BodyStream)? {
-        switch body {
-        case nil: return nil
-        case .data(let d): return DataBodyStream(d)
-        case .stream(let s): return s
-        case .file(let url): return FileBodyStream(url: url)
         }
     }
 

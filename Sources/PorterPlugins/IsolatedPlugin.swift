@@ -237,8 +237,10 @@ final class WorkerProcess: @unchecked Sendable {
     private var alive = true
     private var reaped = false
     private var killReason: String?
-    private var outbound: [Frame] = []
+    /// Encoded bytes waiting for the writer thread, and whether it is sending some now.
+    private var outbound: [[UInt8]] = []
     private var outboundBytes = 0
+    private var writing = false
     static let outboundLimit = 16 << 20
     /// Larger than a data frame: a request with big header fields still fits.
     static let maximumPayload = 4 << 20
@@ -303,12 +305,19 @@ final class WorkerProcess: @unchecked Sendable {
         send(Frame(kind: .message, payload: Array(data)))
     }
 
-    /// Queues a frame for the writer thread; never blocks.
+    /// Sends a frame without ever blocking: at once when nothing is queued and the socket
+    /// takes it whole, else (what is left of it) through the writer thread's queue.
     func send(_ frame: Frame) {
+        var bytes = frame.encoded()
         let overflow = lock.withLock { () -> Bool in
             guard alive, killReason == nil else { return false }
-            outbound.append(frame)
-            outboundBytes += frame.payload.count
+            if outbound.isEmpty && !writing {
+                let n = bytes.withUnsafeBytes { Glibc.send(channel.fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
+                if n == bytes.count { return false }
+                if n > 0 { bytes.removeFirst(n) }
+            }
+            outbound.append(bytes)
+            outboundBytes += bytes.count
             lock.broadcast()
             return outboundBytes > Self.outboundLimit
         }
@@ -317,16 +326,17 @@ final class WorkerProcess: @unchecked Sendable {
 
     private func writeLoop() {
         while true {
-            let batch = lock.withLock { () -> [Frame]? in
+            let batch = lock.withLock { () -> [[UInt8]]? in
                 while outbound.isEmpty && alive && killReason == nil { lock.wait() }
                 guard alive, killReason == nil else { return nil }
-                defer { outbound.removeAll(keepingCapacity: true); outboundBytes = 0 }
+                defer { outbound.removeAll(keepingCapacity: true); outboundBytes = 0; writing = true }
                 return outbound
             }
             guard let batch else { return }
-            for frame in batch {
-                do { try channel.send(frame) } catch { return }   // the reader sees the end
+            for bytes in batch {
+                do { try channel.sendRaw(bytes) } catch { return }   // the reader sees the end
             }
+            lock.withLock { writing = false }
         }
     }
 

@@ -267,7 +267,7 @@ final class PluginLoad: @unchecked Sendable {
         }
     }
 
-    private static func openBody(_ body: RequestBody?) -> (any BodyStream)? {
+    static func openBody(_ body: RequestBody?) -> (any BodyStream)? {
         switch body {
         case nil: return nil
         case .data(let d): return DataBodyStream(d)

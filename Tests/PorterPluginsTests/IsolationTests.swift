@@ -200,6 +200,19 @@ final class IsolationTests: XCTestCase {
         try await assertStillServing()
     }
 
+    /// A TCP socket listening on 127.0.0.1 at a free port (for the plugins to connect to).
+    private func loopbackListener() -> (Int32, Int) {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
+        listen(listener, 16)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
+        return (listener, Int(UInt16(bigEndian: address.sin_port)))
+    }
+
     private func counter(_ name: String, _ registry: HandlerRegistry) async throws -> Int {
         let text = try await text("ptest://h/counters", registry)
         for pair in text.split(separator: " ") where pair.hasPrefix(name + "=") { return Int(pair.dropFirst(name.count + 1)) ?? -1 }
@@ -245,16 +258,8 @@ final class IsolationTests: XCTestCase {
     /// A plugin whose schemes do not declare PORTER_SCHEME_NEEDS_NETWORK cannot make TCP
     /// connections (Landlock); one that declares it can.
     func testTheNetworkIsOnlyForPluginsThatDeclareIt() async throws {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (listener, port) = loopbackListener()
         defer { close(listener) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
-        listen(listener, 16)
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
-        let port = Int(UInt16(bigEndian: address.sin_port))
         let denied = try await text("ptest://h/connect?\(port)")
         XCTAssertEqual(denied, "connect failed: Permission denied")
         let control = try await text("ptest://h/connect?\(port)", Self.inProcess)
@@ -346,16 +351,9 @@ final class IsolationTests: XCTestCase {
         upload.method = "PUT"
         let (data, _) = try await session(registry).upload(for: upload, from: Data(count: 5))
         XCTAssertEqual(String(decoding: data, as: UTF8.self), "received 5")
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (listener, port) = loopbackListener()
         defer { close(listener) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
-        listen(listener, 4)
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
-        let connected = try await text("pold://h/connect?\(UInt16(bigEndian: address.sin_port))", registry)
+        let connected = try await text("pold://h/connect?\(port)", registry)
         XCTAssertEqual(connected, "connected")
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import Porter
 import PorterTestSupport
 import XCTest
 
@@ -10,10 +11,24 @@ enum PluginFixture {
         .appendingPathComponent("Sources/CPorterPlugin/include").path
     static let packageRoot = root.deletingLastPathComponent().deletingLastPathComponent()
 
+    /// Every fixture folder of this test process lives under one parent, removed when
+    /// the process exits (plugins are mapped from open descriptors, so nothing needs the
+    /// names meanwhile... until then they stay).
+    static let parent: URL = {
+        let p = FileManager.default.temporaryDirectory.appendingPathComponent("porter-plugin-tests-\(getpid())-\(UUID().uuidString.prefix(4))")
+        try? FileManager.default.createDirectory(at: p, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+        chmod(p.path, 0o755)
+        parentPath.withLock { $0 = p.path }
+        atexit {
+            if let path = PluginFixture.parentPath.current { try? FileManager.default.removeItem(atPath: path) }
+        }
+        return p
+    }()
+    static let parentPath = Locked<String?>(nil)
+
     /// A new folder (mode 0755) under the system's temporary folder.
     static func folder(_ name: String = "plugins") throws -> URL {
-        let dir = FileManager.default.temporaryDirectory
-            .appendingPathComponent("porter-plugin-tests-\(UUID().uuidString.prefix(8))/\(name)")
+        let dir = parent.appendingPathComponent("\(UUID().uuidString.prefix(8))/\(name)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o755])
         chmod(dir.deletingLastPathComponent().path, 0o755)

@@ -94,6 +94,36 @@ class SFTPTests: XCTestCase {
         XCTAssertEqual(received, SSHDFixture.bigFile)
     }
 
+    /// scp:// (libssh2's scp) from the same plugin: downloads (size up front, the bytes
+    /// intact through back-pressure), uploads of a known length, clear errors, and no
+    /// listings (scp has none).
+    func testSCP() async throws {
+        func scp(_ path: String) -> URL {
+            URL(string: sshd.url(path).absoluteString.replacingOccurrences(of: "sftp://", with: "scp://"))!
+        }
+        let (hello, response) = try await session().data(for: request(scp("/hello.txt")))
+        XCTAssertEqual(String(decoding: hello, as: UTF8.self), "Hello over SFTP.\n")
+        XCTAssertEqual(response.expectedContentLength, 17)
+        let s = session { $0.receiveBufferLimit = 128 << 10 }
+        let (bytes, _) = try await s.bytes(for: request(scp("/big.bin")))
+        var received = Data()
+        for try await chunk in bytes.chunks {
+            if received.isEmpty { try await Task.sleep(nanoseconds: 200_000_000) }
+            received.append(chunk)
+        }
+        XCTAssertEqual(received, SSHDFixture.bigFile)
+        // libssh2's scp does not pass on why the server refused: the message says what it can mean.
+        let missing = await expectError(.resourceUnavailable) { _ = try await self.session().data(for: self.request(scp("/nope.txt"))) }
+        XCTAssertTrue(missing?.message.contains("no such file, or not readable") == true, "\(String(describing: missing))")
+        await expectError(.unsupportedURL) { _ = try await self.session().data(for: self.request(scp("/sub/"))) }
+        var up = request(scp("/incoming/scp.bin"))
+        up.method = "PUT"
+        let body = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 * 7) })
+        _ = try await session().upload(for: up, from: body)
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: sshd.data + "/incoming/scp.bin")), body)
+        try? FileManager.default.removeItem(atPath: sshd.data + "/incoming/scp.bin")
+    }
+
     func testPublicKeyLogin() async throws {
         let url = sshd.url("/sub/a.txt", user: SSHDFixture.keyUser, password: nil)
         let (data, _) = try await session().data(for: request(url, identity: sshd.userKey))
@@ -365,6 +395,7 @@ class SFTPTests: XCTestCase {
 final class IsolatedSFTPTests: SFTPTests {
     override class var mode: PluginMode { .isolated }
     // Linux XCTest finds only the methods a class declares: each test, again.
+    override func testSCP() async throws { try await super.testSCP() }
     override func testDownloadWithThePasswordFromTheURL() async throws { try await super.testDownloadWithThePasswordFromTheURL() }
     override func testLargeDownloadWithBackPressure() async throws { try await super.testLargeDownloadWithBackPressure() }
     override func testPublicKeyLogin() async throws { try await super.testPublicKeyLogin() }

@@ -21,7 +21,9 @@ public enum SFTPPlugin {
     public static let definition = PluginDefinition(
         name: "sftp (libssh2)", version: version,
         schemes: [PluginSchemeDefinition("sftp", flags: UInt32(PORTER_SCHEME_NEEDS_NETWORK)
-                                                    | UInt32(PORTER_SCHEME_CAN_UPLOAD))],
+                                                    | UInt32(PORTER_SCHEME_CAN_UPLOAD)),
+                  PluginSchemeDefinition("scp", flags: UInt32(PORTER_SCHEME_NEEDS_NETWORK)
+                                                   | UInt32(PORTER_SCHEME_CAN_UPLOAD))],
         // Keys and known_hosts (read only: an unknown host key is a challenge, never
         // written down here).
         readPaths: ["~/.ssh"],
@@ -52,8 +54,10 @@ public func porter_sftp_plugin_entry(_ host: UnsafePointer<porter_host>?,
     return PluginKit.export(SFTPPlugin.definition, host: host, descriptor: descriptor, error: error, capacity: capacity)
 }
 
-/// The parts of an sftp URL.
+/// The parts of an sftp or scp URL.
 struct SFTPTarget {
+    /// scp:// rather than sftp://.
+    var isSCP: Bool
     var host: String
     var port: Int32
     var user: String?
@@ -63,9 +67,11 @@ struct SFTPTarget {
     var isFolder: Bool
 
     init(_ text: String) throws(PluginError) {
-        guard let c = URLComponents(string: text), c.scheme?.lowercased() == "sftp", let host = c.host, !host.isEmpty else {
-            throw PluginError(Int32(PORTER_ERR_BAD_URL), "not an sftp URL with a host: \(text)")
+        guard let c = URLComponents(string: text), let scheme = c.scheme?.lowercased(), scheme == "sftp" || scheme == "scp",
+              let host = c.host, !host.isEmpty else {
+            throw PluginError(Int32(PORTER_ERR_BAD_URL), "not an sftp or scp URL with a host: \(text)")
         }
+        isSCP = scheme == "scp"
         self.host = host.hasPrefix("[") ? String(host.dropFirst().dropLast()) : host
         port = Int32(c.port ?? 22)
         user = c.user.flatMap { $0.isEmpty ? nil : $0 }
@@ -98,6 +104,12 @@ final class SFTPLoad: PluginLoadHandler, @unchecked Sendable {
         self.target = try SFTPTarget(request.url)
         if request.hasBody && target.isFolder {
             throw PluginError(Int32(PORTER_ERR_BAD_URL), "an upload needs a file name, not a folder: \(request.url)")
+        }
+        if target.isSCP && target.isFolder && !request.hasBody {
+            throw PluginError(Int32(PORTER_ERR_UNSUPPORTED_URL), "scp cannot list folders; use sftp:// for \(request.url)")
+        }
+        if target.isSCP && request.hasBody && request.bodyLength == nil {
+            throw PluginError(Int32(PORTER_ERR_UNSUPPORTED_URL), "scp needs the upload's length before it starts (a stream of unknown length cannot go over scp; use sftp://)")
         }
     }
 
@@ -146,6 +158,13 @@ final class SFTPLoad: PluginLoadHandler, @unchecked Sendable {
             let connection = try SSHConnection(load: self)
             do throws(PluginError) {
                 try connection.authenticate()
+                if target.isSCP {
+                    if request.hasBody { try scpUpload(connection) } else { try scpDownload(connection) }
+                    connection.close()
+                    if isStopped { return }
+                    client.finish()
+                    return
+                }
                 let sftp = try connection.openSFTP()
                 if request.hasBody {
                     try upload(sftp)
@@ -207,6 +226,48 @@ final class SFTPLoad: PluginLoadHandler, @unchecked Sendable {
             if n == 0 { return }
             client.load(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
         }
+    }
+
+    /// scp: the file in one stream (no resume: scp has no offsets, so a resumed request
+    /// starts over and says so).
+    private func scpDownload(_ connection: SSHConnection) throws(PluginError) {
+        let channel = try connection.scpReceive(target.path)
+        defer { channel.free() }
+        let size = channel.size
+        client.receive(PluginResponse(mimeType: nil, expectedLength: size,
+                                      resumeOffset: request.resumeOffset != nil ? -1 : nil,
+                                      validator: "\(size)-\(channel.modified)"))
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 << 10, alignment: 16)
+        defer { buffer.deallocate() }
+        var remaining = size
+        while remaining > 0, waitWhilePaused() {
+            let n = try channel.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(Int64(buffer.count), remaining))]))
+            if n == 0 { throw PluginError(Int32(PORTER_ERR_NETWORK_CONNECTION_LOST), "the scp stream of \(target.path) ended early") }
+            remaining -= Int64(n)
+            client.load(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+        }
+    }
+
+    /// scp: written in place as it arrives (scp has no rename), with the length given
+    /// up front.
+    private func scpUpload(_ connection: SSHConnection) throws(PluginError) {
+        let length = request.bodyLength ?? 0
+        let channel = try connection.scpSend(target.path, mode: 0o644, size: length)
+        defer { channel.free() }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 128 << 10, alignment: 16)
+        defer { buffer.deallocate() }
+        var total: Int64 = 0
+        while total < length {
+            if isStopped { return }
+            let n = client.readBody(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(Int64(buffer.count), length - total))]))
+            if n < 0 { throw PluginError(Int32(PORTER_ERR_CANNOT_OPEN_FILE), "cannot read the request body") }
+            if n == 0 { throw PluginError(Int32(PORTER_ERR_CANNOT_OPEN_FILE), "the request body ended \(length - total) bytes early") }
+            try channel.write(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+            total += Int64(n)
+            client.sent(Int64(n), total: total, expected: length)
+        }
+        try channel.finishSending()
+        client.receive(PluginResponse(mimeType: nil, expectedLength: 0))
     }
 
     private func list(_ sftp: SFTPSession) throws(PluginError) {

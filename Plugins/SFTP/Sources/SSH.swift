@@ -252,6 +252,54 @@ final class SSHConnection {
         throw error(Int32(PORTER_ERR_AUTHENTICATION_FAILED), "authentication as \(user) at \(endpoint) failed")
     }
 
+    /// An scp download channel for `path` (libssh2_scp_recv2).
+    func scpReceive(_ path: String) throws(PluginError) -> SCPChannel {
+        var st = libssh2_struct_stat()
+        guard let channel = path.withCString({ libssh2_scp_recv2(session, $0, &st) }) else {
+            throw scpError("cannot fetch \(path) over scp", writing: false)
+        }
+        if st.st_mode & S_IFMT == S_IFDIR {
+            libssh2_channel_free(channel)
+            throw PluginError(Int32(PORTER_ERR_FILE_IS_DIRECTORY), "\(path) is a folder")
+        }
+        return SCPChannel(connection: self, channel: channel, size: Int64(st.st_size), modified: Int64(st.st_mtim.tv_sec))
+    }
+
+    /// An scp upload channel for `path`, `size` bytes long (libssh2_scp_send64).
+    func scpSend(_ path: String, mode: Int32, size: Int64) throws(PluginError) -> SCPChannel {
+        guard let channel = path.withCString({ libssh2_scp_send64(session, $0, mode, size, 0, 0) }) else {
+            throw scpError("cannot write \(path) over scp", writing: true)
+        }
+        return SCPChannel(connection: self, channel: channel, size: size, modified: 0)
+    }
+
+    /// The remote scp's complaint ("scp: /x: No such file or directory") as Porter's code.
+    func scpError(_ what: String, writing: Bool) -> PluginError {
+        var message: UnsafeMutablePointer<CChar>?
+        var length: Int32 = 0
+        let rc = libssh2_session_last_error(session, &message, &length, 0)
+        let text = message.map { String(cString: $0) } ?? "error \(rc)"
+        let lower = text.lowercased()
+        let code: Int32
+        if rc == LIBSSH2_ERROR_TIMEOUT {
+            code = Int32(PORTER_ERR_TIMED_OUT)
+        } else if lower.contains("no such file") {
+            code = Int32(PORTER_ERR_FILE_DOES_NOT_EXIST)
+        } else if lower.contains("permission denied") {
+            code = writing ? Int32(PORTER_ERR_CANNOT_WRITE_TO_FILE) : Int32(PORTER_ERR_NO_PERMISSIONS_TO_READ_FILE)
+        } else if lower.contains("not a regular file") || lower.contains("is a directory") {
+            code = Int32(PORTER_ERR_FILE_IS_DIRECTORY)
+        } else if rc == LIBSSH2_ERROR_SCP_PROTOCOL && !writing {
+            // libssh2 does not pass the remote scp's reason on: say what it can mean.
+            return PluginError(Int32(PORTER_ERR_RESOURCE_UNAVAILABLE),
+                               "\(what): the server's scp refused it (no such file, or not readable)",
+                               causeDomain: "libssh2", causeCode: Int64(rc))
+        } else {
+            code = writing ? Int32(PORTER_ERR_CANNOT_WRITE_TO_FILE) : Int32(PORTER_ERR_RESOURCE_UNAVAILABLE)
+        }
+        return PluginError(code, "\(what): \(text)", causeDomain: "libssh2", causeCode: Int64(rc))
+    }
+
     func openSFTP() throws(PluginError) -> SFTPSession {
         guard let sftp = libssh2_sftp_init(session) else {
             throw error(Int32(PORTER_ERR_RESOURCE_UNAVAILABLE), "the SFTP subsystem of \(endpoint) did not start")
@@ -424,5 +472,51 @@ final class SFTPFile {
         guard !closed else { return }
         closed = true
         libssh2_sftp_close_handle(handle)
+    }
+}
+
+/// An scp channel: the file's bytes one way.
+final class SCPChannel {
+    let connection: SSHConnection
+    let channel: OpaquePointer
+    let size: Int64
+    let modified: Int64
+    private var freed = false
+
+    init(connection: SSHConnection, channel: OpaquePointer, size: Int64, modified: Int64) {
+        self.connection = connection
+        self.channel = channel
+        self.size = size
+        self.modified = modified
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) throws(PluginError) -> Int {
+        let n = libssh2_channel_read_ex(channel, 0, buffer.baseAddress?.assumingMemoryBound(to: CChar.self), buffer.count)
+        if n < 0 { throw connection.error(Int32(PORTER_ERR_NETWORK_CONNECTION_LOST), "reading over scp") }
+        return n
+    }
+
+    func write(_ bytes: UnsafeRawBufferPointer) throws(PluginError) {
+        var offset = 0
+        while offset < bytes.count {
+            let n = libssh2_channel_write_ex(channel, 0, bytes.baseAddress!.assumingMemoryBound(to: CChar.self) + offset,
+                                             bytes.count - offset)
+            if n < 0 { throw connection.error(Int32(PORTER_ERR_CANNOT_WRITE_TO_FILE), "writing over scp") }
+            offset += n
+        }
+    }
+
+    /// The end of an upload: EOF, then the remote scp's acknowledgement.
+    func finishSending() throws(PluginError) {
+        if libssh2_channel_send_eof(channel) != 0 || libssh2_channel_wait_eof(channel) != 0 {
+            throw connection.error(Int32(PORTER_ERR_CANNOT_WRITE_TO_FILE), "finishing the scp upload")
+        }
+        libssh2_channel_wait_closed(channel)
+    }
+
+    func free() {
+        guard !freed else { return }
+        freed = true
+        libssh2_channel_free(channel)
     }
 }
