@@ -27,6 +27,7 @@ let package = Package(
         .library(name: "PorterPluginKit", targets: ["PorterPluginKit"]),
         // The framing both process boundaries speak (background daemon, plugin workers).
         .library(name: "PorterIPC", targets: ["PorterIPC"]),
+        .library(name: "PorterFoundation", targets: ["PorterFoundation"]),
         // The per-user daemon of background sessions.
         .executable(name: "porterd", targets: ["porterd"]),
         // Runs plugin code away from the host (today: the probe before a plugin is loaded).
@@ -74,6 +75,8 @@ let package = Package(
             dependencies: ["PorterCore", "CPorterPlugin", "PorterPluginKit", "CPorterHost", "CPorterIPC", "PorterIPC", .product(name: "Logging", package: "swift-log"), .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict),
         .target(name: "PorterPluginKit", dependencies: ["CPorterPlugin"], swiftSettings: strict),
+        // URLRequest / HTTPURLResponse / URLError bridges (FoundationNetworking on Linux).
+        .target(name: "PorterFoundation", dependencies: ["PorterCore", .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),
         .systemLibrary(name: "CSSH2", path: "Plugins/SFTP/CSSH2"),
         .target(name: "PorterSFTP", dependencies: ["PorterPluginKit", "CSSH2"], path: "Plugins/SFTP/Sources", swiftSettings: strict),
         .target(name: "SFTPPluginEntry", dependencies: ["PorterSFTP", "PorterPluginKit"], path: "Plugins/SFTP/Entry", swiftSettings: strict),
@@ -109,6 +112,7 @@ let package = Package(
             name: "PorterPluginsTests", dependencies: ["Porter", "PorterPlugins", "PorterTestSupport"],
             exclude: ["Fixtures"], swiftSettings: strict),
         .testTarget(name: "PorterIPCTests", dependencies: ["PorterIPC"], swiftSettings: strict),
+        .testTarget(name: "PorterFoundationTests", dependencies: ["Porter", "PorterFoundation", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),
         .testTarget(name: "PorterDaemonTests", dependencies: ["Porter", "PorterIPC", "PorterTestSupport"], swiftSettings: strict),
         // An application the background-session tests start and kill.
         .executableTarget(name: "BackgroundApp", dependencies: ["Porter"], path: "Tests/BackgroundApp", swiftSettings: strict),
