@@ -58,7 +58,7 @@ show $CS cli -v -u porter:demo fortune://private/3
 show $CS cli handlers
 
 echo
-echo "== a plugin: gopher:// in plain C (Examples/CPlugin), dlopened from a plugin folder =="
+echo "== a plugin: gopher:// in plain C (Examples/CPlugin), found in a plugin folder, run in a sandboxed worker process =="
 mkdir -m 755 "$work/plugins" "$work/gopher"
 install -m 644 .build/debug/libGopherPlugin.so "$work/plugins/"
 printf 'Hello from a gopher server on loopback.\n' > "$work/gopher/welcome.txt"
