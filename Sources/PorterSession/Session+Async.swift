@@ -291,4 +291,122 @@ public struct AsyncBytes: AsyncSequence, Sendable {
         for try await c in chunks { all.append(c) }
         return all
     }
+
+    /// The body as lines of UTF-8 text, as Foundation's `AsyncBytes.lines`: a line ends at
+    /// LF, CR, CR LF, NEL, LINE SEPARATOR or PARAGRAPH SEPARATOR, which is not part of it;
+    /// a last line without an ending is a line too; malformed UTF-8 becomes U+FFFD.
+    public var lines: Lines { Lines(handle: handle) }
+
+    /// The body as characters (grapheme clusters) of UTF-8 text, as Foundation's
+    /// `AsyncBytes.characters`; a cluster split across chunks still arrives whole.
+    public var characters: Characters { Characters(handle: handle) }
+
+    public struct Lines: AsyncSequence, Sendable {
+        public typealias Element = String
+        let handle: Handle
+        public struct Iterator: AsyncIteratorProtocol {
+            let handle: Handle
+            var pending: [UInt8] = []
+            var chunk = Data()
+            var index = 0
+            var done = false
+            /// A CR ended the last line: an LF right after it belongs to that ending.
+            var skipLF = false
+
+            public mutating func next() async throws -> String? {
+                while true {
+                    while index < chunk.endIndex {
+                        let b = chunk[index]
+                        index += 1
+                        if skipLF {
+                            skipLF = false
+                            if b == 0x0A { continue }
+                        }
+                        switch b {
+                        case 0x0A:
+                            return take(dropping: 0)
+                        case 0x0D:
+                            skipLF = true
+                            return take(dropping: 0)
+                        default:
+                            pending.append(b)
+                            // NEL (C2 85), LS (E2 80 A8), PS (E2 80 A9) end a line too.
+                            let n = pending.count
+                            if n >= 2, pending[n - 2] == 0xC2, pending[n - 1] == 0x85 { return take(dropping: 2) }
+                            if n >= 3, pending[n - 3] == 0xE2, pending[n - 2] == 0x80, pending[n - 1] == 0xA8 || pending[n - 1] == 0xA9 {
+                                return take(dropping: 3)
+                            }
+                        }
+                    }
+                    if done { return nil }
+                    if let c = try await handle.buffer.next() {
+                        chunk = c
+                        index = chunk.startIndex
+                    } else {
+                        done = true
+                        if !pending.isEmpty { return take(dropping: 0) }
+                        return nil
+                    }
+                }
+            }
+
+            private mutating func take(dropping n: Int) -> String {
+                let line = String(decoding: pending[0..<(pending.count - n)], as: UTF8.self)
+                pending.removeAll(keepingCapacity: true)
+                return line
+            }
+        }
+        public func makeAsyncIterator() -> Iterator { Iterator(handle: handle) }
+    }
+
+    public struct Characters: AsyncSequence, Sendable {
+        public typealias Element = Character
+        let handle: Handle
+        public struct Iterator: AsyncIteratorProtocol {
+            let handle: Handle
+            /// Bytes not yet decoded (an incomplete UTF-8 sequence at a chunk's end).
+            var undecoded: [UInt8] = []
+            /// Decoded characters not yet handed out; the last one is kept back until more
+            /// text shows it is complete.
+            var ready: [Character] = []
+            var held: String = ""
+            var done = false
+
+            public mutating func next() async throws -> Character? {
+                while ready.isEmpty {
+                    if done {
+                        guard let c = held.first else { return nil }
+                        held.removeFirst()
+                        return c
+                    }
+                    if let c = try await handle.buffer.next() {
+                        undecoded.append(contentsOf: c)
+                        // Decode up to the last complete UTF-8 sequence.
+                        var end = undecoded.count
+                        var back = 0
+                        while back < Swift.min(3, end), undecoded[end - 1 - back] & 0xC0 == 0x80 { back += 1 }
+                        if back < end {
+                            let lead = undecoded[end - 1 - back]
+                            let need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1
+                            if need > back + 1 { end -= back + 1 }
+                        }
+                        held += String(decoding: undecoded[0..<end], as: UTF8.self)
+                        undecoded.removeFirst(end)
+                        // All but the last character are complete.
+                        if held.count > 1 {
+                            let last = held.index(before: held.endIndex)
+                            ready = Array(held[..<last]).reversed()
+                            held = String(held[last...])
+                        }
+                    } else {
+                        done = true
+                        if !undecoded.isEmpty { held += String(decoding: undecoded, as: UTF8.self) }
+                        undecoded.removeAll()
+                    }
+                }
+                return ready.removeLast()
+            }
+        }
+        public func makeAsyncIterator() -> Iterator { Iterator(handle: handle) }
+    }
 }
