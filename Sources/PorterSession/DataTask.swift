@@ -21,11 +21,12 @@ public class DataTask: SessionTask, @unchecked Sendable {
     private var body = Data()          // on the executor only
     private var cacheBody: Data? = nil  // body kept for the cache in delegate mode
 
-    init(session: Session, identifier: Int, request: Request, sink: Sink) {
+    init(session: Session, identifier: Int, request: Request, sink: Sink, delegate: (any TaskDelegate)? = nil) {
         self.sink = sink
         var asks = false
-        if case .delegate = sink { asks = session.dataDelegate != nil }
+        if case .delegate = sink { asks = session.dataDelegate != nil || delegate is any DataDelegate }
         super.init(session: session, identifier: identifier, request: request, asksResponseDisposition: asks)
+        if let delegate { self.delegate = delegate }
     }
 
     /// A background session's upload, run by porterd.
@@ -58,7 +59,7 @@ public class DataTask: SessionTask, @unchecked Sendable {
             if cacheBody != nil {
                 if cacheBody!.count + data.count <= DataTask.cacheBodyLimit { cacheBody!.append(data) } else { cacheBody = nil }
             }
-            if let delegate = session.dataDelegate {
+            if let delegate = session.dataDelegate(for: self) {
                 session.deliver {
                     if self.isCancelRequested {
                         self.skippedData.store(true, ordering: .relaxed)
@@ -100,7 +101,7 @@ public class DataTask: SessionTask, @unchecked Sendable {
                 storeInCache(response: response, data: kept, driver: driver, ask: true)
             }
             cacheBody = nil
-            if let delegate = session.taskDelegate {
+            if let delegate = session.taskDelegate(for: self) {
                 let url = response?.url
                 session.deliver {
                     // cancel() came after the load had ended but before all of it was handed
@@ -119,7 +120,7 @@ public class DataTask: SessionTask, @unchecked Sendable {
         guard let cache = session.configuration.responseCache, wantsCaching(driver) else { return }
         let request = driver.cacheKeyRequest ?? driver.currentRequest
         let proposed = CachedResponse(response: response, data: data, storagePolicy: driver.cacheCandidateStoragePolicy)
-        guard ask, let delegate = session.dataDelegate else {
+        guard ask, let delegate = session.dataDelegate(for: self) else {
             cache.storeCachedResponse(proposed, for: request)
             return
         }

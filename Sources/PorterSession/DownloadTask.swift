@@ -91,7 +91,7 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
             if fd >= 0 {
                 let total = response.expectedContentLength >= 0 ? Response.total(response.expectedContentLength, plus: written) : -1
                 let offset = written
-                if let delegate = session.downloadDelegate {
+                if let delegate = session.downloadDelegate(for: self) {
                     session.deliver { delegate.downloadTask(self, didResumeAtOffset: offset, expectedTotalBytes: total) }
                 }
                 return
@@ -143,7 +143,7 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
             return
         }
         written += Int64(data.count)
-        if let delegate = session.downloadDelegate {
+        if let delegate = session.downloadDelegate(for: self) {
             // The bytes count as taken once the delegate has heard of them: a slow
             // delegate slows the transfer, and a cancel it makes from its progress
             // callback finds the transfer about where the callback said it was.
@@ -203,8 +203,8 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
             }
             if inline, session.delegate == nil { complete() } else { session.deliver(complete) }
         case .delegate:
-            let downloadDelegate = session.downloadDelegate
-            let taskDelegate = session.taskDelegate
+            let downloadDelegate = session.downloadDelegate(for: self)
+            let taskDelegate = session.taskDelegate(for: self)
             session.deliver {
                 resumeCallback?(handBack)
                 if let location {

@@ -19,12 +19,20 @@ private final class TaskBox: @unchecked Sendable {
 extension Session {
     /// Loads `request` into memory. Throws `PorterError`.
     public func data(for request: Request) async throws -> (Data, Response) {
+        try await data(for: request, delegate: nil)
+    }
+
+    /// Loads `request` into memory, asking `delegate` (before the session's delegate)
+    /// about redirects, challenges, metrics and upload progress, as URLSession's
+    /// `data(for:delegate:)`.
+    public func data(for request: Request, delegate: (any TaskDelegate)?) async throws -> (Data, Response) {
         let box = TaskBox()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (cont: CheckedContinuation<(Data, Response), Error>) in
                 let task = inlineDataTask(with: request, upload: nil) { data, response, error in
                     Session.resume(cont, data ?? Data(), response, error, url: request.url)
                 }
+                if let delegate { task.delegate = delegate }
                 box.set(task)
                 task.resume()
             }
@@ -44,7 +52,12 @@ extension Session {
         try await upload(request) { self.inlineDataTask(with: request, upload: .file(file), completion: $0) }
     }
 
-    private func upload(_ request: Request,
+    /// Sends `body`, asking `delegate` first (upload progress, redirects, challenges).
+    public func upload(for request: Request, from body: Data, delegate: (any TaskDelegate)?) async throws -> (Data, Response) {
+        try await upload(request, delegate: delegate) { self.inlineDataTask(with: request, upload: .data(body), completion: $0) }
+    }
+
+    private func upload(_ request: Request, delegate: (any TaskDelegate)? = nil,
                         make: (@escaping @Sendable (Data?, Response?, PorterError?) -> Void) -> DataTask) async throws -> (Data, Response) {
         let box = TaskBox()
         return try await withTaskCancellationHandler {
@@ -52,6 +65,7 @@ extension Session {
                 let task = make { data, response, error in
                     Session.resume(cont, data ?? Data(), response, error, url: request.url)
                 }
+                if let delegate { task.delegate = delegate }
                 box.set(task)
                 task.resume()
             }
@@ -62,6 +76,14 @@ extension Session {
     /// delete it when done. On failure no file is left behind.
     public func download(for request: Request) async throws -> (URL, Response) {
         try await download(url: request.url) { self.inlineDownloadTask(with: request, resumeData: nil, completion: $0) }
+    }
+
+    /// The same, asking `delegate` first (progress through a `DownloadDelegate`,
+    /// redirects, challenges), as URLSession's `download(for:delegate:)`.
+    public func download(for request: Request, delegate: (any TaskDelegate)?) async throws -> (URL, Response) {
+        try await download(url: request.url, delegate: delegate) {
+            self.inlineDownloadTask(with: request, resumeData: nil, completion: $0)
+        }
     }
 
     public func download(from url: URL) async throws -> (URL, Response) {
@@ -75,7 +97,7 @@ extension Session {
         }
     }
 
-    private func download(url: URL?,
+    private func download(url: URL?, delegate: (any TaskDelegate)? = nil,
                           make: (@escaping @Sendable (URL?, Response?, PorterError?) -> Void) -> DownloadTask) async throws -> (URL, Response) {
         let box = TaskBox()
         return try await withTaskCancellationHandler {
@@ -96,6 +118,7 @@ extension Session {
                                                           url: response.url, cause: .errno(errno)))
                     }
                 }
+                if let delegate { task.delegate = delegate }
                 box.set(task)
                 task.resume()
             }
@@ -106,8 +129,15 @@ extension Session {
     /// the returned sequence. A slow consumer slows the transfer: at most
     /// `configuration.receiveBufferLimit` bytes wait in memory.
     public func bytes(for request: Request) async throws -> (AsyncBytes, Response) {
+        try await bytes(for: request, delegate: nil)
+    }
+
+    /// The same, asking `delegate` first (redirects, challenges, metrics), as URLSession's
+    /// `bytes(for:delegate:)`.
+    public func bytes(for request: Request, delegate: (any TaskDelegate)?) async throws -> (AsyncBytes, Response) {
         let buffer = ByteStreamBuffer()
         let task = streamTask(with: request, buffer: buffer)
+        if let delegate { task.delegate = delegate }
         buffer.task = task
         let handle = AsyncBytes.Handle(buffer: buffer, task: task)
         let response = try await withTaskCancellationHandler {

@@ -97,7 +97,13 @@ public final class Session: @unchecked Sendable {
     var taskDelegate: (any TaskDelegate)? { roles.withLock { $0.task } }
     var dataDelegate: (any DataDelegate)? { roles.withLock { $0.data } }
     var downloadDelegate: (any DownloadDelegate)? { roles.withLock { $0.download } }
-    private struct Roles {
+    /// The delegate in each role for `task`: its own (`SessionTask.delegate`) when it has
+    /// one that plays the role, else the session's (URLSession's order).
+    func taskDelegate(for task: SessionTask?) -> (any TaskDelegate)? { task?.delegateRoles?.task ?? taskDelegate }
+    func dataDelegate(for task: SessionTask?) -> (any DataDelegate)? { task?.delegateRoles?.data ?? dataDelegate }
+    func downloadDelegate(for task: SessionTask?) -> (any DownloadDelegate)? { task?.delegateRoles?.download ?? downloadDelegate }
+
+    struct Roles {
         var task: (any TaskDelegate)?
         var data: (any DataDelegate)?
         var download: (any DownloadDelegate)?
@@ -174,6 +180,11 @@ public final class Session: @unchecked Sendable {
         register { DataTask(session: self, identifier: $0, request: request, sink: .delegate) }
     }
     public func dataTask(with url: URL) -> DataTask { dataTask(with: Request(url: url)) }
+    /// A data task with a delegate of its own (`task.delegate`), consulted before the
+    /// session's; a `DataDelegate` one is asked about the response too.
+    public func dataTask(with request: Request, delegate: any TaskDelegate) -> DataTask {
+        register { DataTask(session: self, identifier: $0, request: request, sink: .delegate, delegate: delegate) }
+    }
     public func dataTask(with request: Request,
                          completionHandler: @escaping @Sendable (Data?, Response?, PorterError?) -> Void) -> DataTask {
         register { DataTask(session: self, identifier: $0, request: request, sink: .completion(completionHandler, inline: false)) }

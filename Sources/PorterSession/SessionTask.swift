@@ -149,6 +149,25 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
         "\(type(of: self))(\(taskIdentifier) \(originalRequest.url.absoluteString) \(state))"
     }
 
+    /// A delegate for this task alone, consulted before the session's for every role it
+    /// plays (task, data, download), as URLSession's `task.delegate`. Set it before
+    /// `resume()`; a data task asks it about its response only when it was given at
+    /// creation (`dataTask(with:delegate:)`).
+    public var delegate: (any TaskDelegate)? {
+        get { ownDelegate.withLock { $0.delegate } }
+        set { ownDelegate.withLock { $0 = OwnDelegate(newValue) } }
+    }
+    var delegateRoles: Session.Roles? { ownDelegate.withLock { $0.delegate == nil ? nil : $0.roles } }
+    struct OwnDelegate {
+        var delegate: (any TaskDelegate)?
+        var roles: Session.Roles
+        init(_ d: (any TaskDelegate)?) {
+            delegate = d
+            roles = Session.Roles(d)
+        }
+    }
+    let ownDelegate = Locked(OwnDelegate(nil))
+
     public func resume() {
         if let remote { return remote.control(taskIdentifier, .resume) }
         driver.send(.resume)

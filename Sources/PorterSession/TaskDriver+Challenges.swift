@@ -27,7 +27,7 @@ extension TaskDriver {
         TaskEventCenter.shared.post(.challenged(taskID: eventID, host: space.host,
                                                 method: space.authenticationMethod.description,
                                                 previousFailureCount: asked.previousFailureCount))
-        if let delegate = session.taskDelegate, let task = owner {
+        if let delegate = session.taskDelegate(for: owner), let task = owner {
             // Its default passes connection-level challenges on to the session method.
             session.deliver { delegate.task(task, didReceive: asked, completion: answer) }
         } else if let delegate = session.delegate, asked.protectionSpace.authenticationMethod.isConnectionLevel {

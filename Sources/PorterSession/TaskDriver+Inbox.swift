@@ -143,7 +143,7 @@ extension TaskDriver {
         case .sent(let n, let total, let expected):
             guard !machine.isFinal, machine.generation == gen, let task = owner else { return }
             task.noteSent(total: total, expected: expected)
-            if let delegate = session.taskDelegate {
+            if let delegate = session.taskDelegate(for: owner) {
                 session.deliver {
                     guard !task.isCancelRequested else { return }
                     delegate.task(task, didSendBodyData: n, totalBytesSent: total, totalBytesExpectedToSend: expected)
@@ -154,7 +154,7 @@ extension TaskDriver {
 
     /// Asks the task's delegate for a fresh copy of a stream body (executor).
     func askNewBodyStream(_ completion: @escaping @Sendable ((any BodyStream)?) -> Void) {
-        guard let delegate = session.taskDelegate, let task = owner else {
+        guard let delegate = session.taskDelegate(for: owner), let task = owner else {
             completion(nil)
             return
         }

@@ -200,7 +200,7 @@ final class TaskDriver: @unchecked Sendable {
             owner?.sinkResponse(r, driver: self)
         case .askResponseDisposition(let r, let policy):
             noteResponse(r, policy)
-            guard let task = owner as? DataTask, let delegate = session.dataDelegate else {
+            guard let task = owner as? DataTask, let delegate = session.dataDelegate(for: owner) else {
                 run(.event(.responseDecision(.allow)))
                 return
             }
@@ -216,7 +216,7 @@ final class TaskDriver: @unchecked Sendable {
             owner = download
             dataTask.detach()
             session.adopt(download, replacing: dataTask)
-            if let delegate = session.dataDelegate {
+            if let delegate = session.dataDelegate(for: owner) {
                 session.deliver { delegate.dataTask(dataTask, didBecome: download) }
             }
             download.sinkResponse(r, driver: self)
@@ -227,7 +227,7 @@ final class TaskDriver: @unchecked Sendable {
         case .askRedirect(let newRequest, let redirectResponse):
             logger.debug("redirect \(currentRequest.url.maskingPassword) -> \(newRequest.url.maskingPassword)")
             TaskEventCenter.shared.post(.redirected(taskID: eventID, from: currentRequest.url, to: newRequest.url))
-            guard let delegate = session.taskDelegate, let task = owner else {
+            guard let delegate = session.taskDelegate(for: owner), let task = owner else {
                 run(.event(.redirectDecision(newRequest)))
                 return
             }
@@ -302,7 +302,7 @@ final class TaskDriver: @unchecked Sendable {
         // URLSessionTask; metrics come first, then the completion.
         _ = machine.handle(.completionDelivered)
         publish()
-        if let delegate = session.taskDelegate {
+        if let delegate = session.taskDelegate(for: owner) {
             session.deliver { delegate.task(task, didFinishCollecting: metrics) }
         }
         task.sinkComplete(error, driver: self)

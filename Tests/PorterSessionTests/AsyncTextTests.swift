@@ -72,3 +72,110 @@ final class AsyncTextTests: XCTestCase {
         XCTAssertEqual(String(characters), String(decoding: [0x61, 0xC3, 0xFF, 0x62] as [UInt8], as: UTF8.self))
     }
 }
+
+/// Issue 14: per-task delegates, consulted before the session's (URLSession's
+/// `task.delegate`, `data(for:delegate:)`).
+final class TaskDelegateTests: XCTestCase {
+    final class Decider: TaskDelegate, @unchecked Sendable {
+        let name: String
+        let follow: Bool
+        let seen = Locked<[String]>([])
+        init(_ name: String, follow: Bool) {
+            self.name = name
+            self.follow = follow
+        }
+        func task(_ task: SessionTask, willPerformRedirection response: Response, newRequest: Request,
+                  completion: @escaping @Sendable (Request?) -> Void) {
+            seen.withLock { $0.append("redirect") }
+            completion(follow ? newRequest : nil)
+        }
+        func task(_ task: SessionTask, didReceive challenge: AuthenticationChallenge,
+                  completion: @escaping @Sendable (ChallengeDisposition) -> Void) {
+            seen.withLock { $0.append("challenge") }
+            completion(.useCredential(Credential(user: "alice", password: "secret", persistence: .none)))
+        }
+        func task(_ task: SessionTask, didFinishCollecting metrics: TaskMetrics) {
+            seen.withLock { $0.append("metrics") }
+        }
+    }
+
+    private func url(_ s: String) -> URL { URL(string: s)! }
+
+    func testATaskDelegateComesBeforeTheSessionDelegate() async throws {
+        let sessionDelegate = Decider("session", follow: false)
+        let session = Session(configuration: testConfiguration(), delegate: sessionDelegate)
+        // The session's delegate refuses redirects; the task's follows them.
+        let own = Decider("task", follow: true)
+        let (data, _) = try await session.data(for: Request(url: url("redir://h/2")), delegate: own)
+        XCTAssertEqual(String(decoding: data, as: UTF8.self), "arrived at h")
+        XCTAssertEqual(own.seen.current.filter { $0 == "redirect" }.count, 2)
+        XCTAssertTrue(eventually { own.seen.current.contains("metrics") })
+        XCTAssertFalse(sessionDelegate.seen.current.contains("redirect"), "the session's delegate was asked too")
+        // A challenge goes to the task's delegate as well.
+        let (login, _) = try await session.data(for: Request(url: url("auth://h/login")), delegate: own)
+        XCTAssertEqual(String(decoding: login, as: UTF8.self), "welcome alice")
+        XCTAssertTrue(own.seen.current.contains("challenge"))
+        XCTAssertFalse(sessionDelegate.seen.current.contains("challenge"))
+        // Without one, the session's delegate decides (and refuses the redirect).
+        let (stopped, response) = try await session.data(for: Request(url: url("redir://h/2")))
+        XCTAssertEqual(response.statusCode, 302)
+        XCTAssertTrue(stopped.isEmpty)
+        XCTAssertTrue(sessionDelegate.seen.current.contains("redirect"))
+        // task.delegate set before resume works the same way.
+        let task = session.dataTask(with: Request(url: url("redir://h/1"))) { _, _, _ in }
+        let late = Decider("late", follow: true)
+        task.delegate = late
+        XCTAssertTrue(task.delegate === late)
+        task.resume()
+        XCTAssertTrue(eventually { late.seen.current.contains("redirect") })
+    }
+}
+
+/// Waits until `condition` holds or `seconds` pass.
+private func eventually(_ seconds: Double = 5, _ condition: () -> Bool) -> Bool {
+    let end = Date().addingTimeInterval(seconds)
+    while Date() < end {
+        if condition() { return true }
+        usleep(10_000)
+    }
+    return condition()
+}
+
+/// Issue 14: task updates as an AsyncSequence, the delegate-free answer under Swift 6.
+final class TaskUpdatesTests: XCTestCase {
+    func testUpdatesArriveInOrderAndEndWithTheTask() async throws {
+        let session = Session(configuration: testConfiguration())
+        var kinds: [String] = []
+        var received = 0
+        for try await update in session.updates(from: URL(string: "redir://h/2")!) {
+            switch update {
+            case .redirected(let r, let next):
+                kinds.append("redirect \(r.statusCode ?? 0) \(next.url.path)")
+            case .response(let r):
+                kinds.append("response \(r.statusCode ?? 0)")
+            case .data(let d):
+                received += d.count
+            case .metrics:
+                kinds.append("metrics")
+            case .sentBody:
+                kinds.append("sent")
+            }
+        }
+        XCTAssertEqual(kinds, ["redirect 302 /1", "redirect 302 /0", "response 200", "metrics"])
+        XCTAssertEqual(received, "arrived at h".utf8.count)
+
+        var total = 0
+        for try await case .data(let d) in session.updates(from: URL(string: "chunks://h/50/1000")!) { total += d.count }
+        XCTAssertEqual(total, 50_000)
+    }
+
+    func testAFailedTaskThrowsItsError() async throws {
+        let session = Session(configuration: testConfiguration())
+        do {
+            for try await _ in session.updates(from: URL(string: "nosuchscheme://h/")!) {}
+            XCTFail("expected an error")
+        } catch let e as PorterError {
+            XCTAssertEqual(e.code, .unsupportedURL)
+        }
+    }
+}
