@@ -44,7 +44,7 @@ extension CLITests {
         let received = readFIFOInBackground(fifo)
         let r = try run(["-o", fifo, "data:,through%20the%20fifo"])
         XCTAssertEqual(r.status, 0, r.stderr)
-        XCTAssertTrue(eventuallyTrue { received.current == Data("through the fifo".utf8) })
+        XCTAssertTrue(eventually { received.current == Data("through the fifo".utf8) })
         var st = stat()
         XCTAssertEqual(lstat(fifo, &st), 0)
         XCTAssertEqual(st.st_mode & S_IFMT, S_IFIFO, "the FIFO is still a FIFO")
@@ -75,7 +75,7 @@ extension CLITests {
         for sig in [SIGTERM, SIGHUP] {
             let out = dir + "/slow-\(sig).txt"
             let p = try startProcess(CLITests.customScheme, ["cli", "-o", out, "fortune://slow/"])
-            XCTAssertTrue(eventuallyTrue(5) { entries.contains { $0.hasPrefix(".porter-download-") } }, "the download started")
+            XCTAssertTrue(eventually(5) { entries.contains { $0.hasPrefix(".porter-download-") } }, "the download started")
             kill(p.processIdentifier, sig)
             p.waitUntilExit()
             XCTAssertEqual(p.terminationReason, .uncaughtSignal, "signal \(sig)")
@@ -166,14 +166,5 @@ extension CLITests {
     private func mode(_ path: String) -> mode_t {
         var st = stat()
         return stat(path, &st) == 0 ? st.st_mode & 0o7777 : 0
-    }
-
-    private func eventuallyTrue(_ seconds: Double = 5, _ condition: () -> Bool) -> Bool {
-        let end = Date().addingTimeInterval(seconds)
-        while Date() < end {
-            if condition() { return true }
-            usleep(10_000)
-        }
-        return condition()
     }
 }

@@ -67,13 +67,3 @@ enum PluginFixture {
         return symbol(name, in: path, as: Count.self)?() ?? -1
     }
 }
-
-/// Waits until `condition` holds or `seconds` pass.
-func eventually(_ seconds: Double = 5, _ condition: () -> Bool) -> Bool {
-    let end = Date().addingTimeInterval(seconds)
-    while Date() < end {
-        if condition() { return true }
-        usleep(10_000)
-    }
-    return condition()
-}

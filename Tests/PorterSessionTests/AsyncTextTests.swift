@@ -1,3 +1,4 @@
+import PorterTestSupport
 import XCTest
 @testable import PorterCore
 @testable import PorterSession
@@ -128,54 +129,5 @@ final class TaskDelegateTests: XCTestCase {
         XCTAssertTrue(task.delegate === late)
         task.resume()
         XCTAssertTrue(eventually { late.seen.current.contains("redirect") })
-    }
-}
-
-/// Waits until `condition` holds or `seconds` pass.
-private func eventually(_ seconds: Double = 5, _ condition: () -> Bool) -> Bool {
-    let end = Date().addingTimeInterval(seconds)
-    while Date() < end {
-        if condition() { return true }
-        usleep(10_000)
-    }
-    return condition()
-}
-
-/// Issue 14: task updates as an AsyncSequence, the delegate-free answer under Swift 6.
-final class TaskUpdatesTests: XCTestCase {
-    func testUpdatesArriveInOrderAndEndWithTheTask() async throws {
-        let session = Session(configuration: testConfiguration())
-        var kinds: [String] = []
-        var received = 0
-        for try await update in session.updates(from: URL(string: "redir://h/2")!) {
-            switch update {
-            case .redirected(let r, let next):
-                kinds.append("redirect \(r.statusCode ?? 0) \(next.url.path)")
-            case .response(let r):
-                kinds.append("response \(r.statusCode ?? 0)")
-            case .data(let d):
-                received += d.count
-            case .metrics:
-                kinds.append("metrics")
-            case .sentBody:
-                kinds.append("sent")
-            }
-        }
-        XCTAssertEqual(kinds, ["redirect 302 /1", "redirect 302 /0", "response 200", "metrics"])
-        XCTAssertEqual(received, "arrived at h".utf8.count)
-
-        var total = 0
-        for try await case .data(let d) in session.updates(from: URL(string: "chunks://h/50/1000")!) { total += d.count }
-        XCTAssertEqual(total, 50_000)
-    }
-
-    func testAFailedTaskThrowsItsError() async throws {
-        let session = Session(configuration: testConfiguration())
-        do {
-            for try await _ in session.updates(from: URL(string: "nosuchscheme://h/")!) {}
-            XCTFail("expected an error")
-        } catch let e as PorterError {
-            XCTAssertEqual(e.code, .unsupportedURL)
-        }
     }
 }

@@ -230,3 +230,13 @@ public func readFIFOInBackground(_ path: String) -> Locked<Data> {
     reader.start()
     return received
 }
+
+/// Waits until `condition` holds or `seconds` pass; true when it held.
+public func eventually(_ seconds: Double = 5, _ condition: () -> Bool) -> Bool {
+    let end = Date().addingTimeInterval(seconds)
+    while Date() < end {
+        if condition() { return true }
+        usleep(10_000)
+    }
+    return condition()
+}
