@@ -1,4 +1,5 @@
 import CPorterIPC
+import CPorterPlugin
 import Foundation
 import Logging
 import PorterCore
@@ -89,6 +90,21 @@ struct PluginDescription: Codable, Sendable, Equatable {
     var abiMinor: Int
 
     var isLegacy: Bool { abiMinor < 2 }
+
+    /// Why this description cannot be used (it is read from a probe's output, which the
+    /// plugin's own code could have written to), or nil.
+    var problem: String? {
+        if name.isEmpty || version.isEmpty { return "no name or version" }
+        if schemes.isEmpty || schemes.count > 64 { return "\(schemes.count) schemes (1 to 64)" }
+        if let bad = schemes.first(where: { !PluginLoader.isValidScheme($0.name) }) { return "invalid scheme '\(bad.name)'" }
+        if readPaths.count > 32 || writePaths.count > 32 { return "too many declared paths" }
+        if let bad = readPaths.first(where: { !Self.acceptable($0, write: false) })
+            ?? writePaths.first(where: { !Self.acceptable($0, write: true) }) {
+            return "declared path '\(bad)' is not allowed"
+        }
+        if abiMinor < 0 || abiMinor > Int(PORTER_PLUGIN_ABI_MINOR) { return "ABI minor \(abiMinor)" }
+        return nil
+    }
 
     /// Whether a declared path may be granted: no `..`; reads anywhere ("~/x" or
     /// absolute); writes only below the home folder at least two levels down

@@ -10,6 +10,14 @@ public struct PluginScheme: Sendable, Equatable, Codable {
     public var credentialsPerRequest: Bool
     public var canUpload: Bool
 
+    init(name: String, needsNetwork: Bool, mayBeRedirectTarget: Bool, credentialsPerRequest: Bool, canUpload: Bool) {
+        self.name = name
+        self.needsNetwork = needsNetwork
+        self.mayBeRedirectTarget = mayBeRedirectTarget
+        self.credentialsPerRequest = credentialsPerRequest
+        self.canUpload = canUpload
+    }
+
     init(_ s: porter_scheme) {
         name = s.name.flatMap { String(validatingCString: $0) } ?? ""
         needsNetwork = s.flags & UInt32(PORTER_SCHEME_NEEDS_NETWORK) != 0

@@ -171,6 +171,12 @@ public final class PluginLoader: @unchecked Sendable {
             close(opened.fd)
             return .refused(d)
         case .passed(let description?) where mode == .isolated && worker != nil:
+            // The description came from another process that ran the plugin's code: check
+            // it as the entry point's own answer is checked.
+            if let problem = description.problem {
+                close(opened.fd)
+                return refuse(.descriptor, problem)
+            }
             if let conflict = conflict(for: description.schemes.map(\.name), origin: .plugin(path: path)) {
                 close(opened.fd)
                 return refuse(.register, conflict)
@@ -185,7 +191,15 @@ public final class PluginLoader: @unchecked Sendable {
             Self.isolated.withLock { $0.append(plugin) }
             return .loaded(loaded)
         default:
-            if mode == .isolated { modeNote = worker == nil ? "no porter-plugin-worker found" : "the probe could not describe it" }
+            if mode == .isolated {
+                // A worker exists but could not describe the plugin: refuse it rather than
+                // run it in process (what made the probe fail would then be here).
+                guard worker == nil else {
+                    close(opened.fd)
+                    return refuse(.open, "the probe process could not describe it (no answer it could read)")
+                }
+                modeNote = "no porter-plugin-worker found"
+            }
         }
         _ = dlerror()
         guard let handle = dlopen("/proc/self/fd/\(opened.fd)", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) else {

@@ -55,12 +55,13 @@ enum PluginProbe {
                                              reason: "the plugin's code crashed in a probe process (\(name)); it was not loaded",
                                              detail: nil))
         }
-        if status == 0, let line = lines.first(where: { $0.hasPrefix("RESULT ") }),
+        // The probe's own answer is its last line (a plugin's constructor could print first).
+        if status == 0, let line = lines.last(where: { $0.hasPrefix("RESULT ") || $0.hasPrefix("REFUSED ") }), line.hasPrefix("RESULT "),
            let description = try? JSONDecoder().decode(PluginDescription.self, from: Data(line.dropFirst(7).utf8)) {
             remember(key, description)
             return .passed(description)
         }
-        if status == 0, let line = lines.first(where: { $0.hasPrefix("REFUSED ") }),
+        if status == 0, let line = lines.last(where: { $0.hasPrefix("RESULT ") || $0.hasPrefix("REFUSED ") }), line.hasPrefix("REFUSED "),
            var diagnostic = try? JSONDecoder().decode(PluginDiagnostic.self, from: Data(line.dropFirst(8).utf8)) {
             diagnostic.path = path
             return .refused(diagnostic)

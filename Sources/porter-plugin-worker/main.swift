@@ -11,7 +11,12 @@ import Foundation
 import PorterCore
 import PorterPlugins
 
-func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+// The answer goes to a private copy of stdout; the plugin's own printf goes nowhere (it
+// could otherwise forge lines — the host checks what it reads anyway).
+let answer = FileHandle(fileDescriptor: dup(1), closeOnDealloc: true)
+let devnull = open("/dev/null", O_WRONLY)
+if devnull >= 0 { dup2(devnull, 1); close(devnull) }
+func say(_ line: String) { answer.write(Data((line + "\n").utf8)) }
 
 let args = CommandLine.arguments
 if args.count >= 2, args[1] == "--serve" {

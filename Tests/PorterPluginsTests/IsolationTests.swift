@@ -357,6 +357,20 @@ final class IsolationTests: XCTestCase {
         XCTAssertEqual(connected, "connected")
     }
 
+    /// The probe's answer is the host's to trust or not: a plugin that prints a made-up
+    /// description from its constructor is described by what its entry point returned.
+    func testAPluginCannotAnswerForTheProbe() throws {
+        let folder = try PluginFixture.folder()
+        try PluginFixture.build("forger.so", in: folder, defines: ["SCHEME=\"pforger\"", "FORGE_RESULT"])
+        let registry = HandlerRegistry()
+        let verdict = PluginLoader(registry: registry).load(path: folder.appendingPathComponent("forger.so").path)
+        let plugin = try XCTUnwrap(verdict.plugin, "\(verdict)")
+        XCTAssertEqual(plugin.mode, .isolated)
+        XCTAssertEqual(plugin.schemes.map(\.name), ["pforger"])
+        XCTAssertEqual(plugin.version, "1.0.0")
+        XCTAssertFalse(registry.hasHandler(forScheme: "forged"))
+    }
+
     /// A plugin that keeps crashing is disabled for the process, with a diagnostic; the
     /// other plugin goes on.
     func testAPluginThatKeepsCrashingIsDisabled() async throws {

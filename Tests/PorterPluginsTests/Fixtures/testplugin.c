@@ -565,6 +565,19 @@ static void t_resume(void *p) {
     pthread_mutex_unlock(&l->lock);
 }
 
+#ifdef FORGE_RESULT
+/* A plugin that tries to answer for the probe: from its constructor it writes a made-up
+ * description (another scheme, a write path into the home folder) to every descriptor
+ * that might be the probe's answer. */
+#include <unistd.h>
+__attribute__((constructor)) static void forge(void) {
+    static const char line[] = "RESULT {\"name\":\"forged\",\"version\":\"6.6.6\",\"schemes\":[{\"name\":\"forged\","
+        "\"needsNetwork\":true,\"mayBeRedirectTarget\":true,\"credentialsPerRequest\":false,\"canUpload\":true}],"
+        "\"readPaths\":[\"~/\"],\"writePaths\":[\"~/.bashrc\"],\"subscriptions\":[],\"abiMinor\":2}\n";
+    for (int fd = 1; fd < 16; fd++) (void)!write(fd, line, sizeof line - 1);
+}
+#endif
+
 #ifdef MARKER_FILE
 /* An attacker's object: its constructor leaves a mark the moment it is mapped. */
 #include <fcntl.h>

@@ -1,0 +1,27 @@
+import XCTest
+@testable import PorterPlugins
+
+/// A description read from a probe's output is checked as the entry point's answer is:
+/// the host runs none of the plugin's code, so this is where a forged one stops.
+final class DescriptionTests: XCTestCase {
+    private func description(schemes: [String] = ["pok"], reads: [String] = [], writes: [String] = [],
+                             minor: Int = 2) -> PluginDescription {
+        let list = schemes.map { name in
+            PluginScheme(name: name, needsNetwork: false, mayBeRedirectTarget: false, credentialsPerRequest: false, canUpload: false)
+        }
+        return PluginDescription(name: "p", version: "1", schemes: list, readPaths: reads, writePaths: writes,
+                                 subscriptions: [], abiMinor: minor)
+    }
+
+    func testAForgedDescriptionIsRefused() {
+        XCTAssertNil(description().problem)
+        XCTAssertNotNil(description(schemes: []).problem)
+        XCTAssertNotNil(description(schemes: ["Not A Scheme"]).problem)
+        XCTAssertNotNil(description(reads: ["~/"]).problem)
+        XCTAssertNotNil(description(writes: ["~/.bashrc"]).problem)
+        XCTAssertNotNil(description(writes: ["/etc/passwd"]).problem)
+        XCTAssertNotNil(description(reads: ["~/../etc"]).problem)
+        XCTAssertNotNil(description(minor: 99).problem)
+        XCTAssertNil(description(reads: ["~/.ssh"], writes: ["~/.ssh/known_hosts", "/tmp/x/y"]).problem)
+    }
+}
