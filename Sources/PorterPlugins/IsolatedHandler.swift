@@ -45,8 +45,9 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
         self.client = client
     }
 
+    /// Not reachable through the registry (the factory makes these): the load fails.
     convenience init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {
-        fatalError("IsolatedHandler is made by its factory")
+        self.init(plugin: .none, request: request, cached: cachedResponse, client: client)
     }
 
     // MARK: - the session's side
@@ -142,7 +143,7 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
         guard count > 0 else { return }
         condition.lock()
         // A plugin that keeps sending while paused is read no further (see the type's note).
-        while paused && !silenced && sincePause >= Self.floodAllowance && !worker.isEnding {
+        while paused && !silenced && sincePause >= Self.floodAllowance && worker.isAlive {
             _ = condition.wait(until: Date().addingTimeInterval(0.25))
         }
         if paused { sincePause += count }

@@ -152,20 +152,24 @@ final class IsolatedPlugin: @unchecked Sendable {
     private var current: WorkerProcess?
     private var crashes: [Date] = []
     private var disabledReason: String?
-    private var eventObserver: UInt64?
+    /// Why no load may start at all (the stand-in below), checked before anything else.
+    private let refusal: PorterError?
     static let logger = Logger(label: "porter.plugins")
-    /// Workers started, for tests and `porter plugins -v`.
+    /// Workers started (`IsolatedPluginStatus.workersStarted`).
     private(set) var workersStarted = 0
 
-    init(path: String, description: PluginDescription, fd: Int32, workerPath: String, isolation: PluginIsolation) {
+    init(path: String, description: PluginDescription, fd: Int32, workerPath: String, isolation: PluginIsolation,
+         refusal: PorterError? = nil) {
         self.path = path
         self.description = description
         self.fd = fd
         self.workerPath = workerPath
         self.isolation = isolation
+        self.refusal = refusal
         if !description.subscriptions.isEmpty {
             let wanted = Set(description.subscriptions)
-            eventObserver = TaskEventCenter.shared.addObserver { [weak self] event in
+            // Subscriptions last for the process, as the plugin lives for it.
+            _ = TaskEventCenter.shared.addObserver { [weak self] event in
                 guard let self, let wire = WireTaskEvent(event), wanted.contains(wire.kind) else { return }
                 guard case .success(let worker) = self.worker() else { return }
                 worker.send(.event(wire))
@@ -175,8 +179,17 @@ final class IsolatedPlugin: @unchecked Sendable {
 
     var name: String { description.name }
 
+    /// Stands in for the plugin of a handler made without its factory (never the case
+    /// through the registry): each of its loads fails with `unsupportedURL`.
+    static let none = IsolatedPlugin(
+        path: "", description: PluginDescription(name: "unknown", version: "?", schemes: [], readPaths: [], writePaths: [],
+                                                 subscriptions: [], abiMinor: Int(PORTER_PLUGIN_ABI_MINOR)),
+        fd: -1, workerPath: "", isolation: PluginIsolation(),
+        refusal: PorterError(.unsupportedURL, "a plugin handler made without its plugin's factory has no plugin to load with"))
+
     /// The running worker, started if there is none; or why the plugin cannot run.
     func worker() -> Result<WorkerProcess, PorterError> {
+        if let refusal { return .failure(refusal) }
         lock.lock()
         defer { lock.unlock() }
         if let disabledReason { return .failure(PorterError(.pluginCrashed, disabledReason)) }
@@ -205,8 +218,6 @@ final class IsolatedPlugin: @unchecked Sendable {
         }
     }
 
-    var isDisabled: Bool { lock.withLock { disabledReason != nil } }
-
     private var lastSandbox: String?
     func noteSandbox(_ s: String) { lock.withLock { lastSandbox = s } }
 
@@ -216,9 +227,6 @@ final class IsolatedPlugin: @unchecked Sendable {
                                  workersStarted: workersStarted, disabledReason: disabledReason, sandbox: lastSandbox)
         }
     }
-
-    /// The current worker's pid (tests).
-    var workerPID: pid_t? { lock.withLock { current?.isAlive == true ? current?.pid : nil } }
 
     /// Arguments for the worker: name, limits, network, paths ("~/" expanded).
     var workerArguments: [String] {
@@ -260,8 +268,6 @@ final class WorkerProcess: @unchecked Sendable {
     static let outboundLimit = 16 << 20
     /// Larger than a data frame: a request with big header fields still fits.
     static let maximumPayload = 4 << 20
-    /// What the worker reported about its sandbox.
-    private(set) var sandbox: String?
 
     private init(pid: pid_t, channel: Channel, plugin: IsolatedPlugin) {
         self.pid = pid
@@ -301,7 +307,8 @@ final class WorkerProcess: @unchecked Sendable {
         return w
     }
 
-    /// Alive and not being killed.
+    /// Alive and not being killed (a reader waiting for a paused load gives up once this
+    /// is false).
     var isAlive: Bool { lock.withLock { alive && killReason == nil } }
 
     /// Registers a load; nil when the worker already died or is being killed.
@@ -368,10 +375,6 @@ final class WorkerProcess: @unchecked Sendable {
         channel.close()
     }
 
-    /// True once the worker is being killed or is gone (a reader waiting for a paused
-    /// load gives up then).
-    var isEnding: Bool { lock.withLock { !alive || killReason != nil } }
-
     private func readLoop() {
         var failure: String?
         do {
@@ -405,7 +408,6 @@ final class WorkerProcess: @unchecked Sendable {
     private func handle(_ m: FromWorker) {
         switch m {
         case .ready(_, let sandbox):
-            self.sandbox = sandbox
             plugin.noteSandbox(sandbox)
         case .response(let id, let head): handler(id)?.workerResponse(head)
         case .redirect(let id, let url, let head): handler(id)?.workerRedirect(url, head)

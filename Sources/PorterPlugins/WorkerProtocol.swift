@@ -19,14 +19,7 @@ enum WorkerWire {
     }
 
     static func dataFrame(load: UInt64, _ bytes: UnsafeRawBufferPointer) -> Frame {
-        var payload = [UInt8](repeating: 0, count: 8 + bytes.count)
-        for i in 0..<8 { payload[i] = UInt8(truncatingIfNeeded: load >> (56 - 8 * UInt64(i))) }
-        if bytes.count > 0 {
-            payload.withUnsafeMutableBytes { dst in
-                UnsafeMutableRawBufferPointer(rebasing: dst[8...]).copyMemory(from: bytes)
-            }
-        }
-        return Frame(kind: .data, payload: payload)
+        Frame(kind: .data, payload: loadPrefix(load) + Array(bytes))
     }
 
     /// The load a data frame is for, and where its bytes start; nil when too short.
