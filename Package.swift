@@ -61,7 +61,10 @@ let package = Package(
         .target(name: "PorterStorage", dependencies: ["PorterCore", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
         .target(name: "PorterCache", dependencies: ["PorterCore", "PorterStorage", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
         .target(name: "PorterCookies", dependencies: ["PorterCore", "PorterStorage", "CPSL", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
-        .target(name: "PorterCredentials", dependencies: ["PorterCore"], swiftSettings: strict),
+        // libsecret (Debian: libsecret-1-dev) and the C side of the Secret Service backend.
+        .systemLibrary(name: "CSecret", path: "Sources/CSecret", pkgConfig: "libsecret-1", providers: [.apt(["libsecret-1-dev"])]),
+        .target(name: "CPorterSecret", dependencies: ["CSecret"]),
+        .target(name: "PorterCredentials", dependencies: ["PorterCore", "CPorterSecret"], swiftSettings: strict),
         .target(name: "CCurl", linkerSettings: [.linkedLibrary("curl"), .linkedLibrary("ssl"), .linkedLibrary("crypto"), .linkedLibrary("z")]),
         .target(name: "PorterCurl", dependencies: ["PorterCore", "CCurl"], swiftSettings: strict),
         .target(name: "PorterHTTP", dependencies: ["PorterCore", "PorterCurl", "CCurl"], swiftSettings: strict),
@@ -112,6 +115,7 @@ let package = Package(
             name: "PorterPluginsTests", dependencies: ["Porter", "PorterPlugins", "PorterTestSupport"],
             exclude: ["Fixtures"], swiftSettings: strict),
         .testTarget(name: "PorterIPCTests", dependencies: ["PorterIPC"], swiftSettings: strict),
+        .testTarget(name: "PorterCredentialsTests", dependencies: ["Porter", "PorterCredentials", "PorterTestSupport"], swiftSettings: strict),
         .testTarget(name: "PorterFoundationTests", dependencies: ["Porter", "PorterFoundation", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),
         .testTarget(name: "PorterDaemonTests", dependencies: ["Porter", "PorterIPC", "PorterTestSupport"], swiftSettings: strict),
         // An application the background-session tests start and kill.

@@ -34,6 +34,12 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 [ -f /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
 [ -f /usr/include/libpsl.h ] || need+=(libpsl-dev)
 [ -f /usr/share/publicsuffix/public_suffix_list.dafsa ] || need+=(publicsuffix)   # the loader tests build small C plugins
+# Credentials in the Secret Service: libsecret to build against; a private session bus
+# (dbus-daemon, dbus-run-session), gnome-keyring-daemon and secret-tool for the tests.
+[ -f /usr/include/libsecret-1/libsecret/secret.h ] || need+=(libsecret-1-dev)
+{ command -v dbus-daemon && command -v dbus-run-session; } >/dev/null 2>&1 || need+=(dbus-daemon)
+command -v gnome-keyring-daemon >/dev/null 2>&1 || need+=(gnome-keyring)
+command -v secret-tool >/dev/null 2>&1 || need+=(libsecret-tools)
 
 if ! command -v swift >/dev/null 2>&1; then
     echo "install-deps: no 'swift' on PATH; Porter needs Swift 6 (swift.org toolchain)" >&2

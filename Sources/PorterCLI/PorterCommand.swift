@@ -18,7 +18,7 @@ public struct PorterCommand: ParsableCommand {
             cannot be opened, 22 HTTP error with --fail, 64 bad command line.
             """,
         version: Porter.version,
-        subcommands: [Fetch.self, Handlers.self, Plugins.self, Cache.self, Jobs.self],
+        subcommands: [Fetch.self, Handlers.self, Plugins.self, Cache.self, Jobs.self, Credentials.self],
         defaultSubcommand: Fetch.self)
 }
 

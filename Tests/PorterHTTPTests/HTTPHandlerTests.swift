@@ -102,6 +102,28 @@ final class HTTPHandlerTests: XCTestCase {
         XCTAssertEqual(ok.statusCode, 200)
     }
 
+    /// The same with the store in a real Secret Service (gnome-keyring-daemon on a
+    /// private bus): the credential is an item of the keyring, and a later store opened
+    /// on it answers the challenge.
+    func testPermanentCredentialsFromTheDelegateGoToTheKeyring() async throws {
+        let keyring = try SecretServiceFixture(.gnomeKeyring(password: "test-password"))
+        final class Once: TaskDelegate, @unchecked Sendable {
+            func task(_ task: SessionTask, didReceive challenge: AuthenticationChallenge,
+                      completion: @escaping @Sendable (ChallengeDisposition) -> Void) {
+                completion(.useCredential(Credential(user: "alice", password: "secret", persistence: .permanent)))
+            }
+        }
+        let first = try CredentialStore(secretServiceBus: keyring.busAddress)
+        let s1 = Session(configuration: config { $0.credentialStore = first }, delegate: Once())
+        let (_, firstResponse) = try await s1.data(from: url(nginx.http + "/basic/"))
+        XCTAssertEqual(firstResponse.statusCode, 200)
+        XCTAssertEqual(try keyring.lookup(["host": "127.0.0.1", "port": String(nginx.httpPort), "realm": "porter-test",
+                                           "user": "alice"]), "secret")
+        let second = try CredentialStore(secretServiceBus: keyring.busAddress)
+        let (_, ok) = try await session { $0.credentialStore = second }.data(from: url(nginx.http + "/basic/"))
+        XCTAssertEqual(ok.statusCode, 200, "no delegate: the keyring's credential answered")
+    }
+
     func testCLINetrcAndNoPasswordInVerboseOutput() throws {
         let dir = NSTemporaryDirectory() + "porter-netrc-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
