@@ -153,11 +153,15 @@ public final class CredentialStore: CredentialStorage, @unchecked Sendable {
             do {
                 try keyring.checkCollection()
                 let records = try keyring.load()
-                guard FileManager.default.fileExists(atPath: filePath), let file = try? CredentialFile(path: filePath) else {
+                // lstat, not stat: a planted link where the file would be is reported too.
+                var st = stat()
+                guard lstat(filePath, &st) == 0 else {
                     return Opened(permanent: keyring, backend: CredentialBackend(kind: keyring.kind, reason: reason), records: records)
                 }
+                let file: CredentialFile
                 let moving: [StoredCredential]
                 do {
+                    file = try CredentialFile(path: filePath)
                     moving = try file.load()
                 } catch {
                     let note = "\(filePath) was left alone: \(porterError(error).message)"

@@ -163,6 +163,20 @@ final class KeyringTests: XCTestCase {
         XCTAssertEqual(try CredentialStore(secretServiceBus: keyring.busAddress).credentials(for: space).count, 1)
     }
 
+    /// A file others may read is not trusted enough to move: it is left as it is, and
+    /// the keyring is used.
+    func testAFileOthersMayReadIsLeftAlone() throws {
+        let keyring = try SecretServiceFixture(.gnomeKeyring(password: "test-password"))
+        try CredentialStore(path: keyring.credentialFile).set(permanent("ann", "from-file"), for: space)
+        chmod(keyring.credentialFile, 0o644)
+        let store = CredentialStore(environment: keyring.environment)
+        XCTAssertEqual(store.backend.kind, .secretService(busAddress: keyring.busAddress))
+        XCTAssertTrue(store.backend.reason.hasPrefix("\(keyring.credentialFile) was left alone: refusing"), store.backend.reason)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: keyring.credentialFile))
+        XCTAssertNil(try keyring.lookup(["user": "ann"]))
+        XCTAssertTrue(store.allCredentials.isEmpty)
+    }
+
     /// A locked collection would need a prompt: Porter does not prompt, says so, loses
     /// nothing (the file it would have moved stays) and does not wait.
     func testALockedCollectionIsNeverWaitedFor() throws {
