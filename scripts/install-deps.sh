@@ -40,6 +40,7 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 { command -v dbus-daemon && command -v dbus-run-session; } >/dev/null 2>&1 || need+=(dbus-daemon)
 command -v gnome-keyring-daemon >/dev/null 2>&1 || need+=(gnome-keyring)
 command -v secret-tool >/dev/null 2>&1 || need+=(libsecret-tools)
+command -v gdbus >/dev/null 2>&1 || need+=(libglib2.0-bin)
 
 if ! command -v swift >/dev/null 2>&1; then
     echo "install-deps: no 'swift' on PATH; Porter needs Swift 6 (swift.org toolchain)" >&2

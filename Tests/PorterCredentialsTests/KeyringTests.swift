@@ -112,6 +112,22 @@ final class KeyringTests: XCTestCase {
         XCTAssertNil(try keyring.lookup([:]), "removeAll leaves no Porter item")
     }
 
+    /// Changes from many threads at once all reach the keyring.
+    func testChangesFromManyThreads() throws {
+        let keyring = try SecretServiceFixture(.gnomeKeyring(password: "test-password"))
+        let store = try CredentialStore(secretServiceBus: keyring.busAddress)
+        let space = self.space
+        DispatchQueue.concurrentPerform(iterations: 16) { i in
+            store.set(Credential(user: "user\(i)", password: "pw\(i)", persistence: .permanent), for: space, asDefault: i == 7)
+            _ = store.defaultCredential(for: space)
+        }
+        XCTAssertNil(store.lastPersistenceError)
+        let reopened = try CredentialStore(secretServiceBus: keyring.busAddress)
+        XCTAssertEqual(reopened.credentials(for: space).count, 16)
+        XCTAssertEqual(reopened.credentials(for: space)["user11"]?.password, "pw11")
+        XCTAssertEqual(reopened.defaultCredential(for: space)?.user, "user7")
+    }
+
     func testTheCLIAsASecondProcessSeesAndRemovesThem() throws {
         let keyring = try SecretServiceFixture(.gnomeKeyring(password: "test-password"))
         let store = try CredentialStore(secretServiceBus: keyring.busAddress)
