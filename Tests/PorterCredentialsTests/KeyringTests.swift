@@ -179,6 +179,23 @@ final class KeyringTests: XCTestCase {
         XCTAssertEqual(try CredentialStore(secretServiceBus: keyring.busAddress).credentials(for: space).count, 1)
     }
 
+    /// A credential the keyring cannot take (a NUL byte in its user name: attributes are
+    /// C strings) keeps the whole file where it is, and in use: nothing is lost.
+    func testAFileThatCannotMoveStaysInUse() throws {
+        let keyring = try SecretServiceFixture(.gnomeKeyring(password: "test-password"))
+        let old = try CredentialStore(path: keyring.credentialFile)
+        old.set(permanent("ann", "a-pw"), for: space)
+        old.set(permanent("nul\0user", "n-pw"), for: noRealm)
+        let store = CredentialStore(environment: keyring.environment)
+        XCTAssertEqual(store.backend.kind, .file(path: keyring.credentialFile))
+        XCTAssertTrue(store.backend.reason.hasPrefix("the credentials of \(keyring.credentialFile) could not be moved"),
+                      store.backend.reason)
+        XCTAssertTrue(store.backend.reason.hasSuffix("the file stays in use"), store.backend.reason)
+        XCTAssertEqual(store.credentials(for: noRealm)["nul\0user"]?.password, "n-pw")
+        XCTAssertEqual(store.credentials(for: space)["ann"]?.password, "a-pw")
+        XCTAssertEqual(try CredentialStore(path: keyring.credentialFile).allCredentials.count, 2)
+    }
+
     /// A file others may read is not trusted enough to move: it is left as it is, and
     /// the keyring is used.
     func testAFileOthersMayReadIsLeftAlone() throws {
