@@ -116,6 +116,6 @@ let package = Package(
         .testTarget(name: "PorterDaemonTests", dependencies: ["Porter", "PorterIPC", "PorterTestSupport"], swiftSettings: strict),
         // An application the background-session tests start and kill.
         .executableTarget(name: "BackgroundApp", dependencies: ["Porter"], path: "Tests/BackgroundApp", swiftSettings: strict),
-        .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP", "PorterTestSupport"], exclude: ["misbehave.py", "ftpserver.py"], swiftSettings: strict),
+        .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP", "PorterSession", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], exclude: ["misbehave.py", "ftpserver.py", "wsserver.py"], swiftSettings: strict),
     ]
 )
