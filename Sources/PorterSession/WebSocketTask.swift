@@ -273,8 +273,15 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
         for i in nonce.indices { nonce[i] = rng.next() }
         key = Data(nonce).base64EncodedString()
         let url = originalRequest.url
-        var target = url.path.isEmpty ? "/" : url.path
-        if let query = url.query { target += "?" + query }
+        // The path and query as they are encoded in the URL: decoding them would let a
+        // %0D%0A in a URL into the request line.
+        let parts = URLComponents(url: url, resolvingAgainstBaseURL: false)
+        var target = parts?.percentEncodedPath ?? "/"
+        if target.isEmpty { target = "/" }
+        if let query = parts?.percentEncodedQuery { target += "?" + query }
+        guard !target.utf8.contains(where: { $0 <= 0x20 || $0 >= 0x7F }) else {
+            return finish(PorterError(.badURL, "the URL's path has characters a request line cannot carry", url: url), code: nil)
+        }
         let defaultPort = secure ? 443 : 80
         let hostField = (host.contains(":") ? "[\(host)]" : host) + (port == defaultPort ? "" : ":\(port)")
         var lines = ["GET \(target) HTTP/1.1", "Host: \(hostField)", "Upgrade: websocket", "Connection: Upgrade",
