@@ -88,6 +88,7 @@ public struct PorterTransport: ClientTransport {
         do {
             (bytes, response) = try await configuration.session.bytes(for: porterRequest, delegate: watcher)
         } catch {
+            source?.close()
             throw Self.surfaced(error, source: source)
         }
         do {
@@ -95,6 +96,7 @@ public struct PorterTransport: ClientTransport {
             return (head, try await Self.body(of: head, request: request, bytes: bytes))
         } catch {
             bytes.task.cancel()
+            source?.close()
             throw Self.surfaced(error, source: source)
         }
     }

@@ -4,7 +4,9 @@ import PorterCore
 
 /// A request's `HTTPBody` and the passes made over it: one `BodyPipe` for the first
 /// attempt, and a fresh one for each time Porter must send the body again (a 307 or 308
-/// redirect, an authentication retry) when the body can be read more than once.
+/// redirect, an authentication retry) when the body can be read more than once. A pass
+/// starts reading the body when the upload first asks for bytes, so a request that never
+/// connects leaves its body unread.
 final class RequestBodySource: @unchecked Sendable {
     private let body: HTTPBody
     private let length: Int64?
@@ -31,11 +33,10 @@ final class RequestBodySource: @unchecked Sendable {
             guard !ended, passes == 0 || body.iterationBehavior == .multiple else { return (nil, nil) }
             passes += 1
             let old = pipe
-            pipe = BodyPipe(knownLength: length, url: url)
+            pipe = BodyPipe(knownLength: length, url: url) { pipe in self.start(pipe) }
             return (pipe, old)
         }
         made.1?.close()
-        if let pipe = made.0 { start(pipe) }
         return made.0
     }
 
@@ -101,11 +102,14 @@ final class BodyPipe: BodyStream, @unchecked Sendable {
     private var closed = false
     private var producerWaiting: CheckedContinuation<Bool, Never>?
     private var producerTask: Task<Void, Never>?
+    /// Starts the producer: on the first read.
+    private var startProducer: (@Sendable (BodyPipe) -> Void)?
     static let limit = 128 << 10
 
-    init(knownLength: Int64?, url: URL) {
+    init(knownLength: Int64?, url: URL, startProducer: @escaping @Sendable (BodyPipe) -> Void) {
         self.knownLength = knownLength
         self.url = url
+        self.startProducer = startProducer
     }
 
     /// The task iterating the body, cancelled when the pipe closes.
@@ -165,6 +169,7 @@ final class BodyPipe: BodyStream, @unchecked Sendable {
     func close() {
         let (waiting, producer) = condition.withLock { () -> (CheckedContinuation<Bool, Never>?, Task<Void, Never>?) in
             closed = true
+            startProducer = nil
             chunks.removeAll()
             head = 0
             buffered = 0
@@ -180,6 +185,12 @@ final class BodyPipe: BodyStream, @unchecked Sendable {
     /// or the task ends.
     func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         condition.lock()
+        if let start = startProducer {
+            startProducer = nil
+            condition.unlock()
+            start(self)
+            condition.lock()
+        }
         while head == chunks.count && !ended && failure == nil && !closed { condition.wait() }
         if head < chunks.count, !closed {
             var copied = 0

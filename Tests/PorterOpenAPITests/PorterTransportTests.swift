@@ -201,15 +201,18 @@ final class PorterTransportTests: XCTestCase {
 
     // MARK: - transport errors
 
+    /// A refused connection is thrown, and the request body is left unread.
     func testARefusedConnectionIsThrown() async throws {
         let closedPort = try NginxFixture.freePort()
+        let producer = Producer(chunks: 4)
         do {
-            _ = try await transport().send(PorterTransportTests.request(.get, "/pets"), body: nil,
-                                           baseURL: URL(string: "http://127.0.0.1:\(closedPort)")!, operationID: "listPets")
+            _ = try await transport().send(PorterTransportTests.request(.put, "/upload"), body: producer.body(length: .unknown),
+                                           baseURL: URL(string: "http://127.0.0.1:\(closedPort)")!, operationID: "upload")
             XCTFail("a refused connection must throw")
         } catch let error as PorterError {
             XCTAssertEqual(error.code, .cannotConnectToHost)
         }
+        XCTAssertEqual(producer.producedNow, 0)
     }
 
     func testAnIdleRequestTimesOut() async throws {
