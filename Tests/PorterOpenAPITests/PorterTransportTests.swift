@@ -240,6 +240,17 @@ final class PorterTransportTests: XCTestCase {
         }
     }
 
+    /// Porter decodes a gzip body: the caller reads the decoded JSON, and the length is not
+    /// taken from the encoded Content-Length.
+    func testAnEncodedBodyArrivesDecodedOfUnknownLength() async throws {
+        let (response, body) = try await transport().send(PorterTransportTests.request(.get, "/gzip"), body: nil,
+                                                          baseURL: baseURL, operationID: "gzip")
+        XCTAssertEqual(response.headerFields[.contentEncoding], "gzip")
+        XCTAssertEqual(try XCTUnwrap(body).length, .unknown)
+        let text = try await json(body)["text"] as? String
+        XCTAssertEqual(text, String(repeating: "Porter ", count: 1000))
+    }
+
     /// A hostile status line: an odd code and a control byte in the reason phrase are
     /// carried (legalized), never a trap.
     func testAnOddStatusLineIsMapped() async throws {
@@ -420,7 +431,7 @@ final class PorterTransportTests: XCTestCase {
         XCTAssertEqual(received.count, 65536)
         let held = try await PorterTransportTests.state("download", id)
         XCTAssertEqual(held["done"] as? Bool, false)
-        XCTAssertEqual(PorterTransportTests.int(held["sent"]), 65536)
+        XCTAssertLessThanOrEqual(PorterTransportTests.int(held["sent"]), 65536)
 
         try await PorterTransportTests.release(id)
         while let chunk = try await iterator.next() { received += chunk }
@@ -532,13 +543,10 @@ final class PorterTransportTests: XCTestCase {
         let id = "hang-precancelled"
         let t = transport()
         let base = baseURL
-        let gate = DispatchSemaphore(value: 0)
         let call = Task {
-            gate.wait()
+            withUnsafeCurrentTask { $0?.cancel() }
             return try await t.send(PorterTransportTests.request(.get, "/hang?id=\(id)"), body: nil, baseURL: base, operationID: "hang")
         }
-        call.cancel()
-        gate.signal()
         do {
             _ = try await call.value
             XCTFail("a cancelled call returned")

@@ -18,10 +18,11 @@ Operations (any path prefix before them is kept in the echo, so a base URL may h
        GET /hang-state?id=K -> {"arrived", "closed"}
   GET  .../short              Content-Length 1000, 10 bytes, then the connection closes
   GET  .../odd-status         "HTTP/1.1 599 Very\\x01Odd" with a body
+  GET  .../gzip               a JSON body sent gzip-encoded, with the encoded Content-Length
   POST .../redirect-307       307 to .../pets (the body must be sent again)
 The pattern of download and flood bodies: byte i is (i * 31 + 7) % 251.
 """
-import hashlib, json, select, socket, sys, threading, time
+import gzip, hashlib, json, select, socket, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit, parse_qs
 
@@ -184,6 +185,15 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 1000\r\n\r\n0123456789")
             self.wfile.flush()
             self.close_connection = True
+            return
+        if path.endswith("/gzip"):
+            body = gzip.compress(json.dumps({"text": "Porter " * 1000}).encode())
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
             return
         if path.endswith("/odd-status"):
             self.wfile.write(b"HTTP/1.1 599 Very\x01Odd\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"odd\": 1}\n")
