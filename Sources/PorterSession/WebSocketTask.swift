@@ -105,6 +105,8 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     private var closeSent = false
     private var closeTimer: DispatchWorkItem?
     private var waitingSends: [(WebSocketFrame, @Sendable (PorterError?) -> Void)] = []
+    private var pongInFlight = false
+    private var latestPing: [UInt8]?
 
     init(session: Session, identifier: Int, request: Request, protocols: [String], delegate: (any WebSocketDelegate)?) {
         self.session = session
@@ -443,7 +445,7 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
                 messageBytes += WebSocketTask.size(m)
                 serveReceivers()
             case .ping(let payload):
-                if !closeSent { write(WebSocketFrame(fin: true, opcode: .pong, payload: payload)) { _ in } }
+                if !closeSent { answerPing(payload) }
             case .pong(let payload):
                 if let i = pongHandlers.firstIndex(where: { $0.payload == payload }) {
                     let handler = pongHandlers.remove(at: i)
@@ -466,6 +468,26 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
                     finish(nil, code: nil)
                 }
                 return
+            }
+        }
+    }
+
+    /// One pong on its way at a time; pings that come meanwhile are answered by one pong
+    /// for the latest (RFC 6455 §5.5.3 allows it), so a server that pings without reading
+    /// cannot grow the write queue.
+    private func answerPing(_ payload: [UInt8]) {
+        if pongInFlight {
+            latestPing = payload
+            return
+        }
+        pongInFlight = true
+        write(WebSocketFrame(fin: true, opcode: .pong, payload: payload)) { _ in
+            self.queue.async {
+                self.pongInFlight = false
+                if let next = self.latestPing, !self.closeSent {
+                    self.latestPing = nil
+                    self.answerPing(next)
+                }
             }
         }
     }
