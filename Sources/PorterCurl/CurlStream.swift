@@ -46,6 +46,9 @@ public final class CurlStream: ByteStream, @unchecked Sendable {
 
     deinit {
         if let tls { porter_tls_free(tls) }
+        // A stream let go without close(): its connection leaves the loop too (no closure
+        // of the loop holds the stream any more, so nothing else touches the transfer).
+        if let transfer { loop.enqueue { transfer.closeConnection() } }
     }
 
     public func open(_ completion: @escaping @Sendable (PorterError?) -> Void) {

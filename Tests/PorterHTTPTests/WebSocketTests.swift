@@ -454,6 +454,22 @@ final class StreamTaskTests: XCTestCase {
         task.cancel()
     }
 
+    /// A stream task let go without cancel() closes its connection: the server sees the end.
+    func testAStreamLetGoClosesItsConnection() async throws {
+        let log = ports.dir + "/closes.log"
+        func closes() -> Int {
+            ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").components(separatedBy: "echo-closed").count - 1
+        }
+        var task: StreamTask? = session().streamTask(withHostName: "127.0.0.1", port: ports.echo)
+        task?.resume()
+        try await task?.write(Data("ping\n".utf8))
+        let echoed = try await task?.read(minLength: 5, maxLength: 5, timeout: 10)
+        XCTAssertEqual(echoed.map(text), "ping\n")
+        let before = closes()
+        task = nil
+        XCTAssertTrue(eventually(5) { closes() == before + 1 }, "the connection of a task let go stays open")
+    }
+
     func testRefusedConnectionFailsReadsAndWrites() async throws {
         let closed = try NginxFixture.freePort()
         let task = session().streamTask(withHostName: "127.0.0.1", port: closed)

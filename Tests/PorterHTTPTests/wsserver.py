@@ -197,6 +197,7 @@ async def echo(reader, writer):
             await writer.drain()
     except Exception:
         pass
+    log_close("echo-closed", 0)
     writer.close()
 
 
