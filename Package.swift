@@ -116,6 +116,10 @@ let package = Package(
         .testTarget(name: "PorterDaemonTests", dependencies: ["Porter", "PorterIPC", "PorterTestSupport"], swiftSettings: strict),
         // An application the background-session tests start and kill.
         .executableTarget(name: "BackgroundApp", dependencies: ["Porter"], path: "Tests/BackgroundApp", swiftSettings: strict),
+        // Every ```swift block of README.md, compiled by scripts/readme-snippets.sh.
+        .target(
+            name: "ReadmeSnippets", dependencies: ["Porter", "PorterFoundation", "PorterPluginKit"],
+            path: "Tests/ReadmeSnippets", swiftSettings: strict),
         .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP", "PorterTestSupport"], exclude: ["misbehave.py", "ftpserver.py"], swiftSettings: strict),
     ]
 )
