@@ -120,6 +120,6 @@ let package = Package(
         .target(
             name: "ReadmeSnippets", dependencies: ["Porter", "PorterFoundation", "PorterPluginKit"],
             path: "Tests/ReadmeSnippets", swiftSettings: strict),
-        .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP", "PorterTestSupport"], exclude: ["misbehave.py", "ftpserver.py"], swiftSettings: strict),
+        .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP", "PorterSession", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], exclude: ["misbehave.py", "ftpserver.py", "wsserver.py"], swiftSettings: strict),
     ]
 )

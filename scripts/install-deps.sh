@@ -64,11 +64,11 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 # pyftpdlib for the FTP tests, in a venv under .build (Debian's python3-pyftpdlib 1.5.7
-# breaks FTPS downloads with this libcurl).
+# breaks FTPS downloads with this libcurl); `websockets` for the WebSocket tests.
 venv="$(dirname "$0")/../.build/ftp-venv"
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import pyftpdlib, OpenSSL' 2>/dev/null; then
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import pyftpdlib, OpenSSL, websockets' 2>/dev/null; then
     echo "install-deps: making the pyftpdlib venv"
     mkdir -p "$(dirname "$venv")"
     python3 -m venv "$venv"
-    "$venv/bin/pip" install -q pyftpdlib pyopenssl
+    "$venv/bin/pip" install -q pyftpdlib pyopenssl websockets
 fi

@@ -142,3 +142,112 @@ void porter_name_this_thread(const char *name) {
     snprintf(shortened, sizeof shortened, "%s", name);
     prctl(PR_SET_NAME, (unsigned long)shortened, 0, 0, 0);
 }
+
+CURLcode porter_easy_getinfo_socket(CURL *handle, curl_socket_t *socket) {
+    return curl_easy_getinfo(handle, CURLINFO_ACTIVESOCKET, socket);
+}
+
+/* ---- TLS started on an open stream (stream tasks' startSecureConnection) ---- */
+
+#include <openssl/ssl.h>
+#include <openssl/err.h>
+#include <string.h>
+
+struct porter_tls {
+    SSL_CTX *ctx;
+    SSL *ssl;
+};
+
+static void porter_tls_error(char *err, size_t cap, const char *what) {
+    if (!err || cap == 0) return;
+    unsigned long e = ERR_get_error();
+    char detail[256] = "";
+    if (e) ERR_error_string_n(e, detail, sizeof detail);
+    snprintf(err, cap, "%s%s%s", what, detail[0] ? ": " : "", detail);
+    ERR_clear_error();
+}
+
+porter_tls *porter_tls_new(int fd, const char *server_name, const char *ca_file, int verify,
+                           char *err, size_t errcap) {
+    ERR_clear_error();
+    porter_tls *t = calloc(1, sizeof *t);
+    if (!t) { snprintf(err, errcap, "out of memory"); return NULL; }
+    t->ctx = SSL_CTX_new(TLS_client_method());
+    if (!t->ctx) { porter_tls_error(err, errcap, "SSL_CTX_new"); free(t); return NULL; }
+    SSL_CTX_set_min_proto_version(t->ctx, TLS1_2_VERSION);
+    if (verify) {
+        SSL_CTX_set_verify(t->ctx, SSL_VERIFY_PEER, NULL);
+        int loaded = ca_file && ca_file[0] ? SSL_CTX_load_verify_locations(t->ctx, ca_file, NULL)
+                                           : SSL_CTX_set_default_verify_paths(t->ctx);
+        if (loaded != 1) { porter_tls_error(err, errcap, "cannot load the CA certificates"); porter_tls_free(t); return NULL; }
+    }
+    t->ssl = SSL_new(t->ctx);
+    if (!t->ssl || SSL_set_fd(t->ssl, fd) != 1) { porter_tls_error(err, errcap, "SSL_new"); porter_tls_free(t); return NULL; }
+    if (server_name && server_name[0]) {
+        SSL_set_tlsext_host_name(t->ssl, server_name);   /* SNI (ignored for addresses by servers) */
+        if (verify && SSL_set1_host(t->ssl, server_name) != 1) {
+            porter_tls_error(err, errcap, "SSL_set1_host"); porter_tls_free(t); return NULL;
+        }
+    }
+    SSL_set_connect_state(t->ssl);
+    return t;
+}
+
+static int porter_tls_want(porter_tls *t, int rc, char *err, size_t errcap, const char *what) {
+    int e = SSL_get_error(t->ssl, rc);
+    if (e == SSL_ERROR_WANT_READ) return 1;
+    if (e == SSL_ERROR_WANT_WRITE) return 2;
+    if (e == SSL_ERROR_ZERO_RETURN) return 3;
+    long v = SSL_get_verify_result(t->ssl);
+    if (v != X509_V_OK && err && errcap) {
+        snprintf(err, errcap, "%s: certificate verification failed: %s", what, X509_verify_cert_error_string(v));
+        ERR_clear_error();
+        return -2;
+    }
+    porter_tls_error(err, errcap, what);
+    return -1;
+}
+
+int porter_tls_handshake(porter_tls *t, char *err, size_t errcap) {
+    ERR_clear_error();
+    int rc = SSL_do_handshake(t->ssl);
+    if (rc == 1) return 0;
+    int w = porter_tls_want(t, rc, err, errcap, "TLS handshake");
+    return w == 3 ? -1 : w;
+}
+
+long porter_tls_read(porter_tls *t, void *buffer, size_t length, char *err, size_t errcap) {
+    ERR_clear_error();
+    size_t n = 0;
+    int rc = SSL_read_ex(t->ssl, buffer, length, &n);
+    if (rc == 1) return (long)n;
+    int w = porter_tls_want(t, rc, err, errcap, "TLS read");
+    if (w == 3) return 0;
+    if (w == 1) return -1;
+    if (w == 2) return -2;
+    /* A peer that closes without close_notify: the end of the stream, as curl treats it. */
+    if (SSL_get_error(t->ssl, rc) == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) return 0;
+    return -3;
+}
+
+long porter_tls_write(porter_tls *t, const void *buffer, size_t length, char *err, size_t errcap) {
+    ERR_clear_error();
+    size_t n = 0;
+    int rc = SSL_write_ex(t->ssl, buffer, length, &n);
+    if (rc == 1) return (long)n;
+    int w = porter_tls_want(t, rc, err, errcap, "TLS write");
+    if (w == 1) return -1;
+    if (w == 2) return -2;
+    return -3;
+}
+
+int porter_tls_pending(porter_tls *t) { return SSL_pending(t->ssl); }
+
+void porter_tls_shutdown(porter_tls *t) { SSL_shutdown(t->ssl); }
+
+void porter_tls_free(porter_tls *t) {
+    if (!t) return;
+    if (t->ssl) SSL_free(t->ssl);
+    if (t->ctx) SSL_CTX_free(t->ctx);
+    free(t);
+}

@@ -136,7 +136,17 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
     private var threadRunning = false
     // Loop thread only:
     private var active: [UnsafeMutableRawPointer: CurlTransfer] = [:]
+    /// Connect-only transfers that connected: in the multi handle (libcurl finds their
+    /// connection through it) until their stream closes.
+    private var kept: [UnsafeMutableRawPointer: CurlTransfer] = [:]
+    /// Streams waiting for their socket, with the poll events they wait for.
+    private var watched: [ObjectIdentifier: (stream: CurlStream, events: Int16)] = [:]
     private var flushes: [CurlTransfer] = []
+
+    /// Sets the socket events `stream` waits for (0: none) (loop thread).
+    func watch(_ stream: CurlStream, events: Int16) {
+        if events == 0 { watched[ObjectIdentifier(stream)] = nil } else { watched[ObjectIdentifier(stream)] = (stream, events) }
+    }
 
     /// Asks for `transfer.onFlush` before the loop next waits (loop thread): a handler
     /// that batches small writes hands them over then, so batching adds no latency.
@@ -207,9 +217,10 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
         }
     }
 
-    /// Stops a transfer without a completion (loop thread).
+    /// Stops a transfer without a completion (loop thread); closes a kept connection.
     func remove(_ transfer: CurlTransfer) {
-        guard let multi, active.removeValue(forKey: transfer.easy) != nil else { return }
+        guard let multi else { return }
+        guard active.removeValue(forKey: transfer.easy) != nil || kept.removeValue(forKey: transfer.easy) != nil else { return }
         curl_multi_remove_handle(multi, transfer.easy)
     }
 
@@ -233,7 +244,11 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
                 guard msg.pointee.msg == CURLMSG_DONE, let easy = msg.pointee.easy_handle else { continue }
                 let result = porter_curlmsg_result(msg)
                 if let transfer = active.removeValue(forKey: easy) {
-                    curl_multi_remove_handle(multi, easy)
+                    if transfer.keepsConnection && result == CURLE_OK {
+                        kept[easy] = transfer
+                    } else {
+                        curl_multi_remove_handle(multi, easy)
+                    }
                     transfer.finish(result)
                 }
             }
@@ -247,7 +262,7 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
                 for t in due { t.flush() }
             }
             let limit = CurlLoop.idleExitMilliseconds.load(ordering: .relaxed)
-            if active.isEmpty && flushes.isEmpty {
+            if active.isEmpty && flushes.isEmpty && kept.isEmpty && watched.isEmpty {
                 let now = ContinuousClock.now
                 if let since = idleSince, now - since >= .milliseconds(limit) {
                     if endThreadIfIdle() { return }
@@ -263,11 +278,27 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
             sleeping = !pending
             lock.unlock()
             if !pending {
-                curl_multi_poll(multi, nil, 0, Int32(min(1000, max(10, limit))), nil)
+                let timeout = Int32(min(1000, max(10, limit)))
+                if watched.isEmpty {
+                    curl_multi_poll(multi, nil, 0, timeout, nil)
+                } else {
+                    waitForSockets(multi, timeout: timeout)
+                }
                 lock.lock()
                 sleeping = false
                 lock.unlock()
             }
+        }
+    }
+
+    /// Waits for libcurl's sockets and the watched streams' together, then lets each
+    /// stream whose socket is ready go on (loop thread).
+    private func waitForSockets(_ multi: UnsafeMutableRawPointer, timeout: Int32) {
+        let entries = Array(watched.values)
+        var fds = entries.map { curl_waitfd(fd: $0.stream.socket, events: $0.events, revents: 0) }
+        curl_multi_poll(multi, &fds, UInt32(fds.count), timeout, nil)
+        for (i, fd) in fds.enumerated() where fd.revents != 0 {
+            entries[i].stream.socketReady(fd.revents)
         }
     }
 

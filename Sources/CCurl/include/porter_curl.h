@@ -64,6 +64,25 @@ static const size_t porter_readfunc_pause = CURL_READFUNC_PAUSE;
 static const size_t porter_readfunc_abort = CURL_READFUNC_ABORT;
 static const long porter_global_default = CURL_GLOBAL_DEFAULT;
 
+/* CURLINFO_ACTIVESOCKET: the socket of a connect-only handle. */
+CURLcode porter_easy_getinfo_socket(CURL *handle, curl_socket_t *socket);
+
+/* TLS started on an open socket (OpenSSL), for a stream task's startSecureConnection,
+   which libcurl cannot do on a connect-only connection. `verify`: check the chain
+   (against `ca_file`, or the system's CAs when NULL) and the name. Results of
+   handshake: 0 done, 1 wants the socket readable, 2 writable, -1/-2 failed (-2: the
+   certificate did not verify), with a message in `err`. read / write: bytes, 0 at the
+   end of the stream (read), -1 wants readable, -2 wants writable, -3 failed. */
+typedef struct porter_tls porter_tls;
+porter_tls *porter_tls_new(int fd, const char *server_name, const char *ca_file, int verify,
+                           char *err, size_t errcap);
+int porter_tls_handshake(porter_tls *t, char *err, size_t errcap);
+long porter_tls_read(porter_tls *t, void *buffer, size_t length, char *err, size_t errcap);
+long porter_tls_write(porter_tls *t, const void *buffer, size_t length, char *err, size_t errcap);
+int porter_tls_pending(porter_tls *t);
+void porter_tls_shutdown(porter_tls *t);
+void porter_tls_free(porter_tls *t);
+
 /* Names the calling thread for ps and /proc (prctl is variadic); at most 15 bytes are kept. */
 void porter_name_this_thread(const char *name);
 
