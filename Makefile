@@ -5,7 +5,7 @@
 SWIFT ?= swift
 PORTER := .build/debug/porter
 
-.PHONY: deps build demo test bench fuzz clean install uninstall install-build
+.PHONY: deps build demo test bench fuzz clean install uninstall install-build docs
 FUZZ_SECONDS ?= 60
 
 deps:
@@ -32,6 +32,16 @@ fuzz: deps
 
 clean:
 	rm -rf .build
+
+# `make docs`: DocC reference of the public modules, with the "Migrating from URLSession"
+# article (Sources/Porter/Porter.docc), as one static site in .build/docs (serve that
+# folder; open /documentation/porter). Not part of `make test`.
+DOC_TARGETS = Porter PorterCore PorterSession PorterCache PorterCookies PorterCredentials PorterPlugins \
+	PorterPluginKit PorterFoundation
+docs:
+	$(SWIFT) package --allow-writing-to-directory .build/docs generate-documentation \
+		$(addprefix --target ,$(DOC_TARGETS)) --enable-experimental-combined-documentation \
+		--transform-for-static-hosting --output-path .build/docs
 
 # `make install [PREFIX=/usr/local] [DESTDIR=] [CONFIG=release]`: builds porter, porterd,
 # porter-plugin-worker and the plugins in CONFIG (release, or debug to install what
