@@ -5,7 +5,8 @@
 # OpenSSH sshd on loopback; a group-writable plugin folder is refused; pkg-config finds
 # the header and a tiny C plugin built with its flags loads; the completion script
 # parses; the man page renders; `make uninstall` removes exactly what was installed.
-# Installs the already-built debug binaries (CONFIG=debug): run after `swift build`.
+# Installs the already-built debug binaries (CONFIG=debug): run after `swift build`;
+# `CONFIG=release bash scripts/install-check.sh` checks a release build the same way.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 umask 022
@@ -29,7 +30,7 @@ check() { # check DESCRIPTION COMMAND...: passes when the command succeeds
 }
 contains() { grep -qF -- "$2" <<<"$1"; }
 
-if ! make -s install DESTDIR="$stage" PREFIX=/usr CONFIG=debug >"$tmp/install.log" 2>&1; then
+if ! make -s install DESTDIR="$stage" PREFIX=/usr CONFIG="${CONFIG:-debug}" >"$tmp/install.log" 2>&1; then
     tail -n 30 "$tmp/install.log"
     echo "install-check: make install failed"
     exit 1
