@@ -15,9 +15,13 @@ trap 'rm -f "$log"' EXIT
 swift test --skip-build --disable-swift-testing 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 
-summary=$(grep -E "^[[:space:]]*Executed [0-9]+ tests?, with [0-9]+ failures?" "$log" | tail -n 1)
+# "Executed N tests, with M failures" or "..., with K tests skipped and M failures".
+summary=$(grep -E "^[[:space:]]*Executed [0-9]+ tests?, with ([0-9]+ tests? skipped and )?[0-9]+ failures?" "$log" | tail -n 1)
 total=$(sed -E 's/.*Executed ([0-9]+) tests?.*/\1/' <<<"$summary")
-failed=$(sed -E 's/.*with ([0-9]+) failures?.*/\1/' <<<"$summary")
+failed=$(sed -E 's/.* ([0-9]+) failures?.*/\1/' <<<"$summary")
+skipped=$(sed -nE 's/.*with ([0-9]+) tests? skipped.*/\1/p' <<<"$summary")
+# A skipped test is not a pass: it counts as a failure.
+if [ -n "$skipped" ]; then failed=$((failed + skipped)); fi
 if [ -z "$summary" ]; then
     echo "test: no XCTest summary found (the test run crashed?)"
     exit 1

@@ -255,6 +255,9 @@ struct Fetch: ParsableCommand {
     @Option(name: .long, help: "Give up after SECONDS in total.")
     var maxTime: Double?
 
+    @Flag(name: .customLong("wait-for-connectivity"), help: "With no route to the host, wait for the network to come up (until --max-time) instead of failing (URLSession's waitsForConnectivity).")
+    var waitForConnectivity = false
+
     @Option(name: .long, help: "Follow at most N redirects.")
     var maxRedirs: Int?
 

@@ -105,6 +105,8 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     private var closeSent = false
     private var closeTimer: DispatchWorkItem?
     private var waitingSends: [(WebSocketFrame, @Sendable (PorterError?) -> Void)] = []
+    private var pongInFlight = false
+    private var latestPing: [UInt8]?
 
     init(session: Session, identifier: Int, request: Request, protocols: [String], delegate: (any WebSocketDelegate)?) {
         self.session = session
@@ -273,8 +275,15 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
         for i in nonce.indices { nonce[i] = rng.next() }
         key = Data(nonce).base64EncodedString()
         let url = originalRequest.url
-        var target = url.path.isEmpty ? "/" : url.path
-        if let query = url.query { target += "?" + query }
+        // The path and query as they are encoded in the URL: decoding them would let a
+        // %0D%0A in a URL into the request line.
+        let parts = URLComponents(url: url, resolvingAgainstBaseURL: false)
+        var target = parts?.percentEncodedPath ?? "/"
+        if target.isEmpty { target = "/" }
+        if let query = parts?.percentEncodedQuery { target += "?" + query }
+        guard !target.utf8.contains(where: { $0 <= 0x20 || $0 >= 0x7F }) else {
+            return finish(PorterError(.badURL, "the URL's path has characters a request line cannot carry", url: url), code: nil)
+        }
         let defaultPort = secure ? 443 : 80
         let hostField = (host.contains(":") ? "[\(host)]" : host) + (port == defaultPort ? "" : ":\(port)")
         var lines = ["GET \(target) HTTP/1.1", "Host: \(hostField)", "Upgrade: websocket", "Connection: Upgrade",
@@ -436,7 +445,7 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
                 messageBytes += WebSocketTask.size(m)
                 serveReceivers()
             case .ping(let payload):
-                if !closeSent { write(WebSocketFrame(fin: true, opcode: .pong, payload: payload)) { _ in } }
+                if !closeSent { answerPing(payload) }
             case .pong(let payload):
                 if let i = pongHandlers.firstIndex(where: { $0.payload == payload }) {
                     let handler = pongHandlers.remove(at: i)
@@ -459,6 +468,26 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
                     finish(nil, code: nil)
                 }
                 return
+            }
+        }
+    }
+
+    /// One pong on its way at a time; pings that come meanwhile are answered by one pong
+    /// for the latest (RFC 6455 §5.5.3 allows it), so a server that pings without reading
+    /// cannot grow the write queue.
+    private func answerPing(_ payload: [UInt8]) {
+        if pongInFlight {
+            latestPing = payload
+            return
+        }
+        pongInFlight = true
+        write(WebSocketFrame(fin: true, opcode: .pong, payload: payload)) { _ in
+            self.queue.async {
+                self.pongInFlight = false
+                if let next = self.latestPing, !self.closeSent {
+                    self.latestPing = nil
+                    self.answerPing(next)
+                }
             }
         }
     }
