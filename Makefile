@@ -37,7 +37,7 @@ clean:
 # article (Sources/Porter/Porter.docc), as one static site in .build/docs (serve that
 # folder; open /documentation/porter). Not part of `make test`.
 DOC_TARGETS = Porter PorterCore PorterSession PorterCache PorterCookies PorterCredentials PorterPlugins \
-	PorterPluginKit PorterFoundation
+	PorterPluginKit PorterFoundation PorterOpenAPI
 docs:
 	$(SWIFT) package --allow-writing-to-directory .build/docs generate-documentation \
 		$(addprefix --target ,$(DOC_TARGETS)) --enable-experimental-combined-documentation \
