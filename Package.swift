@@ -41,6 +41,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         .package(url: "https://github.com/apple/swift-openapi-runtime", from: "1.13.4"),
+        // `make docs` (swift package generate-documentation); a command plugin, built only when run.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         .systemLibrary(name: "CPSL", path: "Sources/CPSL"),
@@ -130,6 +132,13 @@ let package = Package(
         .testTarget(name: "PorterDaemonTests", dependencies: ["Porter", "PorterIPC", "PorterTestSupport"], swiftSettings: strict),
         // An application the background-session tests start and kill.
         .executableTarget(name: "BackgroundApp", dependencies: ["Porter"], path: "Tests/BackgroundApp", swiftSettings: strict),
+        // Every ```swift block of README.md, compiled by scripts/readme-snippets.sh.
+        .target(
+            name: "ReadmeSnippets",
+            dependencies: ["Porter", "PorterFoundation", "PorterPluginKit", "PorterOpenAPI",
+                           .product(name: "OpenAPIRuntime", package: "swift-openapi-runtime"),
+                           .product(name: "HTTPTypes", package: "swift-http-types")],
+            path: "Tests/ReadmeSnippets", swiftSettings: strict),
         .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP", "PorterSession", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], exclude: ["misbehave.py", "ftpserver.py", "wsserver.py"], swiftSettings: strict),
     ]
 )

@@ -34,6 +34,10 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 [ -f /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
 [ -f /usr/include/libpsl.h ] || need+=(libpsl-dev)
 [ -f /usr/share/publicsuffix/public_suffix_list.dafsa ] || need+=(publicsuffix)   # the loader tests build small C plugins
+# make install's check: pkg-config for the plugin header, man and groff for the man page.
+command -v pkg-config >/dev/null 2>&1 || need+=(pkgconf)
+command -v man >/dev/null 2>&1 || need+=(man-db)
+command -v groff >/dev/null 2>&1 || need+=(groff-base)
 
 if ! command -v swift >/dev/null 2>&1; then
     echo "install-deps: no 'swift' on PATH; Porter needs Swift 6 (swift.org toolchain)" >&2
