@@ -35,8 +35,10 @@ enum WSFixture {
     }
 }
 
-final class WebSocketTests: XCTestCase {
-    private var ports: WSFixture.Ports!
+/// What the WebSocket and stream task tests share: the servers, and a session that
+/// trusts their CA. (Holds no tests: Linux XCTest runs only a class's own.)
+class WSTestCase: XCTestCase {
+    var ports: WSFixture.Ports!
 
     override class func setUp() {
         super.setUp()
@@ -47,13 +49,16 @@ final class WebSocketTests: XCTestCase {
         ports = try WSFixture.start().get()
     }
 
-    private func session(_ change: (inout SessionConfiguration) -> Void = { _ in }) -> Session {
+    func session(_ change: (inout SessionConfiguration) -> Void = { _ in }) -> Session {
         var c = SessionConfiguration.ephemeral
         c.proxies = .none
         c.caCertificateFile = ports.dir + "/ca.pem"
         change(&c)
         return Session(configuration: c)
     }
+}
+
+final class WebSocketTests: WSTestCase {
 
     private func ws(_ path: String) -> URL { URL(string: "ws://127.0.0.1:\(ports.ws)\(path)")! }
     private func raw(_ path: String) -> URL { URL(string: "ws://127.0.0.1:\(ports.raw)\(path)")! }
@@ -359,25 +364,7 @@ final class WebSocketFramingTests: XCTestCase {
     }
 }
 
-final class StreamTaskTests: XCTestCase {
-    private var ports: WSFixture.Ports!
-
-    override class func setUp() {
-        super.setUp()
-        Porter.bootstrap()
-    }
-
-    override func setUpWithError() throws {
-        ports = try WSFixture.start().get()
-    }
-
-    private func session(_ change: (inout SessionConfiguration) -> Void = { _ in }) -> Session {
-        var c = SessionConfiguration.ephemeral
-        c.proxies = .none
-        c.caCertificateFile = ports.dir + "/ca.pem"
-        change(&c)
-        return Session(configuration: c)
-    }
+final class StreamTaskTests: WSTestCase {
 
     private func text(_ r: (data: Data, atEOF: Bool)) -> String { String(decoding: r.data, as: UTF8.self) }
 
