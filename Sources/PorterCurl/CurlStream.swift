@@ -24,7 +24,13 @@ public final class CurlStream: ByteStream, @unchecked Sendable {
     // Loop thread only:
     private var phase = Phase.idle
     private var transfer: CurlTransfer?
-    private(set) var socket: Int32 = -1
+    private var socket: Int32 = -1
+    /// The descriptor the loop polls: OpenSSL's own once TLS was started on the stream,
+    /// else libcurl's.
+    var pollSocket: Int32 { tlsSocket >= 0 ? tlsSocket : socket }
+    /// Bytes libcurl had received when the stream opened (read to tie the connection to
+    /// the handle: see `connect`), served before any other.
+    private var early = Data()
     private var tls: OpaquePointer?
     private var handshaking: (@Sendable (PorterError?) -> Void)?
     private var reads: [(maxLength: Int, done: @Sendable (Result<Data, PorterError>) -> Void)] = []
@@ -32,6 +38,11 @@ public final class CurlStream: ByteStream, @unchecked Sendable {
     private var readClosed = false
     private var atEnd = false
     private var failure: PorterError?
+    /// `open`'s completion until the connection is up (a close meanwhile answers it).
+    private var opening: (@Sendable (PorterError?) -> Void)?
+    /// OpenSSL's own copy of the socket (dup): libcurl closing its descriptor can never
+    /// leave OpenSSL on a number the process has given to another connection.
+    private var tlsSocket: Int32 = -1
     /// What OpenSSL waits for before the last read or write can go on.
     private var tlsWants = Int16(POLLIN)
     private var buffer = [UInt8](repeating: 0, count: 64 * 1024)
@@ -39,13 +50,14 @@ public final class CurlStream: ByteStream, @unchecked Sendable {
     public init(target: ByteStreamTarget, configuration: SessionConfiguration, loop: CurlLoop? = nil) {
         self.target = target
         self.configuration = configuration
-        self.loop = loop ?? CurlLoop.loop(for: configuration)
+        self.loop = loop ?? CurlLoop.streamLoop(for: configuration)
         let host = target.host.contains(":") && !target.host.hasPrefix("[") ? "[\(target.host)]" : target.host
         url = URL(string: "\(target.secure ? "https" : "http")://\(host):\(target.port)/")
     }
 
     deinit {
         if let tls { porter_tls_free(tls) }
+        if tlsSocket >= 0 { _ = Glibc.close(tlsSocket) }
         // A stream let go without close(): its connection leaves the loop too (no closure
         // of the loop holds the stream any more, so nothing else touches the transfer).
         if let transfer { loop.enqueue { transfer.closeConnection() } }
@@ -79,7 +91,7 @@ public final class CurlStream: ByteStream, @unchecked Sendable {
     public func closeRead() {
         loop.enqueue {
             self.readClosed = true
-            if self.socket >= 0 { shutdown(self.socket, Int32(SHUT_RD)) }
+            if self.pollSocket >= 0 { shutdown(self.pollSocket, Int32(SHUT_RD)) }
             self.pump()
         }
     }
@@ -112,10 +124,16 @@ public final class CurlStream: ByteStream, @unchecked Sendable {
         }
         phase = .opening
         transfer = t
+        opening = completion
         let request = Request(url: url)
         CurlOptions.apply(to: t, request: request, configuration: configuration, protocols: "http,https")
         t.set(CURLOPT_URL, url.absoluteString)
         t.set(CURLOPT_CONNECT_ONLY, 1)
+        // ALPN offers http/1.1 only: a WebSocket handshake is HTTP/1.1, and an h2 server
+        // would otherwise take the connection over for HTTP/2 frames.
+        t.set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1))
+        // The connection sits idle in the stream loop's cache while open: never too old.
+        t.set(CURLOPT_MAXAGE_CONN, Int(Int32.max))
         if configuration.proxies.proxy(for: url) != nil { t.set(CURLOPT_HTTPPROXYTUNNEL, 1) }
         t.keepsConnection = true
         t.onComplete = { [weak self, weak t] code in
@@ -123,11 +141,27 @@ public final class CurlStream: ByteStream, @unchecked Sendable {
             guard code == CURLE_OK, let t, let fd = t.activeSocket else {
                 let error = PorterError.curl(code == CURLE_OK ? CURLE_COULDNT_CONNECT : code, url: url, detail: t?.errorText)
                 self.end(error)
-                return completion(error)
+                return
             }
             self.socket = fd
             self.phase = .open
-            completion(nil)
+            // libcurl detaches a connect-only connection from its handle when it connects
+            // and leaves it idle in the multi's cache until the first send or receive; an
+            // idle connection with bytes waiting looks dead to libcurl, which closes it when
+            // the next stream of the loop connects. A first receive now ties it to the
+            // handle for good; what it reads is served first.
+            switch self.receive(self.buffer.count) {
+            case .success(let data?):
+                if data.isEmpty { self.atEnd = true } else { self.early = data }
+            case .success(nil):
+                break
+            case .failure(let error):
+                self.end(error)
+                return
+            }
+            let done = self.opening
+            self.opening = nil
+            done?(nil)
             self.pump()
         }
         t.start()
@@ -143,13 +177,19 @@ public final class CurlStream: ByteStream, @unchecked Sendable {
             porter_tls_free(tls)
             self.tls = nil
         }
+        if tlsSocket >= 0 {
+            _ = Glibc.close(tlsSocket)
+            tlsSocket = -1
+        }
         transfer?.closeConnection()
         transfer = nil
         socket = -1
-        let pendingReads = reads, pendingWrites = writes, shake = handshaking
+        let pendingReads = reads, pendingWrites = writes, shake = handshaking, open = opening
         reads = []
         writes = []
         handshaking = nil
+        opening = nil
+        open?(error)
         shake?(error)
         for r in pendingReads { r.done(.failure(error)) }
         for w in pendingWrites {
@@ -157,6 +197,17 @@ public final class CurlStream: ByteStream, @unchecked Sendable {
             case .bytes(_, _, let done), .startTLS(_, let done): done(error)
             case .closeWrite: break
             }
+        }
+    }
+
+    /// OpenSSL's protocol version number for a configured TLS version (0: none set).
+    static func openSSLVersion(_ v: TLSVersion?) -> Int32 {
+        switch v {
+        case .tls1_0?: return 0x0301
+        case .tls1_1?: return 0x0302
+        case .tls1_2?: return 0x0303
+        case .tls1_3?: return 0x0304
+        case nil: return 0
         }
     }
 
@@ -223,17 +274,45 @@ public final class CurlStream: ByteStream, @unchecked Sendable {
             case .closeWrite:
                 writes.removeFirst()
                 if let tls { porter_tls_shutdown(tls) }
-                if socket >= 0 { shutdown(socket, Int32(SHUT_WR)) }
+                if pollSocket >= 0 { shutdown(pollSocket, Int32(SHUT_WR)) }
             case .startTLS(let name, let done):
                 writes.removeFirst()
                 guard tls == nil, !target.secure else {
                     done(PorterError(.unsupportedConfiguration, "the stream already uses TLS", url: url))
                     continue
                 }
+                guard early.isEmpty else {
+                    // Plain bytes nobody read would be served after the handshake.
+                    let error = PorterError(.secureConnectionFailed,
+                                            "plain bytes arrived before TLS started and were not read: not starting TLS over them", url: url)
+                    done(error)
+                    end(error)
+                    return 0
+                }
                 var err = [CChar](repeating: 0, count: 512)
-                let verify = !configuration.tlsVerificationDisabled
-                guard let made = porter_tls_new(socket, name, configuration.caCertificateFile, verify ? 1 : 0, &err, err.count) else {
-                    let error = PorterError(.secureConnectionFailed, cText(err), url: url)
+                let c = configuration
+                tlsSocket = fcntl(socket, F_DUPFD_CLOEXEC, 0)
+                var settings = porter_tls_settings()
+                settings.verify = c.tlsVerificationDisabled ? 0 : 1
+                settings.minimum_version = CurlStream.openSSLVersion(c.tlsMinimumVersion)
+                settings.maximum_version = CurlStream.openSSLVersion(c.tlsMaximumVersion)
+                let made = name.withCString { namePointer in
+                    withOptionalCString(c.caCertificateFile) { ca in
+                        withOptionalCString(c.pinnedPublicKey) { pin in
+                            withOptionalCString(c.clientCertificate?.certificatePath) { cert in
+                                withOptionalCString(c.clientCertificate?.keyPath) { key in
+                                    settings.ca_file = ca
+                                    settings.pinned_key = pin
+                                    settings.certificate = cert
+                                    settings.key = key
+                                    return porter_tls_new(tlsSocket, namePointer, &settings, &err, err.count)
+                                }
+                            }
+                        }
+                    }
+                }
+                guard tlsSocket >= 0, let made else {
+                    let error = PorterError(.secureConnectionFailed, tlsSocket < 0 ? "cannot duplicate the socket" : cText(err), url: url)
                     done(error)
                     end(error)
                     return 0
@@ -266,6 +345,13 @@ public final class CurlStream: ByteStream, @unchecked Sendable {
             if readClosed || atEnd {
                 reads.removeFirst()
                 first.done(.success(Data()))
+                continue
+            }
+            if !early.isEmpty {
+                reads.removeFirst()
+                let take = early.prefix(first.maxLength)
+                early.removeFirst(take.count)
+                first.done(.success(Data(take)))
                 continue
             }
             let wanted = min(first.maxLength, buffer.count)
@@ -326,6 +412,12 @@ public final class CurlStream: ByteStream, @unchecked Sendable {
             return .failure(PorterError.curl(code, url: url, detail: transfer.errorText))
         }
     }
+}
+
+/// Calls `body` with a C string of `value`, or NULL.
+private func withOptionalCString<R>(_ value: String?, _ body: (UnsafePointer<CChar>?) -> R) -> R {
+    guard let value else { return body(nil) }
+    return value.withCString { body($0) }
 }
 
 /// The text of a NUL-terminated C buffer.

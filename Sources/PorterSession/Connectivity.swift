@@ -22,8 +22,24 @@ enum Connectivity {
             return pinned.addresses.contains { routeExists(toNumericHost: $0, port: port) != false }
         }
         if let found = routeExists(toHost: host, port: port) { return found }
-        // The name did not resolve: a network down, or a name that does not exist.
-        return nameServers().contains { routeExists(toNumericHost: $0, port: 53) == true }
+        // The name did not resolve: a network down, or a name that does not exist. The
+        // network counts as up when a name server can be reached; a name server on this
+        // machine (systemd-resolved's 127.0.0.53, dnsmasq, Docker's 127.0.0.11) is always
+        // reachable, so for one of those the question is whether anything beyond this
+        // machine is: a default route.
+        return nameServers().contains { server in
+            isLoopback(server) ? hasDefaultRoute() : routeExists(toNumericHost: server, port: 53) == true
+        }
+    }
+
+    static func isLoopback(_ address: String) -> Bool {
+        address.hasPrefix("127.") || address == "::1"
+    }
+
+    /// A route to a global address exists (the kernel's lookup for a datagram socket:
+    /// nothing is sent). Documentation addresses (RFC 5737, RFC 3849) stand for "anywhere".
+    static func hasDefaultRoute() -> Bool {
+        routeExists(toNumericHost: "192.0.2.1", port: 53) == true || routeExists(toNumericHost: "2001:db8::1", port: 53) == true
     }
 
     static func defaultPort(_ scheme: String) -> Int {
@@ -84,6 +100,7 @@ final class NetworkWatch: @unchecked Sendable {
     private var started = false
 
     /// Calls `body` once, at the next change of the network (from the watch's thread).
+    /// `body` should hold what it wakes weakly: it is kept until the network changes.
     func notifyOnce(_ body: @escaping @Sendable () -> Void) {
         lock.lock()
         waiters.append(body)

@@ -134,8 +134,12 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
                 if once.claim() { deliver { completionHandler(PorterError(.timedOut, "the write did not complete in \(timeout) s")) } }
             }
         }
-        stream.write(data) { [self] error in
-            if once.claim() { deliver { completionHandler(error) } }
+        // Through the task's queue, as startSecureConnection goes: a write asked after it
+        // reaches the stream after it, so it is encrypted.
+        queue.async { [self] in
+            stream.write(data) { [self] error in
+                if once.claim() { deliver { completionHandler(error) } }
+            }
         }
     }
 
@@ -150,7 +154,10 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
 
     /// After the writes already asked for, ends the sending side: the server reads the
     /// end of the stream (a TCP half-close); reads go on.
-    public func closeWrite() { stream?.closeWrite() }
+    public func closeWrite() {
+        guard let stream else { return }
+        queue.async { stream.closeWrite() }
+    }
 
     /// Ends the reading side: outstanding and later reads complete at the end of the stream.
     public func closeRead() {
@@ -161,10 +168,21 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
     /// session's trust settings: CA file, or the system's CAs; `tlsVerificationDisabled`
     /// turns it off). Reads and writes asked after it go through TLS; a failed handshake
     /// ends the task with `.serverCertificateUntrusted` or `.secureConnectionFailed`.
+    ///
+    /// Plain bytes that arrived and were not read yet (those of a read that timed out)
+    /// would be read after the handshake as if they had come through TLS: a task holding
+    /// some fails with `.secureConnectionFailed` instead of starting TLS.
     public func startSecureConnection() {
         guard let stream else { return }
-        stream.startTLS(serverName: host) { [self] error in
-            if let error { queue.async { self.fail(error) } }
+        queue.async { [self] in
+            guard carry.isEmpty else {
+                stream.close()
+                return fail(PorterError(.secureConnectionFailed,
+                    "\(carry.count) plain byte(s) arrived before TLS was asked for and were not read: not starting TLS over them"))
+            }
+            stream.startTLS(serverName: host) { [self] error in
+                if let error { queue.async { self.fail(error) } }
+            }
         }
     }
 

@@ -272,7 +272,7 @@ final class TaskDriver: @unchecked Sendable {
                 session.deliver { delegate.taskIsWaitingForConnectivity(task) }
             }
             // Watch first, then look again: a route that appeared in between is not missed.
-            NetworkWatch.shared.notifyOnce { self.send(.networkChanged) }
+            NetworkWatch.shared.notifyOnce { [weak self] in self?.send(.networkChanged) }
             let request = currentRequest, configuration = session.configuration
             DispatchQueue.global().async {
                 if Connectivity.hasRoute(for: request.url, configuration: configuration) { self.send(.networkChanged) }

@@ -188,8 +188,10 @@ struct TaskStateMachine: Sendable {
         self.waitsForConnectivity = waitsForConnectivity
     }
 
-    /// Failures that may mean "no network" rather than "no server".
-    static let connectivityFailures: Set<PorterError.Code> = [.cannotConnectToHost, .cannotFindHost, .networkConnectionLost]
+    /// Failures that may mean "no network" rather than "no server": only those before a
+    /// connection was made, so nothing of the request can have been sent (a lost
+    /// connection may have delivered a POST: it is not retried).
+    static let connectivityFailures: Set<PorterError.Code> = [.cannotConnectToHost, .cannotFindHost]
 
     var isFinal: Bool { lifecycle == .completed || lifecycle == .canceling }
     var canProcessHandlerEvents: Bool { lifecycle == .running && wait == .none }

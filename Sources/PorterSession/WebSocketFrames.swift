@@ -54,7 +54,7 @@ struct WebSocketFrameParser: Sendable {
     private var failure: WebSocketProtocolError?
 
     init(maximumPayload: Int) {
-        self.maximumPayload = max(125, maximumPayload)
+        self.maximumPayload = min(max(125, maximumPayload), WebSocketTask.largestMessageSize)
     }
 
     /// Bytes waiting to form a frame.
@@ -116,7 +116,7 @@ struct WebSocketFrameParser: Sendable {
                 throw WebSocketProtocolError(code: .protocolError, message: "a control frame carries more than 125 bytes")
             }
         }
-        guard length <= UInt64(maximumPayload) else {
+        guard length <= UInt64(maximumPayload), length <= UInt64(Int.max - header) else {
             throw WebSocketProtocolError(code: .messageTooBig, message: "a frame of \(length) bytes is larger than the limit (\(maximumPayload))")
         }
         let total = header + Int(length)

@@ -7,11 +7,14 @@ import HTTPTypes
 public protocol WebSocketDelegate: AnyObject, Sendable {
     func webSocketTask(_ task: WebSocketTask, didOpenWithProtocol protocol: String?)
     func webSocketTask(_ task: WebSocketTask, didCloseWith code: WebSocketTask.CloseCode, reason: Data?)
+    /// The task ended: nil after a clean close, else why (URLSession's didCompleteWithError).
+    func webSocketTask(_ task: WebSocketTask, didCompleteWithError error: PorterError?)
 }
 
 extension WebSocketDelegate {
     public func webSocketTask(_ task: WebSocketTask, didOpenWithProtocol protocol: String?) {}
     public func webSocketTask(_ task: WebSocketTask, didCloseWith code: WebSocketTask.CloseCode, reason: Data?) {}
+    public func webSocketTask(_ task: WebSocketTask, didCompleteWithError error: PorterError?) {}
 }
 
 /// A WebSocket connection (RFC 6455): Porter's URLSessionWebSocketTask.
@@ -65,8 +68,10 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     /// fails the task with close code 1009. A change applies from the next frame read.
     public var maximumMessageSize: Int {
         get { lock.withLock { $0.maximumMessageSize } }
-        set { lock.withLock { $0.maximumMessageSize = max(125, newValue) } }
+        set { lock.withLock { $0.maximumMessageSize = min(max(125, newValue), WebSocketTask.largestMessageSize) } }
     }
+    /// The cap on `maximumMessageSize` (2 GiB - 1): `.max` means "as large as allowed".
+    public static let largestMessageSize = Int(Int32.max)
     public var taskDescription: String? {
         get { lock.withLock { $0.description } }
         set { lock.withLock { $0.description = newValue } }
@@ -104,6 +109,7 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     private var reading = false
     private var closeSent = false
     private var closeTimer: DispatchWorkItem?
+    private var openTimer: DispatchWorkItem?
     private var waitingSends: [(WebSocketFrame, @Sendable (PorterError?) -> Void)] = []
     private var pongInFlight = false
     private var latestPing: [UInt8]?
@@ -244,6 +250,15 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
         guard let host = url.host, !host.isEmpty, url.fragment == nil else {
             return finish(PorterError(.badURL, "a WebSocket URL needs a host and no fragment (RFC 6455 §3)", url: url), code: nil)
         }
+        // The host goes into the Host field: no controls, spaces or separators of a field.
+        guard host.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: ",") && $0 != UInt8(ascii: "/") }) else {
+            return finish(PorterError(.badURL, "the URL's host is not a host name or address", url: url), code: nil)
+        }
+        // Subprotocols are tokens (RFC 6455 §4.1, RFC 7230 §3.2.6).
+        let tokenBytes = Set("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz".utf8)
+        guard protocols.allSatisfy({ !$0.isEmpty && $0.utf8.allSatisfy(tokenBytes.contains) }) else {
+            return finish(PorterError(.unsupportedConfiguration, "a subprotocol name must be a token (letters, digits and !#$%&'*+-.^_`|~)", url: url), code: nil)
+        }
         guard let session else { return finish(PorterError(.sessionInvalidated, "the session is gone", url: url), code: nil) }
         let port = url.port ?? (secure ? 443 : 80)
         maximumSizes()
@@ -253,6 +268,7 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
         }
         self.stream = stream
         phase = .connecting
+        armOpenTimer()
         stream.open { error in
             self.queue.async {
                 guard self.phase == .connecting else { return }
@@ -373,6 +389,7 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
             let agreed = try WebSocketHandshake.validate(parsed, key: key, offered: protocols)
             lock.withLock { $0.agreedProtocol = agreed }
             phase = .open
+            openTimer?.cancel()
             if let delegate { deliver { delegate.webSocketTask(self, didOpenWithProtocol: agreed) } }
             let sends = waitingSends
             waitingSends = []
@@ -399,7 +416,7 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     private func readMore() {
         guard phase == .open || phase == .closing, !reading, let stream else { return }
         let limit = lock.withLock { $0.maximumMessageSize }
-        guard receivers.count > 0 || !pongHandlers.isEmpty || phase == .closing || messageBytes < limit else { return }
+        guard receivers.count > 0 || phase == .closing || messageBytes < limit else { return }
         reading = true
         stream.read(maxLength: 64 * 1024) { result in
             self.queue.async {
@@ -464,6 +481,7 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
                         self.queue.async { self.finish(nil, code: nil) }
                     }
                     phase = .closing
+                    armCloseTimer()
                 } else {
                     finish(nil, code: nil)
                 }
@@ -492,10 +510,12 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
         }
     }
 
+    /// What a queued message costs: its bytes, and at least 64 (an empty message is not
+    /// free to keep, so a flood of them also stops the reads).
     private static func size(_ m: Message) -> Int {
         switch m {
-        case .data(let d): return d.count
-        case .string(let s): return s.utf8.count
+        case .data(let d): return max(64, d.count)
+        case .string(let s): return max(64, s.utf8.count)
         }
     }
 
@@ -530,6 +550,7 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
                 self.queue.async { self.finish(failure, code: error.code) }
             }
             phase = .closing
+            armCloseTimer()
         } else {
             finish(failure, code: error.code)
         }
@@ -549,12 +570,10 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
             }
             var body: [UInt8] = []
             if code != .invalid {
-                body = [UInt8(code.rawValue >> 8), UInt8(code.rawValue & 0xFF)] + Array(reason.prefix(123))
+                body = [UInt8(code.rawValue >> 8), UInt8(code.rawValue & 0xFF)] + WebSocketTask.closeReason(reason)
             }
             write(WebSocketFrame(fin: true, opcode: .close, payload: body)) { _ in }
-            let timer = DispatchWorkItem { [weak self] in self?.finish(nil, code: nil) }
-            closeTimer = timer
-            queue.asyncAfter(deadline: .now() + 5, execute: timer)
+            armCloseTimer()
             readMore()
         case .closing, .closed:
             return
@@ -563,12 +582,45 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
         }
     }
 
+    /// A closing handshake gets 5 s: a peer that neither answers nor reads (so our close
+    /// frame never leaves) cannot hold the task open.
+    private func armCloseTimer() {
+        guard closeTimer == nil else { return }
+        let timer = DispatchWorkItem { [weak self] in
+            guard let self else { return }
+            let failure = self.lock.withLock { $0.error }
+            self.finish(failure, code: nil)
+        }
+        closeTimer = timer
+        queue.asyncAfter(deadline: .now() + 5, execute: timer)
+    }
+
+    /// Until the connection is open: the session's request timeout (or the request's) for
+    /// the connect and the handshake together, as URLSession's.
+    private func armOpenTimer() {
+        let limit = originalRequest.timeoutInterval > 0 ? originalRequest.timeoutInterval
+            : (session?.configuration.timeoutIntervalForRequest ?? 60)
+        let timer = DispatchWorkItem { [weak self] in
+            guard let self, self.phase == .connecting || self.phase == .handshaking else { return }
+            self.finish(PorterError(.timedOut, "the WebSocket did not open within \(limit) s", url: self.originalRequest.url), code: nil)
+        }
+        openTimer = timer
+        queue.asyncAfter(deadline: .now() + limit, execute: timer)
+    }
+
     private func write(_ frame: WebSocketFrame, _ completion: @escaping @Sendable (PorterError?) -> Void) {
         guard let stream else { return completion(notOpen()) }
         var rng = SystemRandomNumberGenerator()
         let mask = (UInt8(truncatingIfNeeded: rng.next()), UInt8(truncatingIfNeeded: rng.next()),
                     UInt8(truncatingIfNeeded: rng.next()), UInt8(truncatingIfNeeded: rng.next()))
         stream.write(Data(frame.encoded(mask: mask)), completion)
+    }
+
+    /// At most 123 bytes of the reason, cut at a UTF-8 character boundary (§5.5.1).
+    static func closeReason(_ reason: Data) -> [UInt8] {
+        var bytes = Array(reason.prefix(123))
+        while !bytes.isEmpty, String(validating: bytes, as: UTF8.self) == nil { bytes.removeLast() }
+        return bytes
     }
 
     private func failPong(_ payload: [UInt8], _ error: PorterError) {
@@ -583,6 +635,7 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
         guard phase != .closed else { return }
         phase = .closed
         closeTimer?.cancel()
+        openTimer?.cancel()
         stream?.close()
         stream = nil
         let (closeCode, reason) = lock.withLock { s -> (CloseCode, Data?) in
@@ -599,8 +652,10 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
         pongHandlers = []
         for p in pongs { deliver { p.done(failure) } }
         serveReceivers()
-        if let delegate, closeCode != .invalid {
-            deliver { delegate.webSocketTask(self, didCloseWith: closeCode, reason: reason) }
+        if let delegate {
+            if closeCode != .invalid { deliver { delegate.webSocketTask(self, didCloseWith: closeCode, reason: reason) } }
+            let ended = lock.withLock { $0.error }
+            deliver { delegate.webSocketTask(self, didCompleteWithError: ended) }
         }
     }
 }

@@ -103,6 +103,20 @@ final class ConnectivityTests: XCTestCase {
         XCTAssertEqual(plain.status, 5, "without waiting: cannot find the host at once: \(plain.stderr)")
     }
 
+    /// With a name server on this machine (systemd-resolved's 127.0.0.53, as on Ubuntu)
+    /// the name server is always reachable: what counts is whether anything beyond the
+    /// machine is. Loopback up, no other route: the task waits.
+    func testALocalStubResolverIsNotTakenForTheNetwork() throws {
+        let etc = "/etc/netns/\(ns)"
+        try FileManager.default.createDirectory(atPath: etc, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: etc) }
+        try Data("nameserver 127.0.0.53\n".utf8).write(to: URL(fileURLWithPath: etc + "/resolv.conf"))
+        try setLoopback(up: true)
+        let r = try porterInNamespace(["-sS", "--wait-for-connectivity", "--max-time", "1.5", "http://porter-test.invalid/"])
+        XCTAssertEqual(r.status, 6, "waited, then timed out: \(r.stderr)")
+        XCTAssertTrue(r.stderr.contains("waited for connectivity"), r.stderr)
+    }
+
     /// A route exists and nothing listens: the refusal is the answer, not a reason to wait.
     func testARefusingServerIsNotWaitedFor() throws {
         try setLoopback(up: true)

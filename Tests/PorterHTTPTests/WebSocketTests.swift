@@ -287,6 +287,80 @@ final class WebSocketTests: WSTestCase {
         XCTAssertEqual(e3?.code, .badURL)
     }
 
+    /// A server that answers nothing after the upgrade request: the request timeout ends
+    /// the opening, as URLSession's does.
+    func testASilentServerTimesTheOpeningOut() async throws {
+        let task = session { $0.timeoutIntervalForRequest = 1 }.webSocketTask(with: raw("/silent"))
+        let start = Date()
+        task.resume()
+        let e = await porterError { _ = try await task.receive() }
+        XCTAssertEqual(e?.code, .timedOut, "\(String(describing: e))")
+        XCTAssertLessThan(Date().timeIntervalSince(start), 10)
+    }
+
+    /// A flood of empty messages stops being read once a message's worth waits, whatever
+    /// the messages weigh: the server's writes back up.
+    func testEmptyMessagesCannotFloodTheQueue() async throws {
+        let task = session().webSocketTask(with: raw("/empty-flood"))
+        task.maximumMessageSize = 64 * 1024   // at most 1024 queued messages (64 bytes each)
+        task.resume()
+        let log = ports.dir + "/closes.log"
+        func sent() -> Int? {
+            let lines = ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n")
+            return lines.last(where: { $0.hasPrefix("/empty-flood ") }).flatMap { Int($0.split(separator: " ")[1]) }
+        }
+        XCTAssertTrue(eventually(30) { sent() != nil }, "the server never stopped sending")
+        XCTAssertLessThan(sent() ?? .max, 20_000_000, "every empty message was taken: nothing held the flood back")
+        let first = try await task.receive()
+        XCTAssertEqual(first, .string(""))
+        task.cancel()
+    }
+
+    /// The server breaks the protocol while our writes are stuck behind a peer that does
+    /// not read: the close frame cannot leave, and the close timer still ends the task.
+    func testAClosingHandshakeThatCannotBeSentStillEnds() async throws {
+        let task = session().webSocketTask(with: raw("/deaf"))
+        task.resume()
+        let big = Data(count: 32 << 20)
+        task.send(.data(big)) { _ in }
+        let start = Date()
+        let e = await porterError { _ = try await task.receive() }
+        XCTAssertEqual(e?.code, .badServerResponse, "\(String(describing: e))")
+        XCTAssertTrue(eventually(10) { task.state == .completed }, "the task stayed open behind its close frame")
+        XCTAssertLessThan(Date().timeIntervalSince(start), 12)
+    }
+
+    func testHostilePartsOfTheRequestAreRefused() async throws {
+        let injected = session().webSocketTask(with: URL(string: "ws://exa%0D%0Ample.com/")!)
+        injected.resume()
+        let e = await porterError { _ = try await injected.receive() }
+        XCTAssertEqual(e?.code, .badURL, "\(String(describing: e))")
+        let badProtocol = session().webSocketTask(with: ws("/echo"), protocols: ["chat\r\nX-Evil: 1"])
+        badProtocol.resume()
+        let e2 = await porterError { _ = try await badProtocol.receive() }
+        XCTAssertEqual(e2?.code, .unsupportedConfiguration)
+    }
+
+    /// Seven WebSockets to one host and port, and a data task there too: streams run on a
+    /// loop of their own, so they take none of the session's six connections per host.
+    func testManySocketsLeaveTheSessionsConnectionsFree() async throws {
+        let s = session()
+        var sockets: [WebSocketTask] = []
+        for i in 0..<7 {
+            let t = s.webSocketTask(with: ws("/echo"))
+            t.resume()
+            try await t.send(.string("n\(i)"))
+            let got = try await t.receive()
+            XCTAssertEqual(got, .string("n\(i)"))
+            sockets.append(t)
+        }
+        var request = Request(url: URL(string: "http://127.0.0.1:\(ports.ws)/echo")!)
+        request.timeoutInterval = 5
+        let (_, response) = try await s.data(for: request)
+        XCTAssertEqual(response.statusCode, 426, "the WebSocket server answers a plain GET with 426")
+        for t in sockets { t.cancel() }
+    }
+
     func testCancelFailsOutstandingReceives() async throws {
         let task = session().webSocketTask(with: ws("/echo"))
         task.resume()
@@ -327,6 +401,16 @@ final class WebSocketFramingTests: XCTestCase {
             }
             XCTAssertEqual(got, frames, "step \(step)")
         }
+    }
+
+    /// A frame header claiming 2^63-1 bytes with the limit at its largest: refused (1009),
+    /// not an overflow.
+    func testHugeLengthWithTheLargestLimit() {
+        var p = WebSocketFrameParser(maximumPayload: .max)
+        p.append([0x82, 0x7F, 0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF])
+        XCTAssertThrowsError(try p.next()) { XCTAssertEqual(($0 as? WebSocketProtocolError)?.code, .messageTooBig) }
+        XCTAssertEqual(WebSocketTask.closeReason(Data(String(repeating: "é", count: 100).utf8)).count, 122,
+                       "a close reason is cut at a character boundary")
     }
 
     func testClientFramesAreMasked() {
@@ -423,6 +507,71 @@ final class StreamTaskTests: WSTestCase {
             XCTFail("an untrusted server must fail the TLS start")
         } catch let e as PorterError {
             XCTAssertEqual(e.code, .serverCertificateUntrusted, "\(e)")
+        }
+    }
+
+    /// After STARTTLS, a forged record or a connection cut without close_notify is an
+    /// error, never data and never a clean end of the stream (a truncation attack).
+    func testTamperingAndTruncationAfterTLSAreErrors() async throws {
+        for command in ["STARTTLS-TAMPER", "STARTTLS-CUT"] {
+            let task = session().streamTask(withHostName: "localhost", port: ports.echo)
+            task.resume()
+            try await task.write(Data("\(command)\n".utf8))
+            _ = try await task.read(minLength: 3, maxLength: 3, timeout: 10)
+            task.startSecureConnection()
+            try await task.write(Data("x\n".utf8))
+            do {
+                var all = Data()
+                while true {
+                    let r = try await task.read(minLength: 1, maxLength: 100, timeout: 10)
+                    all.append(r.data)
+                    if r.atEOF || r.data.isEmpty { break }
+                }
+                XCTFail("\(command): read \(all.count) byte(s) and a clean end")
+            } catch let e as PorterError {
+                XCTAssertEqual(e.code, .networkConnectionLost, "\(command): \(e)")
+            }
+        }
+    }
+
+    /// The session's pinned key applies to STARTTLS as to https.
+    func testStartTLSHonoursThePinnedKey() async throws {
+        let pin = try NginxFixture.run("/bin/sh", ["-c",
+            "openssl x509 -pubkey -noout -in leaf.pem | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64"],
+            in: ports.dir).trimmingCharacters(in: .whitespacesAndNewlines)
+        for (key, works) in [("sha256//\(pin)", true), ("sha256//AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", false)] {
+            let task = session { $0.pinnedPublicKey = key }.streamTask(withHostName: "localhost", port: ports.echo)
+            task.resume()
+            try await task.write(Data("STARTTLS\n".utf8))
+            _ = try await task.read(minLength: 3, maxLength: 3, timeout: 10)
+            task.startSecureConnection()
+            try? await task.write(Data("pinned\n".utf8))
+            do {
+                let r = try await task.read(minLength: 7, maxLength: 7, timeout: 10)
+                XCTAssertTrue(works, "a wrong pin was accepted")
+                XCTAssertEqual(String(decoding: r.data, as: UTF8.self), "pinned\n")
+            } catch let e as PorterError {
+                XCTAssertFalse(works, "the right pin was refused: \(e)")
+                XCTAssertEqual(e.code, .serverCertificateUntrusted, "\(e)")
+            }
+            task.cancel()
+        }
+    }
+
+    /// Plain bytes that arrived and were not read when TLS is asked for are not let
+    /// through as if they had come over TLS.
+    func testUnreadPlainBytesStopStartTLS() async throws {
+        let task = session().streamTask(withHostName: "localhost", port: ports.echo)
+        task.resume()
+        try await task.write(Data("injected\n".utf8))
+        // A read that asks for more than arrives times out, keeping "injected\n".
+        do { _ = try await task.read(minLength: 100, maxLength: 100, timeout: 0.5) } catch {}
+        task.startSecureConnection()
+        do {
+            _ = try await task.read(minLength: 1, maxLength: 100, timeout: 10)
+            XCTFail("plain bytes were served after startSecureConnection")
+        } catch let e as PorterError {
+            XCTAssertEqual(e.code, .secureConnectionFailed, "\(e)")
         }
     }
 

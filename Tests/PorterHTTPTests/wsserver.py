@@ -19,7 +19,7 @@ Prints "READY <WS_PORT>" once every server listens.
 - ECHO_PORT: a line echo server for stream tasks: "STARTTLS" answers "GO" then speaks
   TLS; at the end of the client's stream it sends "bye" and closes.
 """
-import asyncio, base64, hashlib, json, os, ssl, struct, sys
+import asyncio, base64, hashlib, json, os, socket, ssl, struct, sys
 
 import websockets
 from websockets.asyncio.server import serve
@@ -28,6 +28,10 @@ from websockets.http11 import Response
 
 WS_PORT, WSS_PORT, RAW_PORT, ECHO_PORT = (int(x) for x in sys.argv[1:5])
 CERT, KEY, LOG = sys.argv[5:8]
+# The server's own complaints, beside the log (the fixture sends stderr nowhere).
+sys.stderr = open(os.path.join(os.path.dirname(LOG), "server.err"), "a", buffering=1)
+import logging
+logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
@@ -151,6 +155,11 @@ async def raw(reader, writer):
         return
     if path == "/badaccept":
         accept = base64.b64encode(b"0" * 20).decode()
+    if path == "/silent":
+        # Reads the request and never answers.
+        await asyncio.sleep(30)
+        writer.close()
+        return
     extra = ""
     if path == "/extension":
         extra = "Sec-WebSocket-Extensions: permessage-deflate\r\n"
@@ -173,6 +182,29 @@ async def raw(reader, writer):
     if path == "/eof":
         writer.close()
         return
+    if path == "/empty-flood":
+        # Empty text messages as fast as the client takes them; how many went is logged.
+        sent = 0
+        try:
+            # 20 million frames, 40 MB: more than the kernel's socket buffers hold.
+            for _ in range(2000):
+                writer.write(b"\x81\x00" * 10000)
+                await asyncio.wait_for(writer.drain(), 2)
+                sent += 10000
+        except Exception:
+            pass
+        log_close(path, sent)
+        await asyncio.sleep(5)
+        writer.close()
+        return
+    if path == "/deaf":
+        # Never reads: the client's writes back up; then a protocol violation.
+        await asyncio.sleep(0.5)
+        writer.write(frame(1, b"masked", mask=True))
+        await writer.drain()
+        await asyncio.sleep(20)
+        writer.close()
+        return
     code = await read_client_close(reader)
     log_close(path, code)
     writer.close()
@@ -186,17 +218,32 @@ async def echo(reader, writer):
                 writer.write(b"bye\n")
                 await writer.drain()
                 break
-            if line.strip() == b"STARTTLS":
+            if line.strip() in (b"STARTTLS", b"STARTTLS-TAMPER", b"STARTTLS-CUT"):
+                command = line.strip()
+                # Stop reading before saying GO: a ClientHello read into the plain stream
+                # buffer before start_tls would be lost to the TLS layer.
+                writer.transport.pause_reading()
                 writer.write(b"GO\n")
                 await writer.drain()
                 ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
                 ctx.load_cert_chain(CERT, KEY)
                 await writer.start_tls(ctx)
+                if command != b"STARTTLS":
+                    await asyncio.sleep(0.3)
+                    fd = writer.transport.get_extra_info("socket").fileno()
+                    if command == b"STARTTLS-TAMPER":
+                        # A forged record on the path: the client must not take it for data or an end.
+                        os.write(fd, b"\x17\x03\x03\x00\x20" + b"\x00" * 32)
+                    # Either way the TCP connection ends with no TLS close_notify.
+                    os.close(os.dup(fd))
+                    socket.socket(fileno=os.dup(fd)).shutdown(socket.SHUT_RDWR)
+                    await asyncio.sleep(1)
+                    break
                 continue
             writer.write(line)
             await writer.drain()
-    except Exception:
-        pass
+    except Exception as e:
+        print(f"echo: {e!r}", file=sys.stderr)
     log_close("echo-closed", 0)
     writer.close()
 
@@ -213,6 +260,9 @@ async def main():
     asyncio.get_running_loop().create_task(orphan_watch())
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(CERT, KEY)
+    # As production front ends do: h2 is offered, so a client that offers it too would
+    # get HTTP/2, and no WebSocket handshake.
+    ctx.set_alpn_protocols(["h2", "http/1.1"])
     kw = dict(select_subprotocol=select_subprotocol, process_response=process_response,
               max_size=8 << 20, compression=None)
     async with serve(handler_main, "127.0.0.1", WS_PORT, **kw), \

@@ -440,7 +440,10 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertEqual(report(&plain, .fail(PorterError(.cannotConnectToHost, "x"))), "stopAndComplete(failed(cannotConnectToHost))")
         var late = running(waits: true)
         _ = report(&late, .response(response, .allowed))
-        XCTAssertEqual(report(&late, .fail(PorterError(.networkConnectionLost, "x"))), "stopAndComplete(failed(networkConnectionLost))")
+        XCTAssertEqual(report(&late, .fail(PorterError(.cannotConnectToHost, "x"))), "stopAndComplete(failed(cannotConnectToHost))")
+        // A lost connection may have carried the request (a POST): never sent again.
+        var lost = running(waits: true)
+        XCTAssertEqual(report(&lost, .fail(PorterError(.networkConnectionLost, "x"))), "stopAndComplete(failed(networkConnectionLost))")
         var other = running(waits: true)
         XCTAssertEqual(report(&other, .fail(PorterError(.secureConnectionFailed, "x"))), "stopAndComplete(failed(secureConnectionFailed))")
         // Cancel while waiting.

@@ -11,7 +11,9 @@ import FuzzDriver
 public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     let bytes = Array(UnsafeBufferPointer(start: data, count: size))
     func run(step: Int) -> ([WebSocketFrame], [WebSocketEvent], WebSocketProtocolError?) {
-        var parser = WebSocketFrameParser(maximumPayload: 4096)
+        // An odd first byte: the largest limit an application can set (lengths near
+        // Int.max must be refused, not overflow).
+        var parser = WebSocketFrameParser(maximumPayload: (bytes.first ?? 0) & 1 == 1 ? .max : 4096)
         var assembler = WebSocketMessageAssembler(maximumMessageSize: 8192)
         var frames: [WebSocketFrame] = []
         var events: [WebSocketEvent] = []
@@ -50,7 +52,7 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         encoded[1] &= 0x7F
         let keyStart = encoded.count - frame.payload.count - 4
         encoded.removeSubrange(keyStart..<(keyStart + 4))
-        var again = WebSocketFrameParser(maximumPayload: 4096)
+        var again = WebSocketFrameParser(maximumPayload: .max)
         again.append(encoded)
         guard (try? again.next()) == frame else { fatalError("a parsed frame does not survive encoding") }
     }
