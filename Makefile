@@ -1,10 +1,11 @@
 # Porter: `make demo` shows it working, `make test` runs every test, `make bench`
 # writes BENCHMARKS.md, `make fuzz` runs every libFuzzer harness for FUZZ_SECONDS (60)
-# (FUZZING.md). Each installs what is missing first.
+# (FUZZING.md). Each installs what is missing first. `make install` / `make uninstall`
+# (below) put porter, its helpers, plugins, header, man page and completions in PREFIX.
 SWIFT ?= swift
 PORTER := .build/debug/porter
 
-.PHONY: deps build demo test bench fuzz clean
+.PHONY: deps build demo test bench fuzz clean install uninstall install-build docs
 FUZZ_SECONDS ?= 60
 
 deps:
@@ -31,3 +32,79 @@ fuzz: deps
 
 clean:
 	rm -rf .build
+
+# `make docs`: DocC reference of the public modules, with the "Migrating from URLSession"
+# article (Sources/Porter/Porter.docc), as one static site in .build/docs (serve that
+# folder; open /documentation/porter). Not part of `make test`.
+DOC_TARGETS = Porter PorterCore PorterSession PorterCache PorterCookies PorterCredentials PorterPlugins \
+	PorterPluginKit PorterFoundation PorterOpenAPI
+docs:
+	$(SWIFT) package --allow-writing-to-directory .build/docs generate-documentation \
+		$(addprefix --target ,$(DOC_TARGETS)) --enable-experimental-combined-documentation \
+		--transform-for-static-hosting --output-path .build/docs
+
+# `make install [PREFIX=/usr/local] [DESTDIR=] [CONFIG=release]`: builds porter, porterd,
+# porter-plugin-worker and the plugins in CONFIG (release, or debug to install what
+# `swift build` already made, as the test does), then installs:
+#   PREFIX/bin/{porter,porterd,porter-plugin-worker}   (porter finds the other two beside it)
+#   PREFIX/lib/porter/plugins/*.so                       (porter in PREFIX/bin scans it)
+#   PREFIX/include/porter/porter_plugin.h, PREFIX/lib/pkgconfig/porter-plugin.pc
+#   PREFIX/share/man/man1/porter.1, completions for bash, zsh and fish
+#   PREFIX/lib/systemd/user/porterd.{socket,service}, PREFIX/share/doc/porter/README.md
+# BINDIR and LIBDIR are fixed below PREFIX: the installed porter finds its plugins
+# relative to itself. `make uninstall` (same PREFIX and DESTDIR) removes exactly these.
+PREFIX ?= /usr/local
+DESTDIR ?=
+CONFIG ?= release
+INSTALL ?= install
+PYTHON ?= python3
+BUILT = .build/$(CONFIG)
+STAGE = .build/install-$(CONFIG)
+ROOT = $(DESTDIR)$(PREFIX)
+PROGRAMS = porter porterd porter-plugin-worker
+PLUGINS = libPorterSFTPPlugin.so libGopherPlugin.so
+ABI = $(shell sed -n 's/^\#define PORTER_PLUGIN_ABI_MAJOR //p' Sources/CPorterPlugin/include/porter_plugin.h).$(shell sed -n 's/^\#define PORTER_PLUGIN_ABI_MINOR //p' Sources/CPorterPlugin/include/porter_plugin.h)
+INSTALLED = $(addprefix bin/,$(PROGRAMS)) $(addprefix lib/porter/plugins/,$(PLUGINS)) \
+	include/porter/porter_plugin.h lib/pkgconfig/porter-plugin.pc share/man/man1/porter.1 \
+	share/bash-completion/completions/porter share/zsh/site-functions/_porter \
+	share/fish/vendor_completions.d/porter.fish lib/systemd/user/porterd.socket \
+	lib/systemd/user/porterd.service share/doc/porter/README.md
+# Folders only Porter uses: removed by uninstall once empty.
+OWN_DIRS = lib/porter/plugins lib/porter include/porter share/doc/porter
+
+install-build:
+	@case "$(CONFIG)" in release|debug) ;; *) echo "CONFIG must be release or debug" >&2; exit 1;; esac
+	@case "$(PREFIX)" in /*) ;; *) echo "PREFIX must be an absolute path" >&2; exit 1;; esac
+	for p in $(PROGRAMS) PorterSFTPPlugin GopherPlugin; do $(SWIFT) build -c $(CONFIG) --product $$p || exit 1; done
+	rm -rf $(STAGE) && mkdir -p $(STAGE)
+	$(BUILT)/porter --generate-completion-script bash > $(STAGE)/porter.bash
+	$(BUILT)/porter --generate-completion-script zsh > $(STAGE)/_porter
+	$(BUILT)/porter --generate-completion-script fish > $(STAGE)/porter.fish
+	$(PYTHON) scripts/gen-manpage.py $(BUILT)/porter > $(STAGE)/porter.1
+	printf '%s\n' 'prefix=$(PREFIX)' 'includedir=$${prefix}/include' 'plugindir=$${prefix}/lib/porter/plugins' '' \
+		'Name: porter-plugin' 'Description: The C ABI of Porter plugins (porter_plugin.h); install the .so into plugindir' \
+		'Version: $(ABI)' 'Cflags: -I$${includedir}/porter' > $(STAGE)/porter-plugin.pc
+	for u in porterd.socket porterd.service; do \
+		sed -e 's|/usr/local/bin/porterd|$(PREFIX)/bin/porterd|' -e 's|/usr/local/share/doc/porter|$(PREFIX)/share/doc/porter|' \
+			-e 's|(make install puts both units there)|(make install puts both units in $(PREFIX)/lib/systemd/user)|' \
+			Support/systemd/$$u > $(STAGE)/$$u || exit 1; done
+
+install: deps install-build
+	umask 022 && $(INSTALL) -d -m 755 $(ROOT)/bin $(ROOT)/lib/porter/plugins $(ROOT)/include/porter $(ROOT)/lib/pkgconfig \
+		$(ROOT)/share/man/man1 $(ROOT)/share/bash-completion/completions $(ROOT)/share/zsh/site-functions \
+		$(ROOT)/share/fish/vendor_completions.d $(ROOT)/lib/systemd/user $(ROOT)/share/doc/porter
+	$(INSTALL) -m 755 $(addprefix $(BUILT)/,$(PROGRAMS)) $(ROOT)/bin/
+	$(INSTALL) -m 644 $(addprefix $(BUILT)/,$(PLUGINS)) $(ROOT)/lib/porter/plugins/
+	$(INSTALL) -m 644 Sources/CPorterPlugin/include/porter_plugin.h $(ROOT)/include/porter/
+	$(INSTALL) -m 644 $(STAGE)/porter-plugin.pc $(ROOT)/lib/pkgconfig/
+	$(INSTALL) -m 644 $(STAGE)/porter.1 $(ROOT)/share/man/man1/
+	$(INSTALL) -m 644 $(STAGE)/porter.bash $(ROOT)/share/bash-completion/completions/porter
+	$(INSTALL) -m 644 $(STAGE)/_porter $(ROOT)/share/zsh/site-functions/
+	$(INSTALL) -m 644 $(STAGE)/porter.fish $(ROOT)/share/fish/vendor_completions.d/
+	$(INSTALL) -m 644 $(STAGE)/porterd.socket $(STAGE)/porterd.service $(ROOT)/lib/systemd/user/
+	$(INSTALL) -m 644 README.md $(ROOT)/share/doc/porter/
+
+uninstall:
+	@case "$(PREFIX)" in /*) ;; *) echo "PREFIX must be an absolute path" >&2; exit 1;; esac
+	rm -f $(addprefix $(ROOT)/,$(INSTALLED))
+	for d in $(OWN_DIRS); do if [ -d "$(ROOT)/$$d" ]; then rmdir --ignore-fail-on-non-empty "$(ROOT)/$$d"; fi; done

@@ -28,6 +28,8 @@ let package = Package(
         // The framing both process boundaries speak (background daemon, plugin workers).
         .library(name: "PorterIPC", targets: ["PorterIPC"]),
         .library(name: "PorterFoundation", targets: ["PorterFoundation"]),
+        // A swift-openapi-runtime ClientTransport over Porter sessions.
+        .library(name: "PorterOpenAPI", targets: ["PorterOpenAPI"]),
         // The per-user daemon of background sessions.
         .executable(name: "porterd", targets: ["porterd"]),
         // Runs plugin code away from the host (today: the probe before a plugin is loaded).
@@ -38,6 +40,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-openapi-runtime", from: "1.13.4"),
+        // `make docs` (swift package generate-documentation); a command plugin, built only when run.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         .systemLibrary(name: "CPSL", path: "Sources/CPSL"),
@@ -80,6 +85,12 @@ let package = Package(
         .target(name: "PorterPluginKit", dependencies: ["CPorterPlugin"], swiftSettings: strict),
         // URLRequest / HTTPURLResponse / URLError bridges (FoundationNetworking on Linux).
         .target(name: "PorterFoundation", dependencies: ["PorterCore", .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),
+        // OpenAPI clients over a Porter session, bodies streamed both ways.
+        .target(
+            name: "PorterOpenAPI",
+            dependencies: ["PorterCore", "PorterSession", .product(name: "OpenAPIRuntime", package: "swift-openapi-runtime"),
+                           .product(name: "HTTPTypes", package: "swift-http-types")],
+            swiftSettings: strict),
         .systemLibrary(name: "CSSH2", path: "Plugins/SFTP/CSSH2"),
         .target(name: "PorterSFTP", dependencies: ["PorterPluginKit", "CSSH2"], path: "Plugins/SFTP/Sources", swiftSettings: strict),
         .target(name: "SFTPPluginEntry", dependencies: ["PorterSFTP", "PorterPluginKit"], path: "Plugins/SFTP/Entry", swiftSettings: strict),
@@ -117,9 +128,21 @@ let package = Package(
         .testTarget(name: "PorterIPCTests", dependencies: ["PorterIPC"], swiftSettings: strict),
         .testTarget(name: "PorterCredentialsTests", dependencies: ["Porter", "PorterCredentials", "PorterTestSupport"], swiftSettings: strict),
         .testTarget(name: "PorterFoundationTests", dependencies: ["Porter", "PorterFoundation", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),
+        .testTarget(
+            name: "PorterOpenAPITests",
+            dependencies: ["Porter", "PorterOpenAPI", "PorterTestSupport", .product(name: "OpenAPIRuntime", package: "swift-openapi-runtime"),
+                           .product(name: "HTTPTypes", package: "swift-http-types")],
+            exclude: ["openapi_server.py"], swiftSettings: strict),
         .testTarget(name: "PorterDaemonTests", dependencies: ["Porter", "PorterIPC", "PorterTestSupport"], swiftSettings: strict),
         // An application the background-session tests start and kill.
         .executableTarget(name: "BackgroundApp", dependencies: ["Porter"], path: "Tests/BackgroundApp", swiftSettings: strict),
-        .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP", "PorterTestSupport"], exclude: ["misbehave.py", "ftpserver.py"], swiftSettings: strict),
+        // Every ```swift block of README.md, compiled by scripts/readme-snippets.sh.
+        .target(
+            name: "ReadmeSnippets",
+            dependencies: ["Porter", "PorterFoundation", "PorterPluginKit", "PorterOpenAPI",
+                           .product(name: "OpenAPIRuntime", package: "swift-openapi-runtime"),
+                           .product(name: "HTTPTypes", package: "swift-http-types")],
+            path: "Tests/ReadmeSnippets", swiftSettings: strict),
+        .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP", "PorterSession", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], exclude: ["misbehave.py", "ftpserver.py", "wsserver.py"], swiftSettings: strict),
     ]
 )

@@ -22,6 +22,7 @@ let harnesses: [String] = [
     "FuzzMIMEHostOverride",
     "FuzzIPCFrames",
     "FuzzWorkerMessages",
+    "FuzzWebSocketFrames",
 ]
 
 let package = Package(

@@ -35,12 +35,16 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 [ -f /usr/include/libpsl.h ] || need+=(libpsl-dev)
 [ -f /usr/share/publicsuffix/public_suffix_list.dafsa ] || need+=(publicsuffix)   # the loader tests build small C plugins
 # Credentials in the Secret Service: libsecret to build against; a private session bus
-# (dbus-daemon, dbus-run-session), gnome-keyring-daemon and secret-tool for the tests.
+# (dbus-daemon), gnome-keyring-daemon, secret-tool and gdbus for the tests.
 [ -f /usr/include/libsecret-1/libsecret/secret.h ] || need+=(libsecret-1-dev)
 { command -v dbus-daemon && command -v dbus-run-session; } >/dev/null 2>&1 || need+=(dbus-daemon)
 command -v gnome-keyring-daemon >/dev/null 2>&1 || need+=(gnome-keyring)
 command -v secret-tool >/dev/null 2>&1 || need+=(libsecret-tools)
 command -v gdbus >/dev/null 2>&1 || need+=(libglib2.0-bin)
+# make install's check: pkg-config for the plugin header, man and groff for the man page.
+command -v pkg-config >/dev/null 2>&1 || need+=(pkgconf)
+command -v man >/dev/null 2>&1 || need+=(man-db)
+command -v groff >/dev/null 2>&1 || need+=(groff-base)
 
 if ! command -v swift >/dev/null 2>&1; then
     echo "install-deps: no 'swift' on PATH; Porter needs Swift 6 (swift.org toolchain)" >&2
@@ -67,11 +71,11 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 # pyftpdlib for the FTP tests, in a venv under .build (Debian's python3-pyftpdlib 1.5.7
-# breaks FTPS downloads with this libcurl).
+# breaks FTPS downloads with this libcurl); `websockets` for the WebSocket tests.
 venv="$(dirname "$0")/../.build/ftp-venv"
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import pyftpdlib, OpenSSL' 2>/dev/null; then
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import pyftpdlib, OpenSSL, websockets' 2>/dev/null; then
     echo "install-deps: making the pyftpdlib venv"
     mkdir -p "$(dirname "$venv")"
     python3 -m venv "$venv"
-    "$venv/bin/pip" install -q pyftpdlib pyopenssl
+    "$venv/bin/pip" install -q pyftpdlib pyopenssl websockets
 fi

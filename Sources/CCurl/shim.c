@@ -142,3 +142,188 @@ void porter_name_this_thread(const char *name) {
     snprintf(shortened, sizeof shortened, "%s", name);
     prctl(PR_SET_NAME, (unsigned long)shortened, 0, 0, 0);
 }
+
+CURLcode porter_easy_getinfo_socket(CURL *handle, curl_socket_t *socket) {
+    return curl_easy_getinfo(handle, CURLINFO_ACTIVESOCKET, socket);
+}
+
+/* ---- TLS started on an open stream (stream tasks' startSecureConnection) ---- */
+
+#include <openssl/ssl.h>
+#include <openssl/err.h>
+#include <arpa/inet.h>
+#include <string.h>
+
+struct porter_tls {
+    SSL_CTX *ctx;
+    SSL *ssl;
+    char *pin;          /* "sha256//base64[;sha256//base64...]" or NULL */
+    int pin_checked;
+};
+
+static void porter_tls_error(char *err, size_t cap, const char *what) {
+    if (!err || cap == 0) return;
+    unsigned long e = ERR_get_error();
+    char detail[256] = "";
+    if (e) ERR_error_string_n(e, detail, sizeof detail);
+    snprintf(err, cap, "%s%s%s", what, detail[0] ? ": " : "", detail);
+    ERR_clear_error();
+}
+
+static int porter_is_ip_literal(const char *name) {
+    unsigned char buf[16];
+    return inet_pton(AF_INET, name, buf) == 1 || inet_pton(AF_INET6, name, buf) == 1;
+}
+
+porter_tls *porter_tls_new(int fd, const char *server_name, const porter_tls_settings *settings,
+                           char *err, size_t errcap) {
+    ERR_clear_error();
+    porter_tls *t = calloc(1, sizeof *t);
+    if (!t) { snprintf(err, errcap, "out of memory"); return NULL; }
+    t->ctx = SSL_CTX_new(TLS_client_method());
+    if (!t->ctx) { porter_tls_error(err, errcap, "SSL_CTX_new"); free(t); return NULL; }
+    SSL_CTX_set_min_proto_version(t->ctx, settings->minimum_version ? settings->minimum_version : TLS1_2_VERSION);
+    if (settings->maximum_version) SSL_CTX_set_max_proto_version(t->ctx, settings->maximum_version);
+    /* A write retried after WANT_WRITE may come from another buffer (the caller's Data
+       moves); partial writes let a large write go out as the socket drains. */
+    SSL_CTX_set_mode(t->ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_ENABLE_PARTIAL_WRITE);
+    if (settings->verify) {
+        SSL_CTX_set_verify(t->ctx, SSL_VERIFY_PEER, NULL);
+        int loaded = settings->ca_file && settings->ca_file[0]
+            ? SSL_CTX_load_verify_locations(t->ctx, settings->ca_file, NULL)
+            : SSL_CTX_set_default_verify_paths(t->ctx);
+        if (loaded != 1) { porter_tls_error(err, errcap, "cannot load the CA certificates"); porter_tls_free(t); return NULL; }
+    }
+    if (settings->certificate && settings->certificate[0]) {
+        const char *key = settings->key && settings->key[0] ? settings->key : settings->certificate;
+        if (SSL_CTX_use_certificate_chain_file(t->ctx, settings->certificate) != 1
+            || SSL_CTX_use_PrivateKey_file(t->ctx, key, SSL_FILETYPE_PEM) != 1) {
+            porter_tls_error(err, errcap, "cannot use the client certificate");
+            porter_tls_free(t);
+            return NULL;
+        }
+    }
+    if (settings->pinned_key && settings->pinned_key[0]) {
+        if (strncmp(settings->pinned_key, "sha256//", 8) != 0) {
+            snprintf(err, errcap, "a pinned key for startSecureConnection must be given as sha256//BASE64");
+            porter_tls_free(t);
+            return NULL;
+        }
+        t->pin = strdup(settings->pinned_key);
+        if (!t->pin) { snprintf(err, errcap, "out of memory"); porter_tls_free(t); return NULL; }
+    }
+    t->ssl = SSL_new(t->ctx);
+    if (!t->ssl || SSL_set_fd(t->ssl, fd) != 1) { porter_tls_error(err, errcap, "SSL_new"); porter_tls_free(t); return NULL; }
+    if (server_name && server_name[0]) {
+        /* SNI names a host; an address is not sent (RFC 6066 §3). */
+        if (!porter_is_ip_literal(server_name)) SSL_set_tlsext_host_name(t->ssl, server_name);
+        if (settings->verify && SSL_set1_host(t->ssl, server_name) != 1) {
+            porter_tls_error(err, errcap, "SSL_set1_host"); porter_tls_free(t); return NULL;
+        }
+    }
+    SSL_set_connect_state(t->ssl);
+    return t;
+}
+
+/* The outcome of an SSL call that did not succeed, decided from SSL_get_error before
+   anything clears the error queue: 1 wants readable, 2 writable, 3 the peer's
+   close_notify, -2 a certificate that did not verify, -1 any other failure (an alert,
+   a damaged record, a connection cut without close_notify: never a clean end). */
+static int porter_tls_outcome(porter_tls *t, int rc, char *err, size_t errcap, const char *what) {
+    int e = SSL_get_error(t->ssl, rc);
+    if (e == SSL_ERROR_WANT_READ) return 1;
+    if (e == SSL_ERROR_WANT_WRITE) return 2;
+    if (e == SSL_ERROR_ZERO_RETURN) return 3;
+    long v = SSL_get_verify_result(t->ssl);
+    if (v != X509_V_OK) {
+        if (err && errcap) snprintf(err, errcap, "%s: certificate verification failed: %s", what, X509_verify_cert_error_string(v));
+        ERR_clear_error();
+        return -2;
+    }
+    if (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) {
+        if (err && errcap) snprintf(err, errcap, "%s: the connection ended without a TLS close", what);
+        return -1;
+    }
+    porter_tls_error(err, errcap, what);
+    return -1;
+}
+
+/* After the handshake: the server's key against the pins. 0 when it matches (or no pin). */
+static int porter_tls_check_pin(porter_tls *t, char *err, size_t errcap) {
+    if (!t->pin || t->pin_checked) return 0;
+    X509 *cert = SSL_get1_peer_certificate(t->ssl);
+    unsigned char *der = NULL;
+    int n = cert ? i2d_X509(cert, &der) : -1;
+    unsigned char digest[32];
+    int ok = n > 0 && porter_spki_sha256(der, n, digest) == 0;
+    OPENSSL_free(der);
+    X509_free(cert);
+    if (!ok) { snprintf(err, errcap, "cannot read the server's public key"); return -1; }
+    unsigned char encoded[64];
+    EVP_EncodeBlock(encoded, digest, 32);
+    char *list = strdup(t->pin), *save = NULL;
+    if (!list) { snprintf(err, errcap, "out of memory"); return -1; }
+    int matched = 0;
+    for (char *item = strtok_r(list, ";", &save); item; item = strtok_r(NULL, ";", &save)) {
+        if (strncmp(item, "sha256//", 8) == 0 && strcmp(item + 8, (const char *)encoded) == 0) matched = 1;
+    }
+    free(list);
+    if (!matched) { snprintf(err, errcap, "the server's public key does not match the pinned key"); return -2; }
+    t->pin_checked = 1;
+    return 0;
+}
+
+int porter_tls_handshake(porter_tls *t, char *err, size_t errcap) {
+    ERR_clear_error();
+    int rc = SSL_do_handshake(t->ssl);
+    if (rc == 1) return porter_tls_check_pin(t, err, errcap);
+    int w = porter_tls_outcome(t, rc, err, errcap, "TLS handshake");
+    return w == 3 ? -1 : w;
+}
+
+long porter_tls_read(porter_tls *t, void *buffer, size_t length, char *err, size_t errcap) {
+    ERR_clear_error();
+    size_t n = 0;
+    int rc = SSL_read_ex(t->ssl, buffer, length, &n);
+    if (rc == 1) return (long)n;
+    switch (porter_tls_outcome(t, rc, err, errcap, "TLS read")) {
+    case 3: return 0;
+    case 1: return -1;
+    case 2: return -2;
+    default: return -3;
+    }
+}
+
+long porter_tls_write(porter_tls *t, const void *buffer, size_t length, char *err, size_t errcap) {
+    ERR_clear_error();
+    size_t n = 0;
+    int rc = SSL_write_ex(t->ssl, buffer, length, &n);
+    if (rc == 1) return (long)n;
+    switch (porter_tls_outcome(t, rc, err, errcap, "TLS write")) {
+    case 1: return -1;
+    case 2: return -2;
+    default: return -3;
+    }
+}
+
+int porter_tls_pending(porter_tls *t) { return SSL_pending(t->ssl); }
+
+void porter_tls_shutdown(porter_tls *t) { SSL_shutdown(t->ssl); }
+
+void porter_tls_free(porter_tls *t) {
+    if (!t) return;
+    if (t->ssl) SSL_free(t->ssl);
+    if (t->ctx) SSL_CTX_free(t->ctx);
+    free(t->pin);
+    free(t);
+}
+
+#include <signal.h>
+#include <pthread.h>
+
+void porter_block_sigpipe_on_this_thread(void) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+}

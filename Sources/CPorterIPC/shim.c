@@ -152,8 +152,14 @@ int porter_ipc_route_wait(int fd, int timeout_ms) {
     if (n <= 0) return n;
     char buf[8192];
     int got = 0;
-    /* Drain: one change often comes as several messages. */
-    while (recv(fd, buf, sizeof buf, MSG_DONTWAIT) > 0) got = 1;
+    /* Drain: one change often comes as several messages. ENOBUFS: the kernel dropped
+       messages for want of room, so something changed that we did not hear. */
+    for (;;) {
+        ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n > 0) { got = 1; continue; }
+        if (n < 0 && errno == ENOBUFS) { got = 1; continue; }
+        break;
+    }
     return got;
 }
 

@@ -15,7 +15,8 @@ public struct PorterCommand: ParsableCommand {
             4 permission denied, 5 cannot connect, 6 timed out, 7 TLS, 8 authentication, \
             9 too many redirects or a refused redirect, 10 cancelled, 11 bad response, \
             12 cannot write output, 13 a persistent store (cookies, cache, credentials) is damaged or \
-            cannot be opened, 22 HTTP error with --fail, 64 bad command line.
+            cannot be opened, 14 a plugin's worker crashed (or the plugin was disabled), \
+            22 HTTP error with --fail, 64 bad command line.
             """,
         version: Porter.version,
         subcommands: [Fetch.self, Handlers.self, Plugins.self, Cache.self, Jobs.self, Credentials.self],
@@ -84,7 +85,7 @@ struct PluginOptions: ParsableArguments {
 struct Plugins: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "List every plugin candidate of the search path with its verdict.",
-        discussion: "Search path: --plugin-path, $PORTER_PLUGIN_PATH, $XDG_DATA_HOME/porter/plugins (or ~/.local/share/porter/plugins), /usr/local/lib/porter/plugins, /usr/lib/porter/plugins.")
+        discussion: "Search path: --plugin-path, $PORTER_PLUGIN_PATH, $XDG_DATA_HOME/porter/plugins (or ~/.local/share/porter/plugins), PREFIX/lib/porter/plugins when porter runs from PREFIX/bin, /usr/local/lib/porter/plugins, /usr/lib/porter/plugins.")
 
     @OptionGroup var plugins: PluginOptions
 
@@ -253,6 +254,9 @@ struct Fetch: ParsableCommand {
 
     @Option(name: .long, help: "Give up after SECONDS in total.")
     var maxTime: Double?
+
+    @Flag(name: .customLong("wait-for-connectivity"), help: "With no route to the host, wait for the network to come up (until --max-time) instead of failing (URLSession's waitsForConnectivity).")
+    var waitForConnectivity = false
 
     @Option(name: .long, help: "Follow at most N redirects.")
     var maxRedirs: Int?

@@ -223,6 +223,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             config.downloadDirectory = downloadDirectory
             if let t = options.maxTime ?? options.maxTimeShort { config.timeoutIntervalForResource = t; config.timeoutIntervalForRequest = t }
             if let c = options.connectTimeout { config.connectionTimeout = c }
+            config.waitsForConnectivity = options.waitForConnectivity
             if let r = options.limitRate { config.maximumBytesPerSecond = Fetch.rate(r) }
             if let r = options.maxRedirs { config.maximumRedirects = r < 0 ? 100_000 : r }
             // The CLI hands each chunk straight to stdout or a file: 1 MiB in flight keeps
@@ -623,6 +624,10 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
 
     /// curl's --retry: a timeout or one of these statuses is transient.
     static let transientStatuses: Set<Int> = [408, 429, 500, 502, 503, 504]
+
+    func taskIsWaitingForConnectivity(_ task: SessionTask) {
+        if hot.verbose { note("* no route to \(task.originalRequest.url.maskingPassword): waiting for connectivity") }
+    }
 
     func task(_ task: SessionTask, willPerformRedirection response: Response, newRequest: Request,
               completion: @escaping @Sendable (Request?) -> Void) {

@@ -34,6 +34,9 @@ public protocol ProtocolHandler: AnyObject {
     /// The executor the task's life cycle should run on (the thread of this handler's
     /// I/O, so its reports need no thread hop); nil for a serial queue of the session's.
     static func executor(for request: Request, context: SessionContext) -> (any TaskExecutor)?
+    /// A byte stream for stream and WebSocket tasks (`ProtocolHandlerFactory.openStream`);
+    /// default nil.
+    static func openStream(to target: ByteStreamTarget, context: SessionContext) -> (any ByteStream)?
 }
 
 extension ProtocolClient {
@@ -49,6 +52,7 @@ extension ProtocolHandler {
     public func pauseDelivery() {}
     public func resumeDelivery() {}
     public static func executor(for request: Request, context: SessionContext) -> (any TaskExecutor)? { nil }
+    public static func openStream(to target: ByteStreamTarget, context: SessionContext) -> (any ByteStream)? { nil }
 }
 
 /// What a handler may know of the session it loads for (URLProtocol reaches the same
@@ -177,12 +181,16 @@ public protocol ProtocolHandlerFactory: Sendable {
     func mayBeRedirectTarget(scheme: String) -> Bool
     /// The executor for a task whose first request this factory's handler loads.
     func executor(for request: Request, context: SessionContext) -> (any TaskExecutor)?
+    /// A byte stream to `target` for stream and WebSocket tasks, or nil when this
+    /// factory's handlers carry no streams (the default). Not yet open: the task opens it.
+    func openStream(to target: ByteStreamTarget, context: SessionContext) -> (any ByteStream)?
 }
 
 extension ProtocolHandlerFactory {
     public var mayBeRedirectTarget: Bool { true }
     public func mayBeRedirectTarget(scheme: String) -> Bool { mayBeRedirectTarget }
     public func executor(for request: Request, context: SessionContext) -> (any TaskExecutor)? { nil }
+    public func openStream(to target: ByteStreamTarget, context: SessionContext) -> (any ByteStream)? { nil }
 }
 
 /// The factory for a `ProtocolHandler` type.
@@ -199,6 +207,9 @@ public struct TypeHandlerFactory: ProtocolHandlerFactory, @unchecked Sendable {
     }
     public func executor(for request: Request, context: SessionContext) -> (any TaskExecutor)? {
         type.executor(for: request, context: context)
+    }
+    public func openStream(to target: ByteStreamTarget, context: SessionContext) -> (any ByteStream)? {
+        type.openStream(to: target, context: context)
     }
 }
 

@@ -5,6 +5,13 @@ import HTTPTypes
 /// thread at a time. Return 0 at the end; throw to fail the task.
 public protocol BodyStream: AnyObject, Sendable {
     func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int
+    /// How many bytes the stream will give, when that is known before it is read: HTTP
+    /// then sends a `Content-Length` instead of a chunked body. Nil (the default): unknown.
+    var knownLength: Int64? { get }
+}
+
+extension BodyStream {
+    public var knownLength: Int64? { nil }
 }
 
 /// A `BodyStream` over bytes in memory; handy for tests and small bodies.
@@ -38,7 +45,7 @@ public enum RequestBody: Sendable {
         case .file(let url):
             let attrs = try? FileManager.default.attributesOfItem(atPath: url.path)
             return (attrs?[.size] as? NSNumber)?.int64Value
-        case .stream: return nil
+        case .stream(let s): return s.knownLength
         }
     }
 }

@@ -74,6 +74,13 @@ public struct SessionConfiguration: Sendable {
     public var timeoutIntervalForRequest: TimeInterval = 60
     /// Total time in seconds a task may take.
     public var timeoutIntervalForResource: TimeInterval = 7 * 24 * 3600
+    /// When there is no route to the host (or to any name server, for a name that does
+    /// not resolve), the task waits for the network instead of failing: the task delegate
+    /// hears `taskIsWaitingForConnectivity` once, the kernel's route changes (rtnetlink)
+    /// are watched, and the load starts again when a route appears, until
+    /// `timeoutIntervalForResource` (the request timeout does not run while waiting). A
+    /// host that refuses the connection is not waited for. URLSession's default: false.
+    public var waitsForConnectivity: Bool = false
     /// Redirects followed per task before `.tooManyRedirects` (curl's default is 50, Porter's 20).
     public var maximumRedirects: Int = 20
     /// Schemes a redirect may lead to when it changes scheme. A redirect within one

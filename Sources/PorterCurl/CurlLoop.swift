@@ -27,7 +27,21 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
     /// with other settings: libcurl does not compare them for every protocol (FTP with
     /// explicit TLS, for one).
     public static func loop(for configuration: SessionConfiguration) -> CurlLoop {
-        let key = LoopKey(configuration)
+        loop(for: LoopKey(configuration))
+    }
+
+    /// The loop for a session's streams (stream and WebSocket tasks): a multi handle of
+    /// their own per trust configuration, as a connect-only connection sits idle in its
+    /// multi's connection cache, where libcurl would count it against the per-host limit
+    /// of the session's transfers and close it when pruning old or surplus connections.
+    /// Here nothing limits or prunes them.
+    public static func streamLoop(for configuration: SessionConfiguration) -> CurlLoop {
+        var key = LoopKey(configuration)
+        key.streams = true
+        return loop(for: key)
+    }
+
+    private static func loop(for key: LoopKey) -> CurlLoop {
         if key == LoopKey.plain { return shared }
         return byTrust.withLock { loops in
             // The last key asked for answers without hashing (one session asks for the
@@ -37,8 +51,9 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
             if let existing = loops.byKey[key] {
                 loop = existing
             } else {
-                loop = CurlLoop(name: "porter.curl.\(loops.byKey.count + 1)",
-                                maxConnectionsPerHost: max(1, configuration.httpMaximumConnectionsPerHost), keyed: true)
+                loop = CurlLoop(name: key.streams ? "porter.streams.\(loops.byKey.count + 1)" : "porter.curl.\(loops.byKey.count + 1)",
+                                maxConnectionsPerHost: key.streams ? 0 : key.perHost, keyed: true,
+                                maximumConnections: key.streams ? 1 << 20 : 64)
                 loops.byKey[key] = loop
             }
             loops.last = (key, loop)
@@ -58,6 +73,8 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
         var tlsMaximum: Int?
         var perHost: Int
         var overrides: [HostOverride]
+        /// A loop of streams (`streamLoop(for:)`).
+        var streams = false
 
         init(_ c: SessionConfiguration) {
             caFile = c.caCertificateFile
@@ -136,7 +153,17 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
     private var threadRunning = false
     // Loop thread only:
     private var active: [UnsafeMutableRawPointer: CurlTransfer] = [:]
+    /// Connect-only transfers that connected: in the multi handle (libcurl finds their
+    /// connection through it) until their stream closes.
+    private var kept: [UnsafeMutableRawPointer: CurlTransfer] = [:]
+    /// Streams waiting for their socket, with the poll events they wait for.
+    private var watched: [ObjectIdentifier: (stream: CurlStream, events: Int16)] = [:]
     private var flushes: [CurlTransfer] = []
+
+    /// Sets the socket events `stream` waits for (0: none) (loop thread).
+    func watch(_ stream: CurlStream, events: Int16) {
+        if events == 0 { watched[ObjectIdentifier(stream)] = nil } else { watched[ObjectIdentifier(stream)] = (stream, events) }
+    }
 
     /// Asks for `transfer.onFlush` before the loop next waits (loop thread): a handler
     /// that batches small writes hands them over then, so batching adds no latency.
@@ -145,16 +172,17 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
     /// `maxConnectionsPerHost`: CURLMOPT_MAX_HOST_CONNECTIONS for every transfer of
     /// this loop (a loop serves sessions whose settings agree: see `loop(for:)`).
     public convenience init(name: String, maxConnectionsPerHost: Int = 6) {
-        self.init(name: name, maxConnectionsPerHost: maxConnectionsPerHost, keyed: false)
+        self.init(name: name, maxConnectionsPerHost: max(1, maxConnectionsPerHost), keyed: false)
     }
 
-    private init(name: String, maxConnectionsPerHost: Int, keyed: Bool) {
+    /// `maxConnectionsPerHost` 0: no limit (a loop of streams).
+    private init(name: String, maxConnectionsPerHost: Int, keyed: Bool, maximumConnections: Int = 64) {
         CurlLoop.globalInit
         self.name = name
         self.isKeyed = keyed
         multi = curl_multi_init()
         guard let multi else { return }
-        _ = porter_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 64)
+        _ = porter_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, maximumConnections)
         _ = porter_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, maxConnectionsPerHost)
     }
 
@@ -207,9 +235,10 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
         }
     }
 
-    /// Stops a transfer without a completion (loop thread).
+    /// Stops a transfer without a completion (loop thread); closes a kept connection.
     func remove(_ transfer: CurlTransfer) {
-        guard let multi, active.removeValue(forKey: transfer.easy) != nil else { return }
+        guard let multi else { return }
+        guard active.removeValue(forKey: transfer.easy) != nil || kept.removeValue(forKey: transfer.easy) != nil else { return }
         curl_multi_remove_handle(multi, transfer.easy)
     }
 
@@ -218,6 +247,7 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
         threadID.store(UInt(pthread_self()), ordering: .relaxed)
         // Foundation's Thread.name does not reach the kernel here: name it for ps and /proc.
         porter_name_this_thread(name)
+        porter_block_sigpipe_on_this_thread()
         var running: Int32 = 0
         var idleSince: ContinuousClock.Instant?
         while true {
@@ -233,7 +263,11 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
                 guard msg.pointee.msg == CURLMSG_DONE, let easy = msg.pointee.easy_handle else { continue }
                 let result = porter_curlmsg_result(msg)
                 if let transfer = active.removeValue(forKey: easy) {
-                    curl_multi_remove_handle(multi, easy)
+                    if transfer.keepsConnection && result == CURLE_OK {
+                        kept[easy] = transfer
+                    } else {
+                        curl_multi_remove_handle(multi, easy)
+                    }
                     transfer.finish(result)
                 }
             }
@@ -247,7 +281,7 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
                 for t in due { t.flush() }
             }
             let limit = CurlLoop.idleExitMilliseconds.load(ordering: .relaxed)
-            if active.isEmpty && flushes.isEmpty {
+            if active.isEmpty && flushes.isEmpty && kept.isEmpty && watched.isEmpty {
                 let now = ContinuousClock.now
                 if let since = idleSince, now - since >= .milliseconds(limit) {
                     if endThreadIfIdle() { return }
@@ -263,11 +297,27 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
             sleeping = !pending
             lock.unlock()
             if !pending {
-                curl_multi_poll(multi, nil, 0, Int32(min(1000, max(10, limit))), nil)
+                let timeout = Int32(min(1000, max(10, limit)))
+                if watched.isEmpty {
+                    curl_multi_poll(multi, nil, 0, timeout, nil)
+                } else {
+                    waitForSockets(multi, timeout: timeout)
+                }
                 lock.lock()
                 sleeping = false
                 lock.unlock()
             }
+        }
+    }
+
+    /// Waits for libcurl's sockets and the watched streams' together, then lets each
+    /// stream whose socket is ready go on (loop thread).
+    private func waitForSockets(_ multi: UnsafeMutableRawPointer, timeout: Int32) {
+        let entries = Array(watched.values)
+        var fds = entries.map { curl_waitfd(fd: $0.stream.pollSocket, events: $0.events, revents: 0) }
+        curl_multi_poll(multi, &fds, UInt32(fds.count), timeout, nil)
+        for (i, fd) in fds.enumerated() where fd.revents != 0 {
+            entries[i].stream.socketReady(fd.revents)
         }
     }
 

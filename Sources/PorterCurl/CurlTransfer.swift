@@ -15,6 +15,9 @@ public final class CurlTransfer: @unchecked Sendable {
     private var lists: [UnsafeMutablePointer<curl_slist>] = []
     private var started = false
     private var ended = false
+    /// A connect-only transfer: its connection stays in the loop once connected, until
+    /// `closeConnection()` (set before `start`).
+    public var keepsConnection = false
 
     /// One header line as received, CRLF included. Return false to abort.
     public var onHeader: (UnsafeRawBufferPointer) -> Bool = { _ in true }
@@ -173,6 +176,36 @@ public final class CurlTransfer: @unchecked Sendable {
         ended = true
         loop.remove(self)
         clearCallbacks()
+    }
+
+    /// Closes the connection a connect-only transfer kept (loop thread).
+    public func closeConnection() {
+        ended = true
+        loop.remove(self)
+        clearCallbacks()
+    }
+
+    /// The socket of a connect-only transfer's connection, or nil.
+    public var activeSocket: Int32? {
+        var fd: curl_socket_t = -1
+        guard porter_easy_getinfo_socket(easy, &fd) == CURLE_OK, fd >= 0 else { return nil }
+        return fd
+    }
+
+    /// Sends on a connect-only connection: libcurl's result (CURLE_AGAIN when the
+    /// socket is full) and the bytes taken.
+    public func send(_ bytes: UnsafeRawBufferPointer) -> (code: CURLcode, count: Int) {
+        var n = 0
+        let rc = curl_easy_send(easy, bytes.baseAddress, bytes.count, &n)
+        return (rc, n)
+    }
+
+    /// Receives on a connect-only connection: libcurl's result (CURLE_AGAIN when nothing
+    /// is there yet) and the byte count (0 with CURLE_OK at the end of the stream).
+    public func receive(into buffer: UnsafeMutableRawBufferPointer) -> (code: CURLcode, count: Int) {
+        var n = 0
+        let rc = curl_easy_recv(easy, buffer.baseAddress, buffer.count, &n)
+        return (rc, n)
     }
 
     /// Lets a paused upload flow again; the download side stays paused if `keepReceivePaused`.

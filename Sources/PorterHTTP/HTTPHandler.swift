@@ -24,6 +24,10 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         CurlLoop.loop(for: context.configuration)
     }
     public static let defaultUserAgent = "Porter/\(porterVersion)"
+    /// Stream and WebSocket tasks: a connect-only libcurl connection on the session's loop.
+    public static func openStream(to target: ByteStreamTarget, context: SessionContext) -> (any ByteStream)? {
+        CurlStream(target: target, configuration: context.configuration)
+    }
 
     /// The request being sent; an authentication retry may give it a fresh body stream.
     private var request: Request  // loop thread after init

@@ -102,17 +102,41 @@ public final class PluginLoader: @unchecked Sendable {
     public static var isPrivileged: Bool { porter_secure_exec() != 0 }
 
     /// The folders scanned at start-up, in order: `PORTER_PLUGIN_PATH` (colon
-    /// separated; ignored when privileged), the user's folder under XDG data home,
-    /// then /usr/local/lib/porter/plugins and /usr/lib/porter/plugins.
+    /// separated; ignored when privileged), the user's folder under XDG data home, the
+    /// plugin folder of the prefix the program is installed in (`installedPluginFolder`;
+    /// not when privileged), then /usr/local/lib/porter/plugins and
+    /// /usr/lib/porter/plugins (a program installed in /usr or /usr/local adds nothing).
     public static func searchPath(environment: [String: String] = ProcessInfo.processInfo.environment,
-                                  privileged: Bool = PluginLoader.isPrivileged) -> [String] {
+                                  privileged: Bool = PluginLoader.isPrivileged,
+                                  executable: String? = PluginLoader.currentExecutable()) -> [String] {
         var folders: [String] = []
         if !privileged, let list = environment["PORTER_PLUGIN_PATH"] {
             folders += list.split(separator: ":").map(String.init).filter { !$0.isEmpty }
         }
         if let data = XDG.dataHome(environment: environment) { folders.append(data + "/porter/plugins") }
-        folders += ["/usr/local/lib/porter/plugins", "/usr/lib/porter/plugins"]
-        return folders
+        // A setuid program could be hard-linked into a folder its caller owns: there the
+        // program's own location must not choose code either.
+        let system = ["/usr/local/lib/porter/plugins", "/usr/lib/porter/plugins"]
+        if !privileged, let installed = installedPluginFolder(executable: executable), !system.contains(installed) {
+            folders.append(installed)
+        }
+        return folders + system
+    }
+
+    /// `PREFIX/lib/porter/plugins` for a program at `PREFIX/bin/NAME` (`make install`'s
+    /// layout, wherever the prefix is: /usr, /opt/porter, a DESTDIR); nil for a program
+    /// anywhere else (a build folder) or a relative path.
+    public static func installedPluginFolder(executable: String?) -> String? {
+        guard let executable, executable.hasPrefix("/") else { return nil }
+        let bin = (executable as NSString).deletingLastPathComponent
+        guard (bin as NSString).lastPathComponent == "bin" else { return nil }
+        let prefix = (bin as NSString).deletingLastPathComponent
+        return (prefix == "/" ? "" : prefix) + "/lib/porter/plugins"
+    }
+
+    /// This program's file, symbolic links resolved (`/proc/self/exe`); nil when unknown.
+    public static func currentExecutable() -> String? {
+        try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
     }
 
     /// The candidate files of a folder: names ending in `.so` (or `.so.N`), sorted. A

@@ -85,6 +85,12 @@ public class DataTask: SessionTask, @unchecked Sendable {
 
     override func sinkComplete(_ error: PorterError?, driver: TaskDriver) {
         super.sinkComplete(error, driver: driver)
+        // A delegate of the task's own (data(for:delegate:), bytes(for:delegate:)) hears
+        // the end as URLSession's does, whatever the sink; the session's hears it only
+        // for tasks that report through delegates.
+        if case .delegate = sink {} else if let own = delegateRoles?.task {
+            session.deliver { own.task(self, didCompleteWithError: error) }
+        }
         switch sink {
         case .completion(let handler, let inline):
             if error == nil, let response = self.response {

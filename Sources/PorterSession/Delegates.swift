@@ -39,6 +39,9 @@ public protocol TaskDelegate: SessionDelegate {
     func task(_ task: SessionTask, didFinishCollecting metrics: TaskMetrics)
     /// Exactly once per task. A resumable download's error carries `resumeData`.
     func task(_ task: SessionTask, didCompleteWithError error: PorterError?)
+    /// The task found no route to its host and waits for the network
+    /// (`SessionConfiguration.waitsForConnectivity`); at most once per task.
+    func taskIsWaitingForConnectivity(_ task: SessionTask)
 }
 
 public protocol DataDelegate: TaskDelegate {
@@ -89,6 +92,7 @@ extension TaskDelegate {
     public func task(_ task: SessionTask, didSendBodyData bytesSent: Int64, totalBytesSent: Int64, totalBytesExpectedToSend: Int64) {}
     public func task(_ task: SessionTask, didFinishCollecting metrics: TaskMetrics) {}
     public func task(_ task: SessionTask, didCompleteWithError error: PorterError?) {}
+    public func taskIsWaitingForConnectivity(_ task: SessionTask) {}
 }
 
 extension DataDelegate {

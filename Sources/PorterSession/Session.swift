@@ -156,6 +156,15 @@ public final class Session: @unchecked Sendable {
 
     // MARK: - making tasks
 
+    /// A task identifier for a task outside the session's table (stream, WebSocket).
+    func reserveTaskIdentifier() -> Int {
+        state.withLock { s in
+            let id = s.nextIdentifier
+            s.nextIdentifier += 1
+            return id
+        }
+    }
+
     /// Makes a task; `configure` finishes it before anyone else can see it (the session's
     /// table, `didCreateTask`), so nothing the driver reads at start is written later.
     private func register<T: SessionTask>(_ make: (Int) -> T, configure: (T) -> Void = { _ in }) -> T {

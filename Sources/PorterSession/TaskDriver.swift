@@ -84,7 +84,10 @@ final class TaskDriver: @unchecked Sendable {
             // flag) is not reached even when the application allows the scheme.
             TaskDriver.factory(for: target, in: config)?.mayBeRedirectTarget(scheme: target.scheme) ?? true
         }
-        self.machine = TaskStateMachine(request: request, redirectPolicy: policy, asksResponseDisposition: asksResponseDisposition)
+        let waits: Bool
+        if case .background = config.kind { waits = false } else { waits = config.waitsForConnectivity }
+        self.machine = TaskStateMachine(request: request, redirectPolicy: policy, asksResponseDisposition: asksResponseDisposition,
+                                        waitsForConnectivity: waits)
         TaskEventCenter.shared.post(.created(taskID: eventID, url: request.url))
     }
 
@@ -256,6 +259,28 @@ final class TaskDriver: @unchecked Sendable {
         case .stopAndComplete(let outcome):
             stopHandler()
             finish(error(for: outcome))
+        case .checkConnectivity(let request):
+            stopHandler()
+            let configuration = session.configuration
+            DispatchQueue.global().async {
+                let reachable = Connectivity.hasRoute(for: request.url, configuration: configuration)
+                self.send(.connectivityChecked(reachable: reachable))
+            }
+        case .waitForConnectivity(let notify):
+            logger.debug("no route for \(currentRequest.url.maskingPassword): waiting for the network")
+            if notify, let delegate = session.taskDelegate(for: owner), let task = owner {
+                session.deliver { delegate.taskIsWaitingForConnectivity(task) }
+            }
+            // Watch first, then look again: a route that appeared in between is not missed.
+            NetworkWatch.shared.notifyOnce { [weak self] in self?.send(.networkChanged) }
+            let request = currentRequest, configuration = session.configuration
+            DispatchQueue.global().async {
+                if Connectivity.hasRoute(for: request.url, configuration: configuration) { self.send(.networkChanged) }
+            }
+        case .retryLoad(let request):
+            logger.debug("the network changed: loading \(request.url.maskingPassword) again")
+            response = nil
+            begin(request, needsStream: request.body.map { if case .stream = $0 { return true } else { return false } } ?? false)
         }
     }
 

@@ -71,6 +71,10 @@ struct TaskStateMachine: Sendable {
         case responseDisposition
         case redirectDecision
         case challengeDecision(UInt64)
+        /// A load failed for want of a connection: is there a route to the host?
+        case connectivityCheck
+        /// No route: waiting for the network to change.
+        case connectivity
     }
 
     enum Event: Sendable {
@@ -95,6 +99,10 @@ struct TaskStateMachine: Sendable {
         case drained
         case timeout
         case completionDelivered
+        /// The answer to `checkConnectivity`: whether a route to the host exists now.
+        case connectivityChecked(reachable: Bool)
+        /// The kernel announced a change of links, addresses or routes.
+        case networkChanged
     }
 
     enum Action: Sendable {
@@ -130,6 +138,14 @@ struct TaskStateMachine: Sendable {
         case ignoreViolation(String)
         indirect case complete(Outcome)
         indirect case stopAndComplete(Outcome)
+        /// Stop the handler (it failed for want of a connection) and find out whether
+        /// there is a route to `request`'s host; report `connectivityChecked`.
+        indirect case checkConnectivity(Request)
+        /// Watch the network and report `networkChanged`; tell the delegate the task is
+        /// waiting when `notify` (the first wait of the task).
+        case waitForConnectivity(notify: Bool)
+        /// Load `request` again from the start (the network came back).
+        indirect case retryLoad(Request)
     }
 
     private(set) var lifecycle: TaskState = .suspended
@@ -149,6 +165,14 @@ struct TaskStateMachine: Sendable {
     let redirectPolicy: RedirectPolicy
     /// True when the data delegate is asked about the response.
     let asksResponseDisposition: Bool
+    /// `SessionConfiguration.waitsForConnectivity`.
+    let waitsForConnectivity: Bool
+    /// The delegate heard `taskIsWaitingForConnectivity` (once per task).
+    private(set) var reportedWaiting = false
+    /// The request of the current hop before the driver prepared it (a retry starts over).
+    private(set) var hopRequest: Request
+    /// The failure a connectivity check may turn out to be final.
+    @OutOfLine private var pendingFailure: PorterError?
 
     private var deferred: [(UInt64, HandlerReport)] = []
     private var deferredHead = 0
@@ -156,11 +180,18 @@ struct TaskStateMachine: Sendable {
     @OutOfLine private var pendingRedirect: Response?
     @OutOfLine private var pendingChallenge: AuthenticationChallenge?
 
-    init(request: Request, redirectPolicy: RedirectPolicy, asksResponseDisposition: Bool) {
+    init(request: Request, redirectPolicy: RedirectPolicy, asksResponseDisposition: Bool, waitsForConnectivity: Bool = false) {
         self.request = request
+        self.hopRequest = request
         self.redirectPolicy = redirectPolicy
         self.asksResponseDisposition = asksResponseDisposition
+        self.waitsForConnectivity = waitsForConnectivity
     }
+
+    /// Failures that may mean "no network" rather than "no server": only those before a
+    /// connection was made, so nothing of the request can have been sent (a lost
+    /// connection may have delivered a POST: it is not retried).
+    static let connectivityFailures: Set<PorterError.Code> = [.cannotConnectToHost, .cannotFindHost]
 
     var isFinal: Bool { lifecycle == .completed || lifecycle == .canceling }
     var canProcessHandlerEvents: Bool { lifecycle == .running && wait == .none }
@@ -196,7 +227,27 @@ struct TaskStateMachine: Sendable {
             return .none
         case .timeout:
             guard !isFinal, started else { return .none }
+            if wait == .connectivity || wait == .connectivityCheck {
+                return end(.stopAndComplete(.error(.timedOut,
+                    "no route to the host appeared within timeoutIntervalForResource (the task waited for connectivity)")))
+            }
             return end(.stopAndComplete(.error(.timedOut, "the request timed out")))
+        case .connectivityChecked(let reachable):
+            guard !isFinal, wait == .connectivityCheck else { return .none }
+            if reachable {
+                let failure = pendingFailure ?? PorterError(.cannotConnectToHost, "the connection failed")
+                pendingFailure = nil
+                return end(.stopAndComplete(.failed(failure)))
+            }
+            wait = .connectivity
+            let notify = !reportedWaiting
+            reportedWaiting = true
+            return .waitForConnectivity(notify: notify)
+        case .networkChanged:
+            guard !isFinal, wait == .connectivity else { return .none }
+            pendingFailure = nil
+            wait = .plan
+            return .retryLoad(hopRequest)
         case .backlog:
             guard !isFinal, !flowPaused else { return .none }
             flowPaused = true
@@ -250,6 +301,7 @@ struct TaskStateMachine: Sendable {
             cachedResponse = nil
             clearDeferred()
             request = chosen
+            hopRequest = chosen
             wait = .plan
             return .followRedirect(chosen)
         case .challengeDecision(let id, let disposition):
@@ -320,6 +372,16 @@ struct TaskStateMachine: Sendable {
     private mutating func process(_ report: HandlerReport) -> Action {
         switch report {
         case .fail(let error):
+            if waitsForConnectivity, !responseReceived, TaskStateMachine.connectivityFailures.contains(error.code) {
+                // Maybe no network: the driver looks for a route; reports of this handler
+                // are dropped from here on (a retry is a new generation).
+                generation += 1
+                clearDeferred()
+                cachedResponse = nil
+                pendingFailure = error
+                wait = .connectivityCheck
+                return .checkConnectivity(hopRequest)
+            }
             return end(.stopAndComplete(.failed(error)))
         case .response(let response, let policy):
             if responseReceived { return .ignoreViolation("a second response was dropped") }

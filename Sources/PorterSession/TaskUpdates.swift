@@ -16,6 +16,8 @@ public enum TaskUpdate: Sendable {
     case sentBody(bytesSent: Int64, totalBytesSent: Int64, totalBytesExpectedToSend: Int64)
     /// Timing, once the task is done (just before the sequence ends).
     case metrics(TaskMetrics)
+    /// No route to the host: the task waits for the network (`waitsForConnectivity`).
+    case waitingForConnectivity
 }
 
 /// The updates of one data (or upload) task as an `AsyncSequence`: the task starts when
@@ -89,6 +91,7 @@ final class UpdateRelay: DataDelegate, @unchecked Sendable {
                                      totalBytesExpectedToSend: totalBytesExpectedToSend))
     }
     func task(_ task: SessionTask, didFinishCollecting metrics: TaskMetrics) { continuation.yield(.metrics(metrics)) }
+    func taskIsWaitingForConnectivity(_ task: SessionTask) { continuation.yield(.waitingForConnectivity) }
     func task(_ task: SessionTask, didCompleteWithError error: PorterError?) {
         if let error { continuation.finish(throwing: error) } else { continuation.finish() }
     }

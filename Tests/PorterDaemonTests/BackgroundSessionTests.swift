@@ -76,7 +76,7 @@ class DaemonTestCase: XCTestCase {
     }
 
     override func setUpWithError() throws {
-        guard Self.nginx != nil else { throw XCTSkip("unreachable: nginx failed to start") }
+        guard Self.nginx != nil else { throw NginxFixture.Failure.setup("unreachable: nginx failed to start") }
         daemonHome = try DaemonHome("porterd-test")
     }
 
@@ -278,7 +278,7 @@ final class BackgroundSessionTests: DaemonTestCase {
     /// Another user reaching the socket (here the folder and socket are opened up on
     /// purpose) is refused by its credentials (SO_PEERCRED), not served.
     func testAnotherUserIsRefused() throws {
-        guard geteuid() == 0 else { throw XCTSkip("needs root to run a client as another user") }
+        guard geteuid() == 0 else { throw NginxFixture.Failure.setup("needs root to run a client as another user") }
         let session = Session(configuration: .background(identifier: "mine"), delegate: BackgroundRecorder())
         XCTAssertNotNil(daemonPID())
         chmod(home + "/run", 0o755)
@@ -660,7 +660,7 @@ final class BackgroundCLITests: DaemonTestCase {
     /// retrying with back-off; when the link comes up, rtnetlink tells porterd and the task
     /// starts at once, long before its next back-off time.
     func testTasksWaitingForTheNetworkStartWhenItComesUp() throws {
-        guard geteuid() == 0 else { throw XCTSkip("network namespaces need root") }
+        guard geteuid() == 0 else { throw NginxFixture.Failure.setup("network namespaces need root") }
         let ns = "porter-\(UUID().uuidString.prefix(6))"
         try runChecked("/usr/sbin/ip", ["netns", "add", ns])
         defer { _ = try? runProcess("/usr/sbin/ip", ["netns", "del", ns]) }

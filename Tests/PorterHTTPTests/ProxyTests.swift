@@ -61,6 +61,28 @@ final class ProxyTests: XCTestCase {
         XCTAssertTrue(tinyproxy.log("tinyproxy.log").contains("CONNECT"), "tunnelled through the proxy")
     }
 
+    /// WebSocket and stream tasks go through the session's proxy as a CONNECT tunnel.
+    func testWebSocketAndStreamThroughCONNECT() async throws {
+        let ports = try WSFixture.start().get()
+        let s = session(ProxyConfiguration(httpProxy: proxy("http://127.0.0.1:\(tinyproxy.port)")))
+        let before = tinyproxy.log("tinyproxy.log").components(separatedBy: "CONNECT").count
+        let socket = s.webSocketTask(with: URL(string: "ws://127.0.0.1:\(ports.ws)/echo")!)
+        socket.resume()
+        try await socket.send(.string("tunnelled"))
+        let reply = try await socket.receive()
+        XCTAssertEqual(reply, .string("tunnelled"))
+        socket.cancel(with: .normalClosure, reason: nil)
+        let stream = s.streamTask(withHostName: "127.0.0.1", port: ports.echo)
+        stream.resume()
+        try await stream.write(Data("via proxy\n".utf8))
+        let line = try await stream.read(minLength: 10, maxLength: 10, timeout: 10)
+        XCTAssertEqual(String(decoding: line.data, as: UTF8.self), "via proxy\n")
+        stream.cancel()
+        let log = tinyproxy.log("tinyproxy.log")
+        XCTAssertGreaterThanOrEqual(log.components(separatedBy: "CONNECT").count - before, 2, "both went through CONNECT: \(log.suffix(800))")
+        XCTAssertTrue(log.contains(":\(ports.ws)") && log.contains(":\(ports.echo)"), String(log.suffix(800)))
+    }
+
     func testProxyAuthenticationChallenge() async throws {
         final class Answer: TaskDelegate, @unchecked Sendable {
             let lock = NSLock()

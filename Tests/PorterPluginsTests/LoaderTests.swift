@@ -356,6 +356,29 @@ final class LoaderTests: XCTestCase {
         XCTAssertFalse(PluginLoader.isPrivileged)
     }
 
+    func testSearchPathHasTheInstalledPrefixsPluginFolder() {
+        let env = ["HOME": "/home/u"]
+        // A program in PREFIX/bin looks in PREFIX/lib/porter/plugins, after the user's folder.
+        XCTAssertEqual(PluginLoader.searchPath(environment: env, privileged: false, executable: "/opt/porter/bin/porter"),
+                       ["/home/u/.local/share/porter/plugins", "/opt/porter/lib/porter/plugins",
+                        "/usr/local/lib/porter/plugins", "/usr/lib/porter/plugins"])
+        XCTAssertEqual(PluginLoader.searchPath(environment: env, privileged: false, executable: "/tmp/stage/usr/bin/porter")[1],
+                       "/tmp/stage/usr/lib/porter/plugins")
+        // Installed in /usr or /usr/local: each folder once, in the usual order.
+        let usual = ["/home/u/.local/share/porter/plugins", "/usr/local/lib/porter/plugins", "/usr/lib/porter/plugins"]
+        XCTAssertEqual(PluginLoader.searchPath(environment: env, privileged: false, executable: "/usr/local/bin/porter"), usual)
+        XCTAssertEqual(PluginLoader.searchPath(environment: env, privileged: false, executable: "/usr/bin/porter"), usual)
+        XCTAssertEqual(PluginLoader.installedPluginFolder(executable: "/bin/porter"), "/lib/porter/plugins")
+        // Not in a bin folder (a build folder), a relative path, unknown: nothing added.
+        for exe in ["/src/porter/.build/debug/porter", "bin/porter", "/porter", nil] as [String?] {
+            XCTAssertNil(PluginLoader.installedPluginFolder(executable: exe), "\(String(describing: exe))")
+            XCTAssertEqual(PluginLoader.searchPath(environment: env, privileged: false, executable: exe), usual)
+        }
+        // A privileged (setuid) program ignores where it was started from: a hard link in
+        // the caller's own ~/bin must not make ~/lib/porter/plugins trusted.
+        XCTAssertEqual(PluginLoader.searchPath(environment: env, privileged: true, executable: "/home/u/bin/porter"), usual)
+    }
+
     func testCandidatesAreSharedObjectsOnly() throws {
         let folder = try PluginFixture.folder()
         for name in ["b.so", "a.so.1", "README", "c.txt"] {

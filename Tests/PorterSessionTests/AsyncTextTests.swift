@@ -98,6 +98,25 @@ final class TaskDelegateTests: XCTestCase {
         func task(_ task: SessionTask, didFinishCollecting metrics: TaskMetrics) {
             seen.withLock { $0.append("metrics") }
         }
+        func task(_ task: SessionTask, didCompleteWithError error: PorterError?) {
+            seen.withLock { $0.append(error == nil ? "complete" : "failed \(error!.code)") }
+        }
+    }
+
+    /// The async methods' own delegates hear the task's end (URLSession's order: metrics,
+    /// then the completion), for bytes(for:delegate:) too; the session's delegate does not.
+    func testATaskDelegateHearsTheEnd() async throws {
+        let sessionDelegate = Decider("session", follow: true)
+        let session = Session(configuration: testConfiguration(), delegate: sessionDelegate)
+        let own = Decider("task", follow: true)
+        _ = try await session.data(for: Request(url: url("redir://h/1")), delegate: own)
+        XCTAssertTrue(eventually { own.seen.current.contains("complete") }, "\(own.seen.current)")
+        let streamed = Decider("bytes", follow: true)
+        let (bytes, _) = try await session.bytes(for: Request(url: url("redir://h/1")), delegate: streamed)
+        for try await _ in bytes {}
+        XCTAssertTrue(eventually { streamed.seen.current.contains("complete") }, "\(streamed.seen.current)")
+        XCTAssertEqual(streamed.seen.current.suffix(2), ["metrics", "complete"])
+        XCTAssertFalse(sessionDelegate.seen.current.contains("complete"))
     }
 
     private func url(_ s: String) -> URL { URL(string: s)! }

@@ -61,6 +61,9 @@ final class TaskStateMachineTests: XCTestCase {
         case .ignoreViolation: return "ignoreViolation"
         case .complete(let o): return "complete(\(outcome(o)))"
         case .stopAndComplete(let o): return "stopAndComplete(\(outcome(o)))"
+        case .checkConnectivity(let r): return "checkConnectivity(\(r.url.absoluteString))"
+        case .waitForConnectivity(let notify): return "waitForConnectivity(\(notify))"
+        case .retryLoad(let r): return "retryLoad(\(r.url.absoluteString))"
         }
     }
 
@@ -77,8 +80,8 @@ final class TaskStateMachineTests: XCTestCase {
         .loadPlanned(r, CacheStep.Lookup(policy: policy, hit: hit))
     }
 
-    private func running(asks: Bool = false, policy p: RedirectPolicy? = nil) -> M {
-        var m = M(request: request, redirectPolicy: p ?? policy(), asksResponseDisposition: asks)
+    private func running(asks: Bool = false, policy p: RedirectPolicy? = nil, waits: Bool = false) -> M {
+        var m = M(request: request, redirectPolicy: p ?? policy(), asksResponseDisposition: asks, waitsForConnectivity: waits)
         XCTAssertEqual(step(&m, .resume), "start(http://a.example/start)")
         XCTAssertEqual(step(&m, planned(request)), "load(http://a.example/start)")
         return m
@@ -408,6 +411,49 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertEqual(report(&late, .cachedResponseValid(serving: nil, revalidated: false)), "ignoreViolation")
     }
 
+    /// waitsForConnectivity: a connection failure before any response asks for a route
+    /// check; no route means wait (the delegate hears it once), a network change loads the
+    /// hop's request again, and a route that exists means the failure was real.
+    func testWaitsForConnectivity() {
+        var m = M(request: request, redirectPolicy: policy(), asksResponseDisposition: false, waitsForConnectivity: true)
+        _ = m.handle(.resume)
+        _ = m.handle(planned(request))
+        let stale = m.generation
+        XCTAssertEqual(report(&m, .fail(PorterError(.cannotConnectToHost, "ENETUNREACH"))), "checkConnectivity(http://a.example/start)")
+        XCTAssertEqual(tag(m.handle(.handler(generation: stale, .finish))), "none", "the failed handler is not heard again")
+        XCTAssertEqual(step(&m, .networkChanged), "none", "not waiting yet: the check is under way")
+        XCTAssertEqual(step(&m, .connectivityChecked(reachable: false)), "waitForConnectivity(true)")
+        XCTAssertEqual(step(&m, .connectivityChecked(reachable: false)), "none")
+        XCTAssertEqual(step(&m, .networkChanged), "retryLoad(http://a.example/start)")
+        XCTAssertEqual(step(&m, planned(request)), "load(http://a.example/start)")
+        XCTAssertEqual(report(&m, .fail(PorterError(.cannotFindHost, "no DNS"))), "checkConnectivity(http://a.example/start)")
+        XCTAssertEqual(step(&m, .connectivityChecked(reachable: false)), "waitForConnectivity(false)", "the delegate hears it once")
+        XCTAssertEqual(step(&m, .timeout), "stopAndComplete(error(timedOut))")
+
+        // A route exists: the server refused; the original failure ends the task.
+        var refused = running(waits: true)
+        XCTAssertEqual(report(&refused, .fail(PorterError(.cannotConnectToHost, "ECONNREFUSED"))), "checkConnectivity(http://a.example/start)")
+        XCTAssertEqual(step(&refused, .connectivityChecked(reachable: true)), "stopAndComplete(failed(cannotConnectToHost))")
+
+        // Not asked to wait, or a response already came, or another failure: fail at once.
+        var plain = running()
+        XCTAssertEqual(report(&plain, .fail(PorterError(.cannotConnectToHost, "x"))), "stopAndComplete(failed(cannotConnectToHost))")
+        var late = running(waits: true)
+        _ = report(&late, .response(response, .allowed))
+        XCTAssertEqual(report(&late, .fail(PorterError(.cannotConnectToHost, "x"))), "stopAndComplete(failed(cannotConnectToHost))")
+        // A lost connection may have carried the request (a POST): never sent again.
+        var lost = running(waits: true)
+        XCTAssertEqual(report(&lost, .fail(PorterError(.networkConnectionLost, "x"))), "stopAndComplete(failed(networkConnectionLost))")
+        var other = running(waits: true)
+        XCTAssertEqual(report(&other, .fail(PorterError(.secureConnectionFailed, "x"))), "stopAndComplete(failed(secureConnectionFailed))")
+        // Cancel while waiting.
+        var waiting = running(waits: true)
+        _ = report(&waiting, .fail(PorterError(.cannotConnectToHost, "x")))
+        _ = waiting.handle(.connectivityChecked(reachable: false))
+        XCTAssertEqual(step(&waiting, .cancel(producingResumeData: false)), "stopAndComplete(cancelled)")
+        XCTAssertEqual(step(&waiting, .networkChanged), "none")
+    }
+
     /// Every sequence of four events (and of seven flow events) from a rich alphabet (kept reports let
     /// through after each) keeps the invariants: at most one completing action, nothing
     /// but `.none` after it, the handler paused exactly while suspended or backlogged,
@@ -426,6 +472,9 @@ final class TaskStateMachineTests: XCTestCase {
             { .handler(generation: $0.generation, .challenge(c)) },
             { _ in .responseDecision(.allow) }, { [request] _ in .redirectDecision(request) },
             { _ in .challengeDecision(c.identifier, .performDefaultHandling) }, { _ in .completionDelivered },
+            { .handler(generation: $0.generation, .fail(PorterError(.cannotConnectToHost, "no route"))) },
+            { _ in .connectivityChecked(reachable: false) }, { _ in .connectivityChecked(reachable: true) },
+            { _ in .networkChanged },
         ]
         var alphabet = full
         var sequences = 0
@@ -461,7 +510,7 @@ final class TaskStateMachineTests: XCTestCase {
                         handlerPaused = false
                     case .load(_, _, let p):
                         handlerPaused = p
-                    case .followRedirect:
+                    case .followRedirect, .retryLoad:
                         // A new handler comes; it is made paused or not by `load`.
                         handlerPaused = next.handlerPaused
                     default: break
@@ -475,11 +524,11 @@ final class TaskStateMachineTests: XCTestCase {
                 walk(next, depth: depth - 1, completed: done, paused: handlerPaused, trail: trail)
             }
         }
-        for asks in [false, true] {
-            walk(M(request: request, redirectPolicy: policy(max: 1), asksResponseDisposition: asks),
+        for (asks, waits) in [(false, false), (true, false), (false, true)] {
+            walk(M(request: request, redirectPolicy: policy(max: 1), asksResponseDisposition: asks, waitsForConnectivity: waits),
                  depth: 4, completed: false, paused: false, trail: [])
         }
-        XCTAssertEqual(sequences, 2 * Int(pow(Double(full.count), 4.0)))
+        XCTAssertEqual(sequences, 3 * Int(pow(Double(full.count), 4.0)))
         // Longer runs of the events that move the pause state.
         alphabet = [full[0], full[1], full[4], full[5], full[7], full[8], full[13]]
         sequences = 0

@@ -64,6 +64,43 @@ static const size_t porter_readfunc_pause = CURL_READFUNC_PAUSE;
 static const size_t porter_readfunc_abort = CURL_READFUNC_ABORT;
 static const long porter_global_default = CURL_GLOBAL_DEFAULT;
 
+/* CURLINFO_ACTIVESOCKET: the socket of a connect-only handle. */
+CURLcode porter_easy_getinfo_socket(CURL *handle, curl_socket_t *socket);
+
+/* TLS started on an open socket (OpenSSL), for a stream task's startSecureConnection,
+   which libcurl cannot do on a connect-only connection. The settings mirror the
+   session's: `verify` checks the chain (against `ca_file`, or the system's CAs when
+   NULL) and the name; `pinned_key` ("sha256//BASE64[;...]") is checked after the
+   handshake; a client certificate (PEM, with `key` or in the same file); protocol
+   versions as OpenSSL numbers (0: default, at least TLS 1.2). Results of handshake: 0
+   done, 1 wants the socket readable, 2 writable, -1/-2 failed (-2: the certificate did
+   not verify or the pin did not match), with a message in `err`. read / write: bytes,
+   0 at the peer's close_notify (read), -1 wants readable, -2 wants writable, -3 failed
+   (a connection cut without close_notify is a failure: it may be a truncation). */
+typedef struct porter_tls porter_tls;
+typedef struct {
+    int verify;
+    const char *ca_file;
+    const char *pinned_key;
+    const char *certificate;
+    const char *key;
+    int minimum_version;
+    int maximum_version;
+} porter_tls_settings;
+porter_tls *porter_tls_new(int fd, const char *server_name, const porter_tls_settings *settings,
+                           char *err, size_t errcap);
+int porter_tls_handshake(porter_tls *t, char *err, size_t errcap);
+long porter_tls_read(porter_tls *t, void *buffer, size_t length, char *err, size_t errcap);
+long porter_tls_write(porter_tls *t, const void *buffer, size_t length, char *err, size_t errcap);
+int porter_tls_pending(porter_tls *t);
+void porter_tls_shutdown(porter_tls *t);
+void porter_tls_free(porter_tls *t);
+
+/* Blocks SIGPIPE on the calling thread: a write to a socket the peer closed (OpenSSL's,
+   for a stream's TLS, uses write(), not send with MSG_NOSIGNAL) then fails with EPIPE
+   instead of killing the program. The signal stays pending on that thread, unseen. */
+void porter_block_sigpipe_on_this_thread(void);
+
 /* Names the calling thread for ps and /proc (prctl is variadic); at most 15 bytes are kept. */
 void porter_name_this_thread(const char *name);
 
