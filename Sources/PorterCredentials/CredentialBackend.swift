@@ -54,6 +54,16 @@ enum BackendChoice {
     /// The environment variable that forces a backend.
     static let override = "PORTER_CREDENTIAL_STORE"
 
+    /// `$XDG_RUNTIME_DIR/bus` when it is a socket of this user's (not followed through a
+    /// link), else nil.
+    static func runtimeDirectoryBus(_ environment: [String: String]) -> String? {
+        guard let runtime = environment["XDG_RUNTIME_DIR"], runtime.hasPrefix("/") else { return nil }
+        let path = (runtime.hasSuffix("/") ? String(runtime.dropLast()) : runtime) + "/bus"
+        var st = stat()
+        guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFSOCK, st.st_uid == getuid() else { return nil }
+        return path
+    }
+
     static func choose(environment: [String: String], filePath: String, timeout: Duration) -> BackendChoice {
         let forced = environment[override] ?? ""
         if forced == "file" { return .file(path: filePath, reason: "\(override)=file") }
@@ -61,12 +71,19 @@ enum BackendChoice {
         func otherwise(_ reason: String) -> BackendChoice {
             demanded ? .unusable("\(override)=secret-service, but \(reason)") : .file(path: filePath, reason: reason)
         }
-        guard let address = environment["DBUS_SESSION_BUS_ADDRESS"], !address.isEmpty else {
+        var address = environment["DBUS_SESSION_BUS_ADDRESS"] ?? ""
+        var found = ""
+        if address.isEmpty, let bus = runtimeDirectoryBus(environment) {
+            // GDBus's own fallback: the user's bus in XDG_RUNTIME_DIR (systemd's user bus).
+            address = "unix:path=" + bus
+            found = "the session bus in XDG_RUNTIME_DIR (DBUS_SESSION_BUS_ADDRESS is not set)"
+        }
+        guard !address.isEmpty else {
             return otherwise("no session bus (DBUS_SESSION_BUS_ADDRESS is not set)")
         }
         switch SecretServiceConnection.open(busAddress: address, timeout: timeout) {
         case .success(let connection):
-            return .secretService(connection, reason: demanded ? "\(override)=secret-service" : "")
+            return .secretService(connection, reason: demanded ? "\(override)=secret-service" : found)
         case .failure(let failure):
             switch failure.kind {
             case .noBus: return otherwise("the session bus \(address) cannot be reached (\(failure.message))")

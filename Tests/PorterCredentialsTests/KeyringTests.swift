@@ -265,6 +265,27 @@ final class KeyringTests: XCTestCase {
 
     // MARK: - the choice
 
+    /// With no DBUS_SESSION_BUS_ADDRESS, the user's bus in XDG_RUNTIME_DIR is used, as
+    /// GDBus does (systemd's user bus lives there).
+    func testTheBusInTheRuntimeDirectoryIsFound() throws {
+        let keyring = try SecretServiceFixture(.gnomeKeyring(password: "test-password"))
+        var environment = keyring.environment
+        environment["DBUS_SESSION_BUS_ADDRESS"] = nil
+        environment["XDG_RUNTIME_DIR"] = keyring.dir   // where the fixture's bus socket is
+        let store = CredentialStore(environment: environment)
+        XCTAssertEqual(store.backend.kind, .secretService(busAddress: keyring.busAddress))
+        XCTAssertTrue(store.backend.reason.contains("XDG_RUNTIME_DIR"), store.backend.reason)
+        store.set(permanent("rita", "runtime-pw"), for: space)
+        XCTAssertEqual(try keyring.lookup(["user": "rita"]), "runtime-pw")
+        store.remove(permanent("rita", ""), for: space)
+        // A link named bus is not followed.
+        let links = try temporaryFolder()
+        try FileManager.default.createSymbolicLink(atPath: links + "/bus", withDestinationPath: keyring.dir + "/bus")
+        environment["XDG_RUNTIME_DIR"] = links
+        XCTAssertEqual(CredentialStore.selectBackend(environment: environment).kind,
+                       .file(path: keyring.dir + "/home/.local/share/porter/credentials.json"))
+    }
+
     func testWithoutASessionBusTheFileIsUsedAndSaysWhy() throws {
         let home = try temporaryFolder()
         let file = home + "/.local/share/porter/credentials.json"

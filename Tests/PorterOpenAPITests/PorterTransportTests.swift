@@ -201,10 +201,13 @@ final class PorterTransportTests: XCTestCase {
 
     // MARK: - transport errors
 
-    /// A refused connection is thrown, and the request body is left unread.
+    /// A refused connection is thrown, and the request body is not read beyond what the
+    /// upload reads ahead before it connects (Porter's 256 KiB, the pipe's 128 KiB, one chunk
+    /// in hand): a 4 MiB body stays almost all unread. (Whether the read-ahead starts before
+    /// the refusal comes is a race: asserting "nothing read" failed once in a clean run.)
     func testARefusedConnectionIsThrown() async throws {
         let closedPort = try NginxFixture.freePort()
-        let producer = Producer(chunks: 4)
+        let producer = Producer(chunks: 64)
         do {
             _ = try await transport().send(PorterTransportTests.request(.put, "/upload"), body: producer.body(length: .unknown),
                                            baseURL: URL(string: "http://127.0.0.1:\(closedPort)")!, operationID: "upload")
@@ -212,7 +215,7 @@ final class PorterTransportTests: XCTestCase {
         } catch let error as PorterError {
             XCTAssertEqual(error.code, .cannotConnectToHost)
         }
-        XCTAssertEqual(producer.producedNow, 0)
+        XCTAssertLessThanOrEqual(producer.producedNow, (256 + 128 + 64) << 10)
     }
 
     func testAnIdleRequestTimesOut() async throws {
