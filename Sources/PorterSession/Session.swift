@@ -156,12 +156,26 @@ public final class Session: @unchecked Sendable {
 
     // MARK: - making tasks
 
-    /// A task identifier for a task outside the session's table (stream, WebSocket).
-    func reserveTaskIdentifier() -> Int {
+    /// A task identifier for a task outside the session's table (stream, WebSocket), and
+    /// whether the session was invalidated (such a task then fails when resumed).
+    func reserveTaskIdentifier() -> (Int, invalidated: Bool) {
         state.withLock { s in
             let id = s.nextIdentifier
             s.nextIdentifier += 1
-            return id
+            return (id, s.invalidated)
+        }
+    }
+
+    /// Stream and WebSocket tasks, held weakly, for `invalidateAndCancel`.
+    struct WeakConnectionTask {
+        weak var task: (any ConnectionTask)?
+    }
+    let connectionTasks = Locked([Int: WeakConnectionTask]())
+
+    func track(_ task: any ConnectionTask, identifier: Int) {
+        connectionTasks.withLock { tasks in
+            tasks = tasks.filter { $0.value.task != nil }
+            tasks[identifier] = WeakConnectionTask(task: task)
         }
     }
 
@@ -341,7 +355,8 @@ public final class Session: @unchecked Sendable {
         reportInvalidIfDone()
     }
 
-    /// Like `finishTasksAndInvalidate`, and cancels every running task.
+    /// Like `finishTasksAndInvalidate`, and cancels every running task (stream and
+    /// WebSocket tasks too).
     public func invalidateAndCancel() {
         guard !isShared else { return }
         let tasks = state.withLock { s -> [SessionTask] in
@@ -349,6 +364,7 @@ public final class Session: @unchecked Sendable {
             return Array(s.tasks.values)
         }
         tasks.forEach { $0.cancel() }
+        for connection in connectionTasks.withLock({ $0.values.compactMap(\.task) }) { connection.cancel() }
         if let background {
             background.allTasks.forEach { $0.cancel() }
             background.close()

@@ -42,12 +42,15 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
     private var carry = Data()
     private var atEnd = false
 
-    init(session: Session, identifier: Int, host: String, port: Int, stream: (any ByteStream)?) {
+    private let startError: PorterError?
+
+    init(session: Session, identifier: Int, host: String, port: Int, stream: (any ByteStream)?, startError: PorterError? = nil) {
         self.session = session
         self.taskIdentifier = identifier
         self.host = host
         self.port = port
         self.stream = stream
+        self.startError = startError
     }
 
     public var state: TaskState { lock.withLock { $0.state } }
@@ -64,7 +67,8 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
         }
         guard start else { return }
         guard let stream else {
-            return fail(PorterError(.unsupportedURL, "no registered handler carries streams (is the http handler registered? Porter.bootstrap())"))
+            let error = startError ?? PorterError(.unsupportedURL, "no registered handler carries streams (is the http handler registered? Porter.bootstrap())")
+            return queue.async { self.fail(error) }
         }
         stream.open { [self] error in
             if let error { queue.async { self.fail(error) } }
@@ -249,6 +253,15 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
     }
 }
 
+/// A task on a connection of its own (stream, WebSocket), which a session's
+/// `invalidateAndCancel()` cancels.
+protocol ConnectionTask: AnyObject, Sendable {
+    func cancel()
+}
+
+extension StreamTask: ConnectionTask {}
+extension WebSocketTask: ConnectionTask {}
+
 /// True for the first caller only (a completion raced by its timeout).
 final class Once: @unchecked Sendable {
     private let flag = Locked(false)
@@ -264,11 +277,15 @@ final class Once: @unchecked Sendable {
 extension Session {
     /// A stream task to `hostname:port` (URLSession's `streamTask(withHostName:port:)`),
     /// carried by the handler registered for http (libcurl's, after `Porter.bootstrap()`).
+    /// A task made after the session was invalidated fails with `.sessionInvalidated`.
     public func streamTask(withHostName hostname: String, port: Int) -> StreamTask {
-        let id = reserveTaskIdentifier()
+        let (id, invalidated) = reserveTaskIdentifier()
         let target = ByteStreamTarget(host: hostname, port: port, secure: false)
-        return StreamTask(session: self, identifier: id, host: hostname, port: port,
-                          stream: openStream(to: target, scheme: "http"))
+        let task = StreamTask(session: self, identifier: id, host: hostname, port: port,
+                              stream: invalidated ? nil : openStream(to: target, scheme: "http"),
+                              startError: invalidated ? PorterError(.sessionInvalidated, "the session was invalidated") : nil)
+        track(task, identifier: id)
+        return task
     }
 
     /// A byte stream from the handler of `scheme` (http or https), if it carries streams.

@@ -114,7 +114,11 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     private var pongInFlight = false
     private var latestPing: [UInt8]?
 
-    init(session: Session, identifier: Int, request: Request, protocols: [String], delegate: (any WebSocketDelegate)?) {
+    private let invalidatedAtCreation: Bool
+
+    init(session: Session, identifier: Int, request: Request, protocols: [String], delegate: (any WebSocketDelegate)?,
+         invalidated: Bool = false) {
+        self.invalidatedAtCreation = invalidated
         self.session = session
         self.taskIdentifier = identifier
         self.originalRequest = request
@@ -239,6 +243,9 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     private func connect() {
         guard phase == .idle else { return }
         let url = originalRequest.url
+        if invalidatedAtCreation {
+            return finish(PorterError(.sessionInvalidated, "the session was invalidated", url: url), code: nil)
+        }
         let scheme = url.scheme?.lowercased() ?? ""
         let secure: Bool
         switch scheme {
@@ -668,7 +675,12 @@ extension Session {
 
     /// A WebSocket task for a request: its header fields go into the opening handshake
     /// (a Sec-WebSocket-Protocol field there is replaced by `protocols`).
+    /// A task made after the session was invalidated fails with `.sessionInvalidated`.
     public func webSocketTask(with request: Request, protocols: [String] = [], delegate: (any WebSocketDelegate)? = nil) -> WebSocketTask {
-        WebSocketTask(session: self, identifier: reserveTaskIdentifier(), request: request, protocols: protocols, delegate: delegate)
+        let (id, invalidated) = reserveTaskIdentifier()
+        let task = WebSocketTask(session: self, identifier: id, request: request, protocols: protocols, delegate: delegate,
+                                 invalidated: invalidated)
+        track(task, identifier: id)
+        return task
     }
 }

@@ -361,6 +361,32 @@ final class WebSocketTests: WSTestCase {
         for t in sockets { t.cancel() }
     }
 
+    /// invalidateAndCancel() ends stream and WebSocket tasks too; one made afterwards
+    /// fails with sessionInvalidated, as a data task does.
+    func testInvalidatingTheSessionEndsConnections() async throws {
+        let s = session()
+        let socket = s.webSocketTask(with: ws("/echo"))
+        socket.resume()
+        try await socket.send(.string("up"))
+        _ = try await socket.receive()
+        let stream = s.streamTask(withHostName: "127.0.0.1", port: ports.echo)
+        stream.resume()
+        try await stream.write(Data("up\n".utf8))
+        _ = try await stream.read(minLength: 3, maxLength: 3, timeout: 10)
+        s.invalidateAndCancel()
+        XCTAssertTrue(eventually(5) { socket.state == .completed && stream.state == .completed })
+        XCTAssertEqual(socket.error?.code, .cancelled)
+        XCTAssertEqual(stream.error?.code, .cancelled)
+        let lateSocket = s.webSocketTask(with: ws("/echo"))
+        lateSocket.resume()
+        let e = await porterError { _ = try await lateSocket.receive() }
+        XCTAssertEqual(e?.code, .sessionInvalidated)
+        let lateStream = s.streamTask(withHostName: "127.0.0.1", port: ports.echo)
+        lateStream.resume()
+        let e2 = await porterError { _ = try await lateStream.read(minLength: 1, maxLength: 1) }
+        XCTAssertEqual(e2?.code, .sessionInvalidated)
+    }
+
     func testCancelFailsOutstandingReceives() async throws {
         let task = session().webSocketTask(with: ws("/echo"))
         task.resume()
@@ -485,52 +511,51 @@ final class StreamTaskTests: WSTestCase {
         task.cancel()
     }
 
-    func testStartSecureConnectionVerifiesAndEncrypts() async throws {
-        let task = session().streamTask(withHostName: "localhost", port: ports.echo)
+    /// A stream to the echo server that sent `command` (a STARTTLS variant), read its GO
+    /// and started TLS.
+    private func upgraded(_ command: String = "STARTTLS", _ change: (inout SessionConfiguration) -> Void = { _ in }) async throws -> StreamTask {
+        let task = session(change).streamTask(withHostName: "localhost", port: ports.echo)
         task.resume()
-        try await task.write(Data("STARTTLS\n".utf8))
-        let got13 = try await task.read(minLength: 3, maxLength: 3, timeout: 10)
-        XCTAssertEqual(text(got13), "GO\n")
+        try await task.write(Data("\(command)\n".utf8))
+        let go = try await task.read(minLength: 3, maxLength: 3, timeout: 10)
+        XCTAssertEqual(text(go), "GO\n")
         task.startSecureConnection()
+        return task
+    }
+
+    /// The error of the next read (of any number of reads until the end), nil when the
+    /// stream ended cleanly.
+    private func readError(_ task: StreamTask) async -> PorterError? {
+        do {
+            while true {
+                let r = try await task.read(minLength: 1, maxLength: 100, timeout: 10)
+                if r.atEOF || r.data.isEmpty { return nil }
+            }
+        } catch {
+            return error as? PorterError ?? PorterError(.unknown, "\(error)")
+        }
+    }
+
+    func testStartSecureConnectionVerifiesAndEncrypts() async throws {
+        let task = try await upgraded()
         try await task.write(Data("secret\n".utf8))
         let got14 = try await task.read(minLength: 7, maxLength: 7, timeout: 10)
         XCTAssertEqual(text(got14), "secret\n")
         task.cancel()
 
-        let untrusted = session { $0.caCertificateFile = nil }.streamTask(withHostName: "localhost", port: ports.echo)
-        untrusted.resume()
-        try await untrusted.write(Data("STARTTLS\n".utf8))
-        _ = try await untrusted.read(minLength: 3, maxLength: 3, timeout: 10)
-        untrusted.startSecureConnection()
-        do {
-            _ = try await untrusted.read(minLength: 1, maxLength: 10, timeout: 10)
-            XCTFail("an untrusted server must fail the TLS start")
-        } catch let e as PorterError {
-            XCTAssertEqual(e.code, .serverCertificateUntrusted, "\(e)")
-        }
+        let untrusted = try await upgraded { $0.caCertificateFile = nil }
+        let e = await readError(untrusted)
+        XCTAssertEqual(e?.code, .serverCertificateUntrusted, "an untrusted server must fail the TLS start: \(String(describing: e))")
     }
 
     /// After STARTTLS, a forged record or a connection cut without close_notify is an
     /// error, never data and never a clean end of the stream (a truncation attack).
     func testTamperingAndTruncationAfterTLSAreErrors() async throws {
         for command in ["STARTTLS-TAMPER", "STARTTLS-CUT"] {
-            let task = session().streamTask(withHostName: "localhost", port: ports.echo)
-            task.resume()
-            try await task.write(Data("\(command)\n".utf8))
-            _ = try await task.read(minLength: 3, maxLength: 3, timeout: 10)
-            task.startSecureConnection()
+            let task = try await upgraded(command)
             try await task.write(Data("x\n".utf8))
-            do {
-                var all = Data()
-                while true {
-                    let r = try await task.read(minLength: 1, maxLength: 100, timeout: 10)
-                    all.append(r.data)
-                    if r.atEOF || r.data.isEmpty { break }
-                }
-                XCTFail("\(command): read \(all.count) byte(s) and a clean end")
-            } catch let e as PorterError {
-                XCTAssertEqual(e.code, .networkConnectionLost, "\(command): \(e)")
-            }
+            let e = await readError(task)
+            XCTAssertEqual(e?.code, .networkConnectionLost, "\(command): \(String(describing: e)) (nil: a clean end)")
         }
     }
 
@@ -540,11 +565,7 @@ final class StreamTaskTests: WSTestCase {
             "openssl x509 -pubkey -noout -in leaf.pem | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64"],
             in: ports.dir).trimmingCharacters(in: .whitespacesAndNewlines)
         for (key, works) in [("sha256//\(pin)", true), ("sha256//AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", false)] {
-            let task = session { $0.pinnedPublicKey = key }.streamTask(withHostName: "localhost", port: ports.echo)
-            task.resume()
-            try await task.write(Data("STARTTLS\n".utf8))
-            _ = try await task.read(minLength: 3, maxLength: 3, timeout: 10)
-            task.startSecureConnection()
+            let task = try await upgraded { $0.pinnedPublicKey = key }
             try? await task.write(Data("pinned\n".utf8))
             do {
                 let r = try await task.read(minLength: 7, maxLength: 7, timeout: 10)
