@@ -421,6 +421,6 @@ private func withOptionalCString<R>(_ value: String?, _ body: (UnsafePointer<CCh
 }
 
 /// The text of a NUL-terminated C buffer.
-private func cText(_ buffer: [CChar]) -> String {
+func cText(_ buffer: [CChar]) -> String {
     String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }

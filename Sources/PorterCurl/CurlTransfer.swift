@@ -128,8 +128,8 @@ public final class CurlTransfer: @unchecked Sendable {
     public func tlsInfo() -> (version: String, cipher: String)? {
         var version = [CChar](repeating: 0, count: 128), cipher = [CChar](repeating: 0, count: 128)
         guard porter_tls_info(easy, &version, &cipher, 128) == 0 else { return nil }
-        let v = String(decoding: version.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        let c = String(decoding: cipher.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let v = cText(version)
+        let c = cText(cipher)
         return v.isEmpty ? nil : (v, c)
     }
 

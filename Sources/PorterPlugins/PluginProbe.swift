@@ -1,6 +1,7 @@
 import CPorterIPC
 import Foundation
 import PorterCore
+import PorterPluginKit
 
 /// Before a plugin's code runs in this process, `porter-plugin-worker --probe` maps the
 /// same descriptor in a process of its own and calls the entry point: a plugin whose
@@ -44,7 +45,7 @@ enum PluginProbe {
         var out = [CChar](repeating: 0, count: 65536)
         probesRun.withLock { $0 += 1 }
         let status = porter_ipc_probe_plugin(worker, file.fd, &out, out.count, timeoutMilliseconds)
-        let text = String(decoding: out.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        let text = CErrorBuffer.read(out)
         let lines = text.split(separator: "\n").map(String.init)
         let stage = lines.last { $0.hasPrefix("STAGE ") }.map { String($0.dropFirst(6)) } ?? "open"
         let reached: PluginLoadStage = stage == "init" ? .`init` : stage == "symbol" ? .symbol : .open

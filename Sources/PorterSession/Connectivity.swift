@@ -11,7 +11,9 @@ enum Connectivity {
     /// network down). Blocking (DNS): call it off the task's executor.
     static func hasRoute(for url: URL, configuration: SessionConfiguration) -> Bool {
         var host = url.host ?? ""
-        var port = url.port ?? defaultPort(url.scheme ?? "")
+        // Any port serves a route lookup; 80 stands in for a scheme with no default.
+        var port = url.port ?? ProtectionSpace.defaultPort(for: url.scheme ?? "")
+        if port == 0 { port = 80 }
         if let proxy = configuration.proxies.proxy(for: url), let proxyHost = proxy.host {
             host = proxyHost
             port = proxy.port ?? 1080
@@ -40,16 +42,6 @@ enum Connectivity {
     /// nothing is sent). Documentation addresses (RFC 5737, RFC 3849) stand for "anywhere".
     static func hasDefaultRoute() -> Bool {
         routeExists(toNumericHost: "192.0.2.1", port: 53) == true || routeExists(toNumericHost: "2001:db8::1", port: 53) == true
-    }
-
-    static func defaultPort(_ scheme: String) -> Int {
-        switch scheme.lowercased() {
-        case "https", "wss": return 443
-        case "ftp": return 21
-        case "ftps": return 990
-        case "sftp", "scp": return 22
-        default: return 80
-        }
     }
 
     /// nil when the name does not resolve; else whether one of its addresses has a route.
