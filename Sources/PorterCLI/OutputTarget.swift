@@ -1,35 +1,6 @@
 import Foundation
 import Porter
 
-/// What `-o PATH` names, and the path arithmetic the CLI does on user text (PathText:
-/// Foundation's path methods trap on some inputs, "a" and "-" among them).
-enum OutputTarget: Equatable {
-    /// Absent, or a regular file (or a link to one): write beside it, then rename over it.
-    case file
-    /// A folder: refused.
-    case folder
-    /// A character or block device, a FIFO or a socket: written through, never replaced.
-    case special
-
-    init(path: String) {
-        var st = stat()
-        guard stat(path, &st) == 0 else { self = .file; return }
-        switch st.st_mode & S_IFMT {
-        case S_IFREG: self = .file
-        case S_IFDIR: self = .folder
-        default: self = .special
-        }
-    }
-
-    /// The mode a finished download gets when it is renamed over `path`: an existing
-    /// regular file keeps its own; a new file gets 0666 less the umask, as curl's do.
-    static func mode(forReplacing path: String, umask: mode_t) -> mode_t {
-        var st = stat()
-        if stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG { return st.st_mode & 0o7777 }
-        return 0o666 & ~umask
-    }
-}
-
 /// The URLs of one run: the arguments, then the lines of `--url-list FILE`, read one at
 /// a time as transfers need them (blank lines and `#` comments skipped). Not thread-safe:
 /// the runner calls `next()` under its lock.

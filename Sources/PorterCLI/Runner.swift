@@ -405,15 +405,11 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         // /dev/null would replace the device with a file); a folder is refused.
         var fileOutput: String?
         if let output = t.output, output != "-" {
-            switch OutputTarget(path: output) {
+            switch OutputFile.kind(of: output) {
             case .file: fileOutput = output
             case .folder: return PorterError(.cannotCreateFile, "cannot write to \(output): it is a folder")
             case .special:
-                let fd = open(output, O_WRONLY | O_CLOEXEC | O_NOCTTY)
-                guard fd >= 0 else {
-                    return PorterError(.cannotWriteToFile, "cannot open \(output) for writing", cause: .errno(errno))
-                }
-                t.fd = fd
+                do { t.fd = try OutputFile.openThrough(output) } catch { return error }
                 t.ownsFD = true
             }
         }
@@ -467,8 +463,14 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         // -C N: continue from byte N (the existing file's first N bytes are kept).
         if let offset = hot.continueOffset { size = min(size, offset) }
         guard size > 0 else { return nil }
-        let partial = directory + "/.porter-continue-\(UUID().uuidString)"
-        guard (try? FileManager.default.copyItem(atPath: output, toPath: partial)) != nil, truncate(partial, off_t(size)) == 0 else {
+        // A partial file as a download task makes its own (PartialFile's name, in the
+        // session's download folder): resume data may name no other.
+        var template = Array((directory + "/.porter-download-XXXXXX").utf8CString)
+        let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        let partial = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+        guard (try? OutputFile.copy(from: output, to: fd, naming: partial)) != nil, ftruncate(fd, off_t(size)) == 0 else {
             unlink(partial)
             return nil
         }
@@ -596,13 +598,14 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         if t.response == nil, let r = task.response, !noteResponse(t, r) { return }
         if t.httpFailed { return }
         t.bytes = task.countOfBytesReceived
-        // The download was private (0600) while it grew; the output gets the mode a new
-        // file would have (0666 less the umask, as curl's), or keeps an existing file's.
-        chmod(location.path, OutputTarget.mode(forReplacing: dest, umask: umaskValue))
-        if rename(location.path, dest) != 0 {
-            let e = errno
-            t.error = PorterError(.cannotMoveFile, "cannot move the download to \(dest)", url: task.originalRequest.url,
-                                  cause: .errno(e))
+        // The download was private (0600) while it grew; the output rule gives it the mode
+        // a new file would have (0666 less the umask, as curl's) or an existing file's.
+        do {
+            try OutputFile.place(location.path, at: dest, umask: umaskValue)
+        } catch {
+            var e = error
+            e.url = task.originalRequest.url
+            t.error = e
         }
     }
 

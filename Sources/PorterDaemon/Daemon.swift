@@ -73,6 +73,8 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         var loginTimedOut = false
         /// The attempt was stopped for a suspend (its end is not the task's end).
         var stopping = false
+        /// The attempt was stopped because its 206 was of another version: start again.
+        var restarting = false
         init(_ row: Journal.Task) { self.row = row }
     }
 
@@ -346,6 +348,12 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         }
         // Never journaled: each attempt asks the stores for cookies and credentials again.
         spec.headers = ResumeData.withoutSecrets(spec.headers)
+        if let destination = spec.destination {
+            // The output rule (OutputFile): a folder is refused now, not at the end.
+            do { try OutputFile.check(destination) } catch {
+                return c.send(.refused(reference: reference, message: error.message))
+            }
+        }
         if spec.kind == .upload {
             guard let file = spec.uploadFile, access(file, R_OK) == 0 else {
                 return c.send(.refused(reference: reference, message: "porterd cannot read the upload file \(spec.uploadFile ?? "(none)")"))
@@ -602,17 +610,26 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
                          completion: @escaping @Sendable (ResponseDisposition) -> Void) {
         guard let t = transfer(task) else { return completion(.cancel) }
         t.row.statusCode = response.statusCode
-        if t.row.received > 0, response.resumeOffset == t.row.received {
-            // 206 for the range asked: the bytes append.
-        } else {
+        // The one resume rule (ResumeCheck), as the in-process download task applies it.
+        let asked = t.row.received > 0 ? ResumeRange(offset: t.row.received, validator: t.row.validator) : nil
+        switch ResumeCheck.verdict(asked: asked, knownTotal: t.row.expected, response: response) {
+        case .append:
+            break  // 206 for the range asked, of the same version: the bytes append.
+        case .startOver:
             // A full response (the server ignored the range, or the validator changed):
             // start the file over, never mix two versions.
             if t.row.received > 0 { note("task \(t.row.id): the server sent the whole resource again; starting the file over") }
-            ftruncate(t.fd, 0)
-            lseek(t.fd, 0, SEEK_SET)
-            t.row.received = 0
-            t.writebackFrom = 0
-            t.epoch += 1
+            restartFile(t)
+        case .mismatch(let why):
+            // A part of another version (or range): none of it is written. The partial file
+            // is dropped and the task starts again without a range.
+            note("task \(t.row.id): \(why); starting over without a range")
+            restartFile(t)
+            t.row.validator = nil
+            t.row.expected = -1
+            checkpoint(t)
+            t.restarting = true
+            return completion(.cancel)
         }
         t.row.validator = response.validator
         // A server's length is input: a sum that overflows is an unknown length, not a trap.
@@ -621,6 +638,15 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         checkpoint(t)
         update(t, force: true)
         completion(.allow)
+    }
+
+    /// The partial file starts over from byte 0 (a sync begun before must not record its count).
+    private func restartFile(_ t: Transfer) {
+        ftruncate(t.fd, 0)
+        lseek(t.fd, 0, SEEK_SET)
+        t.row.received = 0
+        t.writebackFrom = 0
+        t.epoch += 1
     }
 
     public func dataTask(_ task: DataTask, didReceive data: Data) {
@@ -722,6 +748,14 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             if ending == .cancelProducingResumeData { return endWithResumeData(t) }
             return end(t, error: PorterError(.cancelled, "cancelled", url: t.row.spec.url), status: nil)
         }
+        if t.restarting, t.row.state == "running" {
+            // The attempt was stopped for a changed resource: the next one asks for it all.
+            t.restarting = false
+            closeFile(t)
+            admit(t)
+            return
+        }
+        t.restarting = false
         if t.stopping || t.row.state == "suspended" {
             // The attempt stopped for a suspend: keep the synced bytes for the resume (and
             // start again at once if the task was resumed before the attempt had ended).
@@ -821,18 +855,16 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         var events: [BackgroundEvent] = []
         if error == nil, t.row.spec.kind == .download, let partial = t.row.partial {
             if let destination = t.row.spec.destination {
-                // porter --background -o FILE: the daemon puts it there itself.
-                if rename(partial, destination) != 0 {
-                    // Another file system: copy beside the destination under a name of
-                    // its own, sync, rename over; nothing partial is ever at the destination.
-                    let temp = destination + ".porter-part-\(getpid())-\(t.row.id)"
-                    if copyFile(partial, temp), syncFile(temp), rename(temp, destination) == 0 {
-                        unlink(partial)
-                    } else {
-                        error = PorterError(.cannotMoveFile, "porterd cannot put the download at \(destination)", cause: .errno(errno))
-                        unlink(temp)
-                        unlink(partial)
-                    }
+                // porter --background -o FILE: the daemon puts it there itself, by the output
+                // rule every writer follows (devices and FIFOs written through, never
+                // replaced; the mode a new file or the existing one has; nothing partial at
+                // the destination). A FIFO nobody reads fails at once: porterd never waits.
+                if !syncFile(partial) { note("task \(t.row.id): cannot sync \(partial)") }
+                do {
+                    try OutputFile.place(partial, at: destination, nonBlocking: true)
+                } catch let failure {
+                    error = PorterError(.cannotMoveFile, "porterd cannot put the download at \(destination): \(failure.message)",
+                                        url: t.row.spec.url, cause: failure.cause)
                 }
             } else {
                 let folder = finishedFolder(t.row.session)

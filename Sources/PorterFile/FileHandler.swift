@@ -228,31 +228,28 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
     // MARK: writing
 
     private func upload(to path: String) throws {
-        let folder = PathText.parent(of: path)
         let base = path.hasSuffix("/") ? "" : PathText.lastComponent(of: path)
         var existing = stat()
         let isFolder = stat(path, &existing) == 0 && (existing.st_mode & S_IFMT) == S_IFDIR
         guard !base.isEmpty, !path.hasSuffix("/"), !request.url.hasDirectoryPath, !isFolder else {
             throw PorterError(.cannotCreateFile, "an upload needs a file name, not a folder", url: request.url)
         }
-        // A device, FIFO or socket is written through: renaming a file over it would
-        // destroy it (root once turned /dev/null into a regular file that way).
-        let writesThrough = stat(path, &existing) == 0 && existing.st_mode & S_IFMT != S_IFREG
+        // The output rule (OutputFile): a device, FIFO or socket is written through; anything
+        // else is written beside the target and renamed over it when whole.
+        let writesThrough = OutputFile.kind(of: path) == .special
         let out: Int32
         let temp: String
-        if writesThrough {
-            out = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY)
-            if out < 0 { throw PorterError.fromErrno(errno, url: request.url, doing: "cannot open \(path) for writing") }
-            temp = path
-        } else {
-            var template = Array((folder + "/." + base + ".porter-XXXXXX").utf8CString)
-            out = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
-            if out < 0 {
-                let e = errno
-                throw PorterError(e == ENOENT ? .fileDoesNotExist : .cannotCreateFile, "cannot create a file in \(folder)",
-                                  url: request.url, cause: .errno(e))
+        do {
+            if writesThrough {
+                out = try OutputFile.openThrough(path)
+                temp = path
+            } else {
+                (out, temp) = try OutputFile.makeTemporary(beside: path)
             }
-            temp = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+        } catch {
+            var e = error
+            e.url = request.url
+            throw e
         }
         var done = false
         defer {
@@ -314,18 +311,12 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
             finish(nil)
             return
         }
-        guard fsync(out) == 0 else {
-            throw PorterError(.cannotWriteToFile, "cannot flush \(temp)", url: request.url, cause: .errno(errno))
-        }
-        // Keep the target's permissions when replacing it; a new file gets 0666 less the umask.
-        var st = stat()
-        if stat(path, &st) == 0 { fchmod(out, st.st_mode & 0o7777) } else {
-            fchmod(out, 0o666 & ~FileCreationMask.current)
-        }
-        guard rename(temp, path) == 0 else {
-            let e = errno
-            throw PorterError(e == EACCES || e == EPERM ? .noPermissionsToReadFile : .cannotWriteToFile,
-                              "cannot move the upload into place at \(path)", url: request.url, cause: .errno(e))
+        do {
+            try OutputFile.commit(temporary: temp, fd: out, to: path)
+        } catch {
+            var e = error
+            e.url = request.url
+            throw e
         }
         done = true
         var response = Response(url: request.url, mimeType: nil, expectedContentLength: 0)

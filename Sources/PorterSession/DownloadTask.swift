@@ -20,6 +20,8 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
     private var written: Int64 = 0
     private var writeFailed = false
     private let resumeFrom: ResumeData?
+    /// Where resume data's partial file may be (PartialFile).
+    private let partialFolders: [String]
     /// The resumed load failed before touching the partial file: hand its resume data back.
     private var keepsResumeFrom = false
     private let resumeCallback = Locked<(@Sendable (Data?) -> Void)?>(nil)
@@ -28,10 +30,12 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
         self.sink = sink
         var request = request
         var usable: ResumeData?
-        if let resume, let size = DownloadTask.fileSize(resume.partialFilePath), size == resume.bytesReceived, size > 0 {
-            request.resumeRange = ResumeRange(offset: size, validator: resume.validator)
+        let folders = PartialFile.folders(downloadDirectory: session.configuration.downloadDirectory)
+        if let resume, PartialFile.usable(resume.partialFilePath, size: resume.bytesReceived, folders: folders) {
+            request.resumeRange = ResumeRange(offset: resume.bytesReceived, validator: resume.validator)
             usable = resume
         }
+        self.partialFolders = folders
         self.resumeFrom = usable
         super.init(session: session, identifier: identifier, request: request, asksResponseDisposition: false)
     }
@@ -39,6 +43,7 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
     init(session: Session, adopting driver: TaskDriver, from dataTask: DataTask) {
         self.sink = .delegate
         self.resumeFrom = nil
+        self.partialFolders = []
         super.init(session: session, adopting: driver, from: dataTask)
     }
 
@@ -46,6 +51,7 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
     override init(session: Session, remote link: BackgroundLink, snapshot: BackgroundTaskSnapshot) {
         self.sink = .delegate
         self.resumeFrom = nil
+        self.partialFolders = []
         super.init(session: session, remote: link, snapshot: snapshot)
     }
 
@@ -66,29 +72,35 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
         }
     }
 
-    static func fileSize(_ path: String) -> Int64? {
-        var st = stat()
-        guard stat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { return nil }
-        return Int64(st.st_size)
-    }
-
     override func sinkResponse(_ response: Response, driver: TaskDriver) {
         super.sinkResponse(response, driver: driver)
-        if let resume = resumeFrom, let offset = response.resumeOffset, offset != resume.bytesReceived {
-            // A 206 for another range than the one asked: appending it would make a wrong
-            // file. Fail, and leave the partial file (and the resume data) as they were.
-            keepsResumeFrom = true
-            writeFailed = true
-            driver.abort(PorterError(.resumeFailed,
-                "the server resumed at byte \(offset), not at byte \(resume.bytesReceived) as asked; the partial file is kept",
-                url: response.url))
-            return
-        }
-        if let resume = resumeFrom, response.resumeOffset == resume.bytesReceived {
-            fd = open(resume.partialFilePath, O_WRONLY | O_APPEND | O_CLOEXEC)
+        written = 0
+        if let resume = resumeFrom {
+            // The one resume rule (ResumeCheck), as porterd applies it.
+            let asked = ResumeRange(offset: resume.bytesReceived, validator: resume.validator)
+            let verdict = ResumeCheck.verdict(asked: asked, knownTotal: resume.expectedTotalBytes, response: response)
+            if case .mismatch(let why) = verdict {
+                // Appending would make a wrong file. Fail, and leave the partial file (and
+                // the resume data) as they were.
+                keepsResumeFrom = true
+                writeFailed = true
+                driver.abort(PorterError(.resumeFailed, "\(why); the partial file is kept", url: response.url))
+                return
+            }
+            let append = verdict == .append
+            let opened = PartialFile.open(resume.partialFilePath, size: append ? resume.bytesReceived : nil,
+                                          truncate: !append, folders: partialFolders)
+            if let refusal = opened.refusal {
+                keepsResumeFrom = true
+                writeFailed = true
+                driver.abort(PorterError(.resumeFailed, refusal, url: response.url))
+                return
+            }
+            // Appended to, or (the handler started over) emptied and written from zero.
+            fd = opened.fd
             path = resume.partialFilePath
-            written = resume.bytesReceived
-            if fd >= 0 {
+            if append {
+                written = resume.bytesReceived
                 let total = response.expectedContentLength >= 0 ? Response.total(response.expectedContentLength, plus: written) : -1
                 let offset = written
                 if let delegate = session.downloadDelegate(for: self) {
@@ -96,12 +108,6 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
                 }
                 return
             }
-        }
-        written = 0
-        if let resume = resumeFrom {
-            // The handler started over: reuse the partial file's name, from zero.
-            fd = open(resume.partialFilePath, O_WRONLY | O_TRUNC | O_CLOEXEC)
-            path = resume.partialFilePath
         }
         if fd < 0 {
             var template = Array(((session.configuration.downloadDirectory ?? Session.temporaryDirectory) + "/.porter-download-XXXXXX").utf8CString)
