@@ -99,9 +99,10 @@ public class DataTask: SessionTask, @unchecked Sendable {
             let result = error == nil ? body : nil
             let response = self.response
             body = Data()
-            // Porter's own wrapper completes on the executor, unless a delegate has
-            // callbacks queued that must come first (metrics).
-            if inline, session.delegate == nil { handler(result, response, error) } else { session.deliver { handler(result, response, error) } }
+            // Porter's own wrapper completes on the executor, unless a delegate (the
+            // session's or the task's own) has callbacks queued that must come first
+            // (metrics, didCompleteWithError): then it completes behind them.
+            if inline, session.taskDelegate(for: self) == nil { handler(result, response, error) } else { session.deliver { handler(result, response, error) } }
         case .delegate:
             if error == nil, let response = self.response, let kept = cacheBody {
                 storeInCache(response: response, data: kept, driver: driver, ask: true)

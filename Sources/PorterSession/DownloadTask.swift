@@ -202,12 +202,18 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
         // The file is the callee's only during the call that hands it over.
         switch sink {
         case .completion(let handler, let inline):
+            // A delegate of the task's own (download(for:delegate:)) hears the end, as the
+            // data task's does.
+            if let own = delegateRoles?.task {
+                session.deliver { own.task(self, didCompleteWithError: finalError) }
+            }
             let complete: @Sendable () -> Void = {
                 resumeCallback?(handBack)
                 handler(location, response, finalError)
                 if let location { unlink(location.path) }
             }
-            if inline, session.delegate == nil { complete() } else { session.deliver(complete) }
+            // Behind the metrics and didCompleteWithError of any delegate (the task's own too).
+            if inline, session.taskDelegate(for: self) == nil { complete() } else { session.deliver(complete) }
         case .delegate:
             let downloadDelegate = session.downloadDelegate(for: self)
             let taskDelegate = session.taskDelegate(for: self)
