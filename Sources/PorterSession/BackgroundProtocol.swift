@@ -307,7 +307,9 @@ public enum BackgroundClientMessage: Codable, Sendable, Equatable {
     /// This connection holds session `session` (one connection, one session); the daemon
     /// answers `attached` and then sends the session's undelivered events.
     /// `launchCommand`: the session's launch command from now on (empty: none); nil
-    /// leaves it as it was (`porter --background` attaches without one).
+    /// leaves it as it was (`porter --background` attaches without one). porterd records
+    /// it only when its program is the attaching process's own (/proc/PID/exe) and no
+    /// other program set the session's command before.
     case attach(session: String, launchCommand: [String]?)
     /// A new task; `reference` comes back in `enqueued`.
     case enqueue(reference: Int, spec: BackgroundTaskSpec)

@@ -33,15 +33,20 @@ final class DaemonBoundaryTests: DaemonTestCase {
     var socket: String { home + "/run/porter/porterd.sock" }
 
     /// A client in C that connects to porterd's socket and says hello, optionally after
-    /// putting itself under a seccomp filter with no_new_privs, as a plugin worker's
-    /// sandbox does (the filter allows everything: the socket is reachable, so what is
-    /// tested is porterd's own refusal). Prints REFUSED <reason> or ANSWERED <kind>.
+    /// confining itself: `sandboxed` puts it under a seccomp filter that allows everything,
+    /// with no_new_privs (the socket stays reachable, so what is tested is porterd's own
+    /// refusal); `worker` runs the plugin worker's real sandbox (porter_worker_sandbox from
+    /// Sources/CPorterIPC/worker.c) first. Prints REFUSED <reason>, ANSWERED <kind>, or
+    /// BLOCKED <error> when the sandbox itself kept it from connecting.
     func sandboxedClient() throws -> String {
         let source = home + "/client.c", binary = home + "/client"
         try Data("""
+            #include "porter_ipc.h"
+            #include <errno.h>
             #include <linux/filter.h>
             #include <linux/seccomp.h>
             #include <stdio.h>
+            #include <stdlib.h>
             #include <string.h>
             #include <sys/prctl.h>
             #include <sys/socket.h>
@@ -60,10 +65,22 @@ final class DaemonBoundaryTests: DaemonTestCase {
                         perror("seccomp"); return 2;
                     }
                 }
+                int worker = argc > 2 && strcmp(argv[2], "worker") == 0;
+                if (worker) {
+                    porter_sandbox box = { 0 };
+                    box.plugin_fd = -1;
+                    box.home = getenv("HOME");
+                    char report[512] = "";
+                    if (porter_worker_sandbox(&box, report, sizeof report) < 0) { perror("porter_worker_sandbox"); return 2; }
+                }
                 int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+                if (fd < 0 && worker) { printf("BLOCKED socket: %s\\n", strerror(errno)); return 0; }
                 struct sockaddr_un a = { .sun_family = AF_UNIX };
                 strncpy(a.sun_path, argv[1], sizeof a.sun_path - 1);
-                if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) { perror("connect"); return 3; }
+                if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+                    if (worker) { printf("BLOCKED connect: %s\\n", strerror(errno)); return 0; }
+                    perror("connect"); return 3;
+                }
                 unsigned char hello[] = { 0, 0, 0, 23, 1, 'P','O','R','T','E','R','-','I','P','C', 0, 1, 0, 1, 7, 'p','o','r','t','e','r','d' };
                 if (write(fd, hello, sizeof hello) != (ssize_t)sizeof hello) { perror("write"); return 4; }
                 unsigned char head[5], body[4096];
@@ -75,7 +92,9 @@ final class DaemonBoundaryTests: DaemonTestCase {
                 return 0;
             }
             """.utf8).write(to: URL(fileURLWithPath: source))
-        try runChecked("/usr/bin/cc", ["-O1", "-o", binary, source])
+        let ipc = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Sources/CPorterIPC").path
+        try runChecked("/usr/bin/cc", ["-O1", "-Werror=implicit-function-declaration", "-I", ipc + "/include", "-o", binary, source, ipc + "/worker.c"])
         return binary
     }
 
@@ -91,6 +110,11 @@ final class DaemonBoundaryTests: DaemonTestCase {
         XCTAssertEqual(confined.status, 0, confined.stdout + confined.stderr)
         XCTAssertTrue(confined.stdout.hasPrefix("REFUSED") && confined.stdout.contains("sandboxed"), confined.stdout)
         XCTAssertTrue(daemonLog.contains("porterd does not act for sandboxed code"), daemonLog)
+        // The plugin worker's own sandbox: refused by porterd, or kept from the socket by
+        // the sandbox itself; never served.
+        let worker = try runProcess(client, [socket, "worker"])
+        XCTAssertEqual(worker.status, 0, worker.stdout + worker.stderr)
+        XCTAssertTrue(worker.stdout.hasPrefix("REFUSED") || worker.stdout.hasPrefix("BLOCKED"), worker.stdout + worker.stderr)
         let free = try runProcess(client, [socket])
         XCTAssertEqual(free.stdout, "ANSWERED 1\n", free.stdout + free.stderr)
     }
