@@ -249,8 +249,8 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
                 process = p
             }
             if let reason = process.sandboxReason() {
-                note("refused a connection: \(reason)")
-                channel.goodbye("refused: \(reason)")
+                note("refused a connection: porterd does not act for sandboxed code: \(reason)")
+                channel.goodbye("refused: porterd does not act for sandboxed code: \(reason)")
                 return forget()
             }
             queue.sync { c.process = process }

@@ -89,8 +89,21 @@ public enum BackgroundProtocol {
     }
 
     /// The handshake, bounded in time (a daemon that accepts and never answers does not
-    /// hang the app).
+    /// hang the app), after checking who listens: a process of this user that is not
+    /// sandboxed code (which could have bound the socket first to pose as porterd, hear
+    /// the app's logins and name files for it to hand over).
     static func greet(_ c: Channel) throws {
+        guard let peer = c.peer, peer.uid == geteuid() else {
+            throw PorterError(.unsupportedConfiguration, "the process listening at porterd's socket is not this user's")
+        }
+        switch PeerProcess.of(c) {
+        case .failure(let refusal):
+            throw PorterError(.unsupportedConfiguration, "porterd's socket: \(refusal.reason)")
+        case .success(let process):
+            if let reason = process.sandboxReason() {
+                throw PorterError(.unsupportedConfiguration, "the process listening at porterd's socket is not porterd: \(reason)")
+            }
+        }
         c.setReceiveTimeout(10)
         try c.greet(hello)
         c.setReceiveTimeout(0)

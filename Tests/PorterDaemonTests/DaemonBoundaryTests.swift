@@ -284,6 +284,66 @@ final class DaemonBoundaryTests: DaemonTestCase {
         session.invalidateAndCancel()
     }
 
+    /// Sandboxed code got to the socket first (XDG_RUNTIME_DIR or the state folder granted
+    /// to it by mistake): a C program under a seccomp filter with no_new_privs binds
+    /// porterd.sock and answers like porterd. The app's session checks who listens and
+    /// hangs up before its hello: the impostor never hears an attach (nor any login).
+    func testASandboxedImpostorAtTheSocketIsNotTalkedTo() throws {
+        let source = home + "/impostor.c", binary = home + "/impostor", out = home + "/impostor.out"
+        try Data("""
+            #include <linux/filter.h>
+            #include <linux/seccomp.h>
+            #include <stdio.h>
+            #include <string.h>
+            #include <sys/prctl.h>
+            #include <sys/socket.h>
+            #include <sys/un.h>
+            #include <unistd.h>
+            static int readn(int fd, unsigned char *b, size_t n) {
+                size_t got = 0;
+                while (got < n) { ssize_t r = read(fd, b + got, n - got); if (r <= 0) return -1; got += (size_t)r; }
+                return 0;
+            }
+            static void say(const char *path, const char *text) {
+                FILE *f = fopen(path, "w"); if (f) { fputs(text, f); fclose(f); }
+            }
+            int main(int argc, char **argv) {
+                struct sock_filter allow[] = { BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW) };
+                struct sock_fprog prog = { 1, allow };
+                if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) return 2;
+                int l = socket(AF_UNIX, SOCK_STREAM, 0);
+                struct sockaddr_un a = { .sun_family = AF_UNIX };
+                strncpy(a.sun_path, argv[1], sizeof a.sun_path - 1);
+                if (bind(l, (struct sockaddr *)&a, sizeof a) != 0 || listen(l, 4) != 0) return 3;
+                char ready[4200];
+                snprintf(ready, sizeof ready, "%s.ready", argv[2]);
+                say(ready, "ready");
+                int c = accept(l, NULL, NULL);
+                unsigned char head[5], body[65536];
+                if (readn(c, head, 5) != 0) { say(argv[2], "EOF before hello"); return 0; }
+                unsigned n = ((unsigned)head[0] << 24 | (unsigned)head[1] << 16 | (unsigned)head[2] << 8 | head[3]) - 1;
+                if (n >= sizeof body || readn(c, body, n) != 0) { say(argv[2], "bad hello"); return 0; }
+                unsigned char hello[] = { 0, 0, 0, 23, 1, 'P','O','R','T','E','R','-','I','P','C', 0, 1, 0, 1, 7, 'p','o','r','t','e','r','d' };
+                if (write(c, hello, sizeof hello) != (ssize_t)sizeof hello) return 4;
+                if (readn(c, head, 5) != 0) { say(argv[2], "EOF after hello"); return 0; }
+                char text[64];
+                snprintf(text, sizeof text, "GOT kind %d", head[4]);
+                say(argv[2], text);
+                return 0;
+            }
+            """.utf8).write(to: URL(fileURLWithPath: source))
+        try runChecked("/usr/bin/cc", ["-O1", "-Werror=implicit-function-declaration", "-o", binary, source])
+        try FileManager.default.createDirectory(atPath: home + "/run/porter", withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        let impostor = try startProcess(binary, [socket, out])
+        defer { if impostor.isRunning { impostor.terminate() } }
+        XCTAssertTrue(waitFor(10) { FileManager.default.fileExists(atPath: out + ".ready") })
+        let session = Session(configuration: .background(identifier: "phished"), delegate: BackgroundRecorder())
+        defer { session.invalidateAndCancel() }
+        XCTAssertTrue(waitFor(20) { FileManager.default.fileExists(atPath: out) })
+        XCTAssertEqual(try String(contentsOfFile: out, encoding: .utf8), "EOF before hello")
+    }
+
     /// `porter --background` and `porter jobs` print a URL's password masked.
     func testTheCLIMasksAPasswordInTheURL() throws {
         var env = daemonHome.environment.mapValues { Optional($0) }
