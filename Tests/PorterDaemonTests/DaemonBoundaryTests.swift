@@ -344,6 +344,39 @@ final class DaemonBoundaryTests: DaemonTestCase {
         XCTAssertEqual(try String(contentsOfFile: out, encoding: .utf8), "EOF before hello")
     }
 
+    /// A journal from before launch commands had owners holds a launch command that any
+    /// client could have set (a shell): porterd opens it (adding the column) and does not
+    /// run that command when the session's task ends with nobody holding it.
+    func testAnUnownedLaunchCommandFromAnOlderJournalIsNotRun() throws {
+        let pwned = home + "/pwned.txt"
+        try FileManager.default.createDirectory(atPath: home + "/state/porter", withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        let script = """
+            import json, sqlite3, sys
+            db = sqlite3.connect(sys.argv[1])
+            db.executescript(
+                "CREATE TABLE tasks(id INTEGER PRIMARY KEY AUTOINCREMENT, session TEXT NOT NULL, spec TEXT NOT NULL, state TEXT NOT NULL,"
+                " received INTEGER NOT NULL DEFAULT 0, expected INTEGER NOT NULL DEFAULT -1, sent INTEGER NOT NULL DEFAULT 0, validator TEXT,"
+                " partial TEXT, retries INTEGER NOT NULL DEFAULT 0, next_attempt REAL, status INTEGER, error_code TEXT, error_message TEXT,"
+                " created REAL NOT NULL, first_attempt REAL);"
+                "CREATE TABLE events(seq INTEGER PRIMARY KEY AUTOINCREMENT, session TEXT NOT NULL, task INTEGER NOT NULL, kind TEXT NOT NULL,"
+                " file TEXT, status INTEGER, error_code TEXT, error_message TEXT);"
+                "CREATE INDEX events_by_session ON events(session, seq);"
+                "CREATE TABLE sessions(id TEXT PRIMARY KEY, launch TEXT, launched INTEGER NOT NULL DEFAULT 0);")
+            db.execute("INSERT INTO sessions(id, launch) VALUES ('legacy', ?)", (json.dumps(["/bin/sh", "-c", "echo pwned > " + sys.argv[2]]),))
+            db.commit()
+            """
+        let made = try runProcess("/usr/bin/python3", ["-c", script, home + "/state/porter/porterd.sqlite", pwned])
+        XCTAssertEqual(made.status, 0, made.stderr)
+        var env = daemonHome.environment.mapValues { Optional($0) }
+        env.merge(withoutProxies) { a, _ in a }
+        let queued = try runProcess(porterBinary, ["--background", "legacy", "-o", home + "/l.bin", nginx.http + "/medium.bin"], environment: env)
+        XCTAssertEqual(queued.status, 0, queued.stderr)
+        XCTAssertTrue(waitFor(30) { daemonLog.contains("session legacy: events wait and no process holds it") || daemonLog.contains("ran [") }, daemonLog)
+        XCTAssertFalse(daemonLog.contains("ran [\"/bin/sh\""), daemonLog)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: pwned))
+    }
+
     /// `porter --background` and `porter jobs` print a URL's password masked.
     func testTheCLIMasksAPasswordInTheURL() throws {
         var env = daemonHome.environment.mapValues { Optional($0) }
