@@ -5,7 +5,7 @@
 #     on, so every task stays in the journal): the time to queue them, `porter jobs` over
 #     all of them, and porterd's peak RSS;
 #   - one 1 GiB download from nginx on loopback: `porter -o` in-process against
-#     `porter --background -o` + `porter jobs wait` (best of three each).
+#     `porter --background -o` + `porter jobs speed wait` (best of three each).
 # Prints a Markdown table; `make bench` appends it to BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,7 +56,7 @@ for round in 1 2 3; do
     [ $((b - a)) -lt $best_in ] && best_in=$((b - a))
     a=$(ms)
     id=$("$P" --background speed -o "$work/bg.bin" "http://127.0.0.1:$hp/1g.bin" | cut -f1)
-    "$P" jobs wait "$id" >/dev/null
+    "$P" jobs speed wait "$id" >/dev/null
     b=$(ms)
     [ $((b - a)) -lt $best_bg ] && best_bg=$((b - a))
     cmp -s "$work/in.bin" "$work/bg.bin" || { echo "background download differs" >&2; exit 1; }

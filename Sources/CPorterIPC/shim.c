@@ -11,7 +11,9 @@
 #include <linux/rtnetlink.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -70,6 +72,153 @@ int porter_ipc_peer(int fd, pid_t *pid, uid_t *uid, gid_t *gid) {
     *pid = c.pid;
     *uid = c.uid;
     *gid = c.gid;
+    return 0;
+}
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+
+/* The pid a pidfd names, from /proc/self/fdinfo (-1: exited; 0: in another pid
+ * namespace); -1 when it cannot be read. */
+static pid_t pidfd_pid(int pidfd) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/self/fdinfo/%d", pidfd);
+    int f = open(path, O_RDONLY | O_CLOEXEC);
+    if (f < 0) return -1;
+    ssize_t n = read(f, buf, sizeof buf - 1);
+    close(f);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    char *p = strstr(buf, "\nPid:");
+    if (p == NULL) return -1;
+    return (pid_t)strtol(p + 5, NULL, 10);
+}
+
+/* The process's start time in clock ticks after boot (/proc/PID/stat field 22), or 0. */
+static unsigned long long start_ticks(pid_t pid) {
+    char path[64], buf[2048];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int f = open(path, O_RDONLY | O_CLOEXEC);
+    if (f < 0) return 0;
+    ssize_t n = read(f, buf, sizeof buf - 1);
+    close(f);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    /* The command name (field 2) may hold spaces and parentheses: count from the last ')'. */
+    char *p = strrchr(buf, ')');
+    if (p == NULL) return 0;
+    int field = 2;
+    for (; *p && field < 22; p++) if (*p == ' ') field++;
+    return strtoull(p, NULL, 10);
+}
+
+static int pidfd_alive(int pidfd) {
+    return syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0;
+}
+
+int porter_ipc_peer_pidfd(int fd, pid_t *pid) {
+    int pidfd = -1;
+    socklen_t n = sizeof pidfd;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &n) == 0 && n == sizeof pidfd && pidfd >= 0) {
+        *pid = pidfd_pid(pidfd);
+        if (*pid > 0) return pidfd;
+        close(pidfd);
+        errno = ESRCH;
+        return -1;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_BOOTTIME, &now);
+    unsigned long long now_ticks = (unsigned long long)now.tv_sec * (unsigned long long)sysconf(_SC_CLK_TCK)
+        + (unsigned long long)now.tv_nsec / (1000000000ULL / (unsigned long long)sysconf(_SC_CLK_TCK)) + 1;
+    struct ucred c;
+    n = sizeof c;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c, &n) != 0 || n != sizeof c || c.pid <= 0) return -1;
+    pidfd = (int)syscall(SYS_pidfd_open, c.pid, 0);
+    if (pidfd < 0) return -1;
+    fcntl(pidfd, F_SETFD, FD_CLOEXEC);
+    unsigned long long started = start_ticks(c.pid);
+    if (started == 0 || started > now_ticks || !pidfd_alive(pidfd)) {
+        close(pidfd);
+        errno = ESRCH;
+        return -1;
+    }
+    *pid = c.pid;
+    return pidfd;
+}
+
+static int read_confinement(const char *path, porter_ipc_confinement *out) {
+    char buf[8192];
+    int f = open(path, O_RDONLY | O_CLOEXEC);
+    if (f < 0) return -1;
+    size_t got = 0;
+    for (;;) {
+        ssize_t n = read(f, buf + got, sizeof buf - 1 - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += (size_t)n;
+        if (got == sizeof buf - 1) break;
+    }
+    close(f);
+    buf[got] = 0;
+    out->seccomp = out->seccomp_filters = out->no_new_privs = -1;
+    for (char *line = buf; line && *line; ) {
+        char *next = strchr(line, '\n');
+        if (next) *next++ = 0;
+        if (strncmp(line, "Seccomp:", 8) == 0) out->seccomp = atoi(line + 8);
+        else if (strncmp(line, "Seccomp_filters:", 16) == 0) out->seccomp_filters = atoi(line + 16);
+        else if (strncmp(line, "NoNewPrivs:", 11) == 0) out->no_new_privs = atoi(line + 11);
+        line = next;
+    }
+    if (out->seccomp < 0 || out->no_new_privs < 0) {
+        errno = EPROTO;
+        return -1;
+    }
+    if (out->seccomp_filters < 0) out->seccomp_filters = 0;
+    return 0;
+}
+
+int porter_ipc_pidfd_confinement(int pidfd, porter_ipc_confinement *out) {
+    pid_t pid = pidfd_pid(pidfd);
+    if (pid <= 0) {
+        errno = ESRCH;
+        return -1;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    if (read_confinement(path, out) != 0) return -1;
+    /* Still alive after the read: the pid was its own all along (a pid is not reused
+     * while its process lives). */
+    if (!pidfd_alive(pidfd)) {
+        errno = ESRCH;
+        return -1;
+    }
+    return 0;
+}
+
+int porter_ipc_self_confinement(porter_ipc_confinement *out) {
+    return read_confinement("/proc/self/status", out);
+}
+
+int porter_ipc_pidfd_exe(int pidfd, char *out, size_t cap) {
+    pid_t pid = pidfd_pid(pidfd);
+    if (pid <= 0 || cap < 2) {
+        errno = ESRCH;
+        return -1;
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/exe", (int)pid);
+    ssize_t n = readlink(path, out, cap - 1);
+    if (n < 0) return -1;
+    if ((size_t)n >= cap - 1) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    out[n] = 0;
+    if (!pidfd_alive(pidfd)) {
+        errno = ESRCH;
+        return -1;
+    }
     return 0;
 }
 

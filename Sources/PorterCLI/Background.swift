@@ -59,11 +59,11 @@ enum BackgroundCLI {
                 case .enqueued(let r, let task) where r >= 1 && r <= resolved.count:
                     answered += 1
                     try channel.send(message: BackgroundClientMessage.control(task: task.id, .resume))
-                    print("\(task.id)\t\(session)\t\(resolved[r - 1].absoluteString) -> \(destinations[r - 1])")
+                    print("\(task.id)\t\(session)\t\(resolved[r - 1].maskingPassword) -> \(destinations[r - 1])")
                 case .refused(let r, let message) where r >= 1 && r <= resolved.count:
                     answered += 1
                     refused = true
-                    note("porter: porterd refused \(urls[r - 1]): \(message)")
+                    note("porter: porterd refused \(resolved[r - 1].maskingPassword): \(message)")
                 default:
                     continue
                 }
@@ -87,17 +87,26 @@ enum BackgroundCLI {
         }
     }
 
-    static func list(_ channel: Channel, session: String?) throws -> [BackgroundTaskSnapshot] {
-        try ipc { () throws(IPCError) -> [BackgroundTaskSnapshot] in
-            try channel.send(message: BackgroundClientMessage.list(session: session, reference: 1))
+    /// The tasks of the session the connection watches (porterd answers a connection
+    /// about its own session only).
+    static func list(_ channel: Channel) throws -> [BackgroundTaskSnapshot] {
+        let answer = try ipc { () throws(IPCError) -> Result<[BackgroundTaskSnapshot], PorterError> in
+            try channel.send(message: BackgroundClientMessage.list(session: nil, reference: 1))
             var all: [BackgroundTaskSnapshot] = []
             while true {
                 switch try channel.receive(BackgroundDaemonMessage.self) {
                 case .taskPage(1, let page): all += page
-                case .tasks(1, let last): return all + last
+                case .tasks(1, let last): return .success(all + last)
+                case .refused(1, let message): return .failure(PorterError(.unsupportedConfiguration, message))
                 default: continue
                 }
             }
+        }
+        switch answer {
+        case .success(let tasks): return tasks
+        case .failure(let refusal):
+            note("porter: porterd: \(refusal.message)")
+            throw ExitCode(PorterExit.other.rawValue)
         }
     }
 
@@ -107,7 +116,7 @@ enum BackgroundCLI {
             state = "retrying in \(max(0, Int((next - Date().timeIntervalSince1970).rounded())))s"
         }
         let size = t.expected >= 0 ? "\(t.received)/\(t.expected)" : "\(t.received)"
-        var line = "\(t.id)\t\(t.session)\t\(state)\t\(size)\tretries \(t.retries)\t\(t.url.absoluteString)"
+        var line = "\(t.id)\t\(t.session)\t\(state)\t\(size)\tretries \(t.retries)\t\(t.url.maskingPassword)"
         if let d = t.destination { line += " -> \(d)" }
         if let m = t.errorMessage { line += "\t(\(t.state == "completed" ? "failed" : "last error"): \(m))" }
         if let d = t.taskDescription { line += "\t\(d)" }
@@ -119,31 +128,42 @@ struct Jobs: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Background transfers run by porterd: list them, or cancel, suspend, resume or wait for one.",
         discussion: """
-            porter jobs [SESSION]          list the tasks (of one background session)
-            porter jobs cancel|suspend|resume ID
-            porter jobs wait ID            block until the task ends; the exit code is as for a foreground transfer
+            porter jobs SESSION                       list the tasks of a background session
+            porter jobs SESSION cancel|suspend|resume ID
+            porter jobs SESSION wait ID               block until the task ends; the exit code is as for a foreground transfer
+
+            porterd answers a client about one session only (the one named here, or the one
+            an application holds): no client lists or steers another session's tasks.
             """)
 
-    @Argument(help: "SESSION, or an action (cancel, suspend, resume, wait) and a task ID.")
+    @Argument(help: "SESSION, optionally followed by an action (cancel, suspend, resume, wait) and a task ID.")
     var words: [String] = []
 
+    static let actions = ["cancel", "suspend", "resume", "wait"]
+
     func validate() throws {
-        if let first = words.first, ["cancel", "suspend", "resume", "wait"].contains(first) {
-            guard words.count == 2, Int(words[1]) != nil else { throw ValidationError("porter jobs \(first) ID") }
-        } else if words.count > 1 {
-            throw ValidationError("porter jobs [SESSION]")
+        guard let first = words.first else {
+            throw ValidationError("porter jobs SESSION: name the background session (as given to porter --background SESSION)")
+        }
+        if Jobs.actions.contains(first) {
+            throw ValidationError("porter jobs SESSION \(first) ID: task numbers belong to a session; name it first")
+        }
+        guard words.count == 1 || (words.count == 3 && Jobs.actions.contains(words[1]) && Int(words[2]) != nil) else {
+            throw ValidationError("porter jobs SESSION [cancel|suspend|resume|wait ID]")
         }
     }
 
     func run() throws {
         let channel = try BackgroundCLI.connect()
         defer { channel.close() }
-        guard let first = words.first, ["cancel", "suspend", "resume", "wait"].contains(first), let id = Int(words[1]) else {
-            for t in try BackgroundCLI.list(channel, session: words.first) { print(BackgroundCLI.row(t)) }
+        try BackgroundCLI.ipc { () throws(IPCError) in try channel.send(message: BackgroundClientMessage.watch(session: words[0])) }
+        guard words.count == 3, let id = Int(words[2]) else {
+            for t in try BackgroundCLI.list(channel) { print(BackgroundCLI.row(t)) }
             return
         }
-        guard let task = try BackgroundCLI.list(channel, session: nil).first(where: { $0.id == id }) else {
-            note("porter: no background task \(id)")
+        let first = words[1]
+        guard let task = try BackgroundCLI.list(channel).first(where: { $0.id == id }) else {
+            note("porter: no task \(id) in background session \(words[0])")
             throw ExitCode(PorterExit.notFound.rawValue)
         }
         switch first {
@@ -167,7 +187,7 @@ struct Jobs: ParsableCommand {
         while task.state != "completed" {
             if tty { _ = writeAll(2, "\r\(BackgroundCLI.row(task))\u{1B}[K") }
             usleep(50_000)
-            guard let now = try BackgroundCLI.list(channel, session: nil).first(where: { $0.id == task.id }) else {
+            guard let now = try BackgroundCLI.list(channel).first(where: { $0.id == task.id }) else {
                 if tty { _ = writeAll(2, "\n") }
                 note("porter: task \(task.id) is gone (its session took its events)")
                 return

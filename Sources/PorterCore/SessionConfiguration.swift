@@ -165,7 +165,10 @@ public struct SessionConfiguration: Sendable {
     public var downloadDirectory: String? = nil
     /// Background sessions: a command (argv, no shell) porterd runs, as this user and
     /// with PORTER_BACKGROUND_SESSION set to the identifier, when the session has events
-    /// waiting and no process holds it (BITS' notify command line).
+    /// waiting and no process holds it (BITS' notify command line). Its first element must
+    /// be the absolute path of this program itself (porterd compares it with the attaching
+    /// process's /proc/PID/exe and ignores anything else), and the program that first set
+    /// it owns it: a process running another program cannot change or clear it.
     public var launchCommand: [String]? = nil
     /// Background sessions: false keeps porterd from running `launchCommand`.
     public var sessionSendsLaunchEvents = true

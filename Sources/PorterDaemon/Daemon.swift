@@ -27,10 +27,10 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         /// `PORTERD_IDLE_EXIT` seconds (default 30).
         public static func fromEnvironment() throws -> Options {
             let env = ProcessInfo.processInfo.environment
-            guard let state = BackgroundProtocol.stateFolder(environment: env) else {
+            guard let state = BackgroundProtocol.stateFolder(environment: env), let run = BackgroundProtocol.runtimeFolder(environment: env) else {
                 throw PorterError(.unsupportedConfiguration, "porterd: neither XDG_STATE_HOME nor HOME is an absolute path")
             }
-            return Options(runtimeFolder: BackgroundProtocol.runtimeFolder(environment: env), stateFolder: state,
+            return Options(runtimeFolder: run, stateFolder: state,
                            idleExit: env["PORTERD_IDLE_EXIT"].flatMap(Double.init) ?? 30)
         }
     }
@@ -84,7 +84,13 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
     /// backlog passes `dropLimit` messages is disconnected (its events stay journaled).
     final class Connection: @unchecked Sendable {
         let channel: Channel
+        /// The session this connection holds (`attach`) or looks at (`watch`): every
+        /// request it makes is about that session's tasks only.
         var session: String?
+        /// It attached (holds the session: events, logins, launch command).
+        var holds = false
+        /// The connecting process, by pidfd (set before its first message is handled).
+        var process: PeerProcess?
         private let writer = DispatchQueue(label: "porterd.client")
         private let backlog = Atomic<Int>(0)
         static let updateLimit = 64
@@ -108,13 +114,7 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
 
     var partialsFolder: String { options.stateFolder + "/partial" }
     func finishedFolder(_ session: String) -> String {
-        // The identifier is the application's: keep only a safe file name of it.
-        // (ASCII letters and digits, at most 64 bytes) and a hash of it that is the same in
-        // every run (FNV-1a: Hasher is seeded per process).
-        let safe = String(session.unicodeScalars.prefix(64).map { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || $0 == "-" || $0 == "_") ? Character($0) : "_" })
-        var h: UInt64 = 0xcbf2_9ce4_8422_2325
-        for b in session.utf8 { h = (h ^ UInt64(b)) &* 0x100_0000_01b3 }
-        return options.stateFolder + "/finished/" + safe + "-" + String(h, radix: 16)
+        BackgroundProtocol.finishedFolder(stateFolder: options.stateFolder, session: session)
     }
 
     public init(options: Options) throws {
@@ -239,6 +239,23 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
                 channel.goodbye("refused: porterd serves only uid \(geteuid())")
                 return forget()
             }
+            // Never for sandboxed code (a plugin worker): identified by pidfd, not by a pid
+            // that could name another process by the time /proc is read.
+            let process: PeerProcess
+            switch PeerProcess.of(channel) {
+            case .failure(let refusal):
+                note("refused a connection: \(refusal.reason)")
+                channel.goodbye("refused: \(refusal.reason)")
+                return forget()
+            case .success(let p):
+                process = p
+            }
+            if let reason = process.sandboxReason() {
+                note("refused a connection: porterd does not act for sandboxed code: \(reason)")
+                channel.goodbye("refused: porterd does not act for sandboxed code: \(reason)")
+                return forget()
+            }
+            queue.sync { c.process = process }
             do {
                 channel.setReceiveTimeout(10)
                 try channel.answer(BackgroundProtocol.hello)
@@ -269,9 +286,14 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
     private func handle(_ message: BackgroundClientMessage, from c: Connection) {
         switch message {
         case .attach(let session, let launchCommand):
+            if let s = c.session, s != session, holders[s] === c { holders[s] = nil }
             c.session = session
+            c.holds = true
             holders[session] = c
-            do { try journal.attached(session, launchCommand: launchCommand) } catch { note("session \(session): \(error)") }
+            do {
+                let decided = launchCommand.flatMap { self.launchCommand($0, session: session, from: c) }
+                try journal.attached(session, launchCommand: decided?.argv, owner: decided?.owner)
+            } catch { note("session \(session): \(error)") }
             let tasks = ((try? journal.tasks(session: session)) ?? []).map { current($0).snapshot() }
             c.send(.attached(session: session, tasks: paged(tasks, reference: 0, to: c)))
             for e in (try? journal.events(session: session)) ?? [] { c.send(.event(e)) }
@@ -279,8 +301,12 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             for (id, p) in pendingChallenges where p.transfer.row.session == session {
                 c.send(.challenge(task: p.transfer.row.id, id: id, p.info))
             }
+        case .watch(let session):
+            if let s = c.session, holders[s] === c { holders[s] = nil }
+            c.session = session
+            c.holds = false
         case .enqueue(let reference, let spec):
-            guard let session = c.session else { return c.send(.refused(reference: reference, message: "attach to a session first")) }
+            guard let session = c.session, c.holds else { return c.send(.refused(reference: reference, message: "attach to a session first")) }
             enqueue(spec, session: session, reference: reference, reply: c)
         case .control(let id, let action):
             control(id, action, from: c)
@@ -291,23 +317,58 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
             try? journal.save(t.row)
             sortWaiting()
         case .describe(let id, let text):
-            guard var row = transfers[id]?.row ?? (try? journal.tasks(session: c.session).first { $0.id == id }) else { return }
+            guard let session = c.session,
+                  var row = transfers[id]?.row ?? (try? journal.tasks(session: session).first { $0.id == id }),
+                  row.session == session else { return }
             row.spec.taskDescription = text.map { String($0.utf8.prefix(Daemon.maximumDescription)) ?? String($0.prefix(1024)) }
             transfers[id]?.row = row
             try? journal.save(row)
         case .delivered(let sequence):
-            guard let session = c.session, let e = try? journal.delivered(sequence, session: session) else { return }
+            guard let session = c.session, c.holds, let e = try? journal.delivered(sequence, session: session) else { return }
             if e.kind == .finishedDownloading, let file = e.file { unlink(file) }
         case .answer(let id, let answer):
-            guard let p = pendingChallenges.removeValue(forKey: id), p.transfer.row.session == c.session else { return }
+            guard c.holds, let p = pendingChallenges[id], p.transfer.row.session == c.session else { return }
+            pendingChallenges[id] = nil
             p.timer.cancel()
             p.completion(answer.disposition)
         case .ping(let reference):
             c.send(.pong(reference: reference))
         case .list(let session, let reference):
-            let tasks = ((try? journal.tasks(session: session)) ?? []).map { current($0).snapshot() }
+            // Only the connection's own session: a client of one session neither sees nor
+            // steers another's tasks.
+            guard let own = c.session, session == nil || session == own else {
+                return c.send(.refused(reference: reference, message: c.session == nil
+                    ? "attach to or watch a session first" : "a connection lists only the tasks of its own session"))
+            }
+            let tasks = ((try? journal.tasks(session: own)) ?? []).map { current($0).snapshot() }
             c.send(.tasks(reference: reference, paged(tasks, reference: reference, to: c)))
         }
+    }
+
+    /// The launch-command rule. A session's launch command is the application's: it may
+    /// name only the program of the process that attaches (its /proc/PID/exe, so no
+    /// client makes porterd run a shell or another program), and once a program has set
+    /// it (the session's owner, recorded on its first attach), a client running another
+    /// program can neither change nor clear it. Returns what to record (argv with the
+    /// program resolved, and its owner), or nil to leave it as it is.
+    private func launchCommand(_ given: [String], session: String, from c: Connection) -> (argv: [String], owner: String)? {
+        let pid = c.process?.pid ?? 0
+        guard let exe = c.process?.executable() else {
+            note("session \(session): cannot tell which program pid \(pid) runs; its launch command is ignored")
+            return nil
+        }
+        if let owner = try? journal.launchOwner(session), owner != exe {
+            note("session \(session): pid \(pid) (\(exe)) may not change the launch command of the session's application (\(owner)); ignored")
+            return nil
+        }
+        guard let program = given.first else { return ([], exe) }
+        let resolved = program.hasPrefix("/") ? realpath(program, nil) : nil
+        defer { free(resolved) }
+        guard let resolved, String(cString: resolved) == exe else {
+            note("session \(session): a launch command may only run the attaching program itself (\(exe)); pid \(pid) asked for \(given.prefix(1)): ignored")
+            return nil
+        }
+        return ([exe] + given.dropFirst(), exe)
     }
 
     /// Sends all but the last page of `tasks` as `taskPage`s; returns the last page.
@@ -361,19 +422,47 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         }
         do {
             var row = try journal.insert(session: session, spec: spec) { id in self.partialsFolder + "/task-\(id).part" }
-            // Resume data (a cancelled download's): adopt its partial file.
-            if let data = spec.resumeData, let resume = try? ResumeData(data: data),
-               let partial = row.partial, resume.bytesReceived > 0, rename(resume.partialFilePath, partial) == 0 || copyFile(resume.partialFilePath, partial) {
-                row.received = resume.bytesReceived
-                row.expected = resume.expectedTotalBytes
-                row.validator = resume.validator
-                try journal.save(row)
+            // Resume data (a cancelled background download's): adopt its partial file —
+            // only one porterd itself kept; anything else starts from the beginning.
+            if let data = spec.resumeData, let resume = try? ResumeData(data: data), let partial = row.partial, resume.bytesReceived > 0 {
+                if adoptPartial(resume.partialFilePath, bytes: resume.bytesReceived, as: partial) {
+                    row.received = resume.bytesReceived
+                    row.expected = resume.expectedTotalBytes
+                    row.validator = resume.validator
+                    try journal.save(row)
+                } else {
+                    note("task \(row.id): its resume data names \(resume.partialFilePath), not a partial file porterd kept; starting from the beginning")
+                }
             }
             transfers[row.id] = Transfer(row)
             c.send(.enqueued(reference: reference, task: row.snapshot()))
         } catch {
             c.send(.refused(reference: reference, message: "porterd cannot record the task: \(error)"))
         }
+    }
+
+    /// Moves the partial file resume data names to `partial`, when it is one porterd kept
+    /// (`endWithResumeData`): named `task-<n>.part.resume` directly in porterd's partial
+    /// folder, a regular file of this user's with one link and at least `bytes` long,
+    /// looked at and renamed relative to the folder without following a link. Resume
+    /// data is the application's (stored, sent by any client): it must not make porterd
+    /// take, append to or hand back a file of its choosing.
+    func adoptPartial(_ named: String, bytes: Int64, as partial: String) -> Bool {
+        let prefix = partialsFolder + "/"
+        guard named.hasPrefix(prefix), case let name = String(named.dropFirst(prefix.count)),
+              name.hasPrefix("task-"), name.hasSuffix(".part.resume"),
+              case let number = name.dropFirst(5).dropLast(12), !number.isEmpty, number.allSatisfy({ $0.isASCII && $0.isNumber }),
+              partial.hasPrefix(prefix), case let target = String(partial.dropFirst(prefix.count)), !target.contains("/") else { return false }
+        let dir = open(partialsFolder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard dir >= 0 else { return false }
+        defer { close(dir) }
+        let fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_uid == geteuid(), st.st_nlink == 1,
+              Int64(st.st_size) >= bytes else { return false }
+        return renameat(dir, name, dir, target) == 0
     }
 
     private func syncFile(_ path: String) -> Bool {
@@ -387,8 +476,11 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         (try? FileManager.default.copyItem(atPath: from, toPath: to)) != nil
     }
 
-    private func control(_ id: Int, _ action: BackgroundControl, from c: Connection?) {
-        guard let t = transfers[id] ?? (try? journal.tasks().first { $0.id == id && $0.state != "completed" }).map(Transfer.init) else { return }
+    private func control(_ id: Int, _ action: BackgroundControl, from c: Connection) {
+        // Only a task of the connection's own session.
+        guard let session = c.session,
+              let t = transfers[id] ?? (try? journal.tasks(session: session).first { $0.id == id && $0.state != "completed" }).map(Transfer.init),
+              t.row.session == session else { return }
         transfers[id] = t
         switch action {
         case .resume:
@@ -826,7 +918,9 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
     /// as this user, detached, with PORTER_BACKGROUND_SESSION naming the session: Linux
     /// has no app to wake, so a service is started to collect its files.
     private func launch(_ session: String) {
-        guard let argv = (try? journal.launchOnce(session)) ?? nil, let program = argv.first else { return }
+        guard let argv = (try? journal.launchOnce(session)) ?? nil, let program = argv.first else {
+            return note("session \(session): events wait and no process holds it; it has no launch command to run (none, or it ran already)")
+        }
         var env = ProcessInfo.processInfo.environment
         env["PORTER_BACKGROUND_SESSION"] = session
         var cArgs: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]

@@ -72,7 +72,8 @@ final class Journal: @unchecked Sendable {
         CREATE TABLE IF NOT EXISTS sessions(
             id TEXT PRIMARY KEY,
             launch TEXT,
-            launched INTEGER NOT NULL DEFAULT 0);
+            launched INTEGER NOT NULL DEFAULT 0,
+            owner TEXT);
         """
 
     let path: String
@@ -99,6 +100,7 @@ final class Journal: @unchecked Sendable {
             let db = try PrivateFiles.openDatabase(path, schema: Journal.schema, what: "porterd's journal")
             try db.read { db in _ = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM tasks") }
             try relaxSync(db)
+            try addOwner(db)
             return db
         } catch {
             // Only a file that is not an SQLite database (or one SQLite calls corrupt) is
@@ -112,6 +114,16 @@ final class Journal: @unchecked Sendable {
             let db = try PrivateFiles.openDatabase(path, schema: Journal.schema, what: "porterd's journal")
             try relaxSync(db)
             return db
+        }
+    }
+
+    /// A journal from before launch commands had owners gets the column; its launch
+    /// commands (set by whichever client attached last) are not run until the session's
+    /// application sets one again.
+    private static func addOwner(_ db: DatabaseQueue) throws {
+        try db.write { db in
+            let columns = try Row.fetchAll(db, sql: "PRAGMA table_info(sessions)").map { $0["name"] as String }
+            if !columns.contains("owner") { try db.execute(sql: "ALTER TABLE sessions ADD COLUMN owner TEXT") }
         }
     }
 
@@ -227,25 +239,31 @@ final class Journal: @unchecked Sendable {
         return event
     }
 
-    /// Records the launch command of `session` (empty: none) and that a process holds it
-    /// now (so the next undelivered events may launch it again).
-    func attached(_ session: String, launchCommand: [String]?) throws {
+    /// Records that a process holds `session` now (so the next undelivered events may
+    /// launch it again) and, when given, its launch command (empty: none) and the program
+    /// that set it (the daemon decided it may).
+    func attached(_ session: String, launchCommand: [String]?, owner: String?) throws {
         try db.write { db in
             try db.execute(sql: "INSERT OR IGNORE INTO sessions(id) VALUES (?)", arguments: [session])
             try db.execute(sql: "UPDATE sessions SET launched = 0 WHERE id = ?", arguments: [session])
-            if let launchCommand {
+            if let launchCommand, let owner {
                 let text = launchCommand.isEmpty ? nil : String(decoding: try JSONEncoder().encode(launchCommand), as: UTF8.self)
-                try db.execute(sql: "UPDATE sessions SET launch = ? WHERE id = ?", arguments: [text, session])
+                try db.execute(sql: "UPDATE sessions SET launch = ?, owner = ? WHERE id = ?", arguments: [text, owner, session])
             }
         }
+    }
+
+    /// The program that set `session`'s launch command (its application), if any did.
+    func launchOwner(_ session: String) throws -> String? {
+        try db.read { db in try String.fetchOne(db, sql: "SELECT owner FROM sessions WHERE id = ?", arguments: [session]) }
     }
 
     /// The launch command to run for `session`'s waiting events, once: nil when it has
     /// none or it already ran since the session was last held.
     func launchOnce(_ session: String) throws -> [String]? {
         try db.write { db -> [String]? in
-            guard let row = try Row.fetchOne(db, sql: "SELECT launch, launched FROM sessions WHERE id = ?", arguments: [session]),
-                  let text: String = row["launch"], (row["launched"] as Int) == 0,
+            guard let row = try Row.fetchOne(db, sql: "SELECT launch, launched, owner FROM sessions WHERE id = ?", arguments: [session]),
+                  let text: String = row["launch"], (row["launched"] as Int) == 0, (row["owner"] as String?) != nil,
                   let argv = try? JSONDecoder().decode([String].self, from: Data(text.utf8)), !argv.isEmpty else { return nil }
             try db.execute(sql: "UPDATE sessions SET launched = 1 WHERE id = ?", arguments: [session])
             return argv

@@ -23,6 +23,9 @@ final class BackgroundLink: @unchecked Sendable {
     /// Events handed to the delegate queue and not yet acknowledged: after a reconnect
     /// the daemon sends them again, and they must not reach the delegate twice.
     private var inFlight: Set<Int64> = []
+    /// Tasks whose finished file the daemon named outside its folder (refused): their
+    /// completion is a failure, not a success without a file.
+    private var refusedFiles: [Int: String] = [:]
     /// Set when the daemon's `attached` arrives (a connection that fails before it does
     /// counts as a failed attempt).
     private var attachedNow = false
@@ -238,7 +241,14 @@ final class BackgroundLink: @unchecked Sendable {
         guard let t else { return ack() }
         switch event.kind {
         case .finishedDownloading:
-            guard let file = event.file, let d = t as? DownloadTask else { return ack() }
+            guard let named = event.file, let d = t as? DownloadTask else { return ack() }
+            // Only a file in porterd's own folder for this session: whatever is at the
+            // socket (an impostor that got there first) must not make the app hand over,
+            // or delete, a file of its choosing.
+            guard let file = BackgroundProtocol.acceptFinishedFile(named, session: identifier, task: event.task) else {
+                lock.withLock { refusedFiles[event.task] = named }
+                return ack()
+            }
             let delegate = session.downloadDelegate
             deliver(session) {
                 delegate?.downloadTask(d, didFinishDownloadingTo: URL(fileURLWithPath: file))
@@ -247,7 +257,12 @@ final class BackgroundLink: @unchecked Sendable {
                 ack()
             }
         case .completed:
-            let error = BackgroundProtocol.error(code: event.errorCode, message: event.errorMessage, url: t.originalRequest.url)
+            let sent = BackgroundProtocol.error(code: event.errorCode, message: event.errorMessage, url: t.originalRequest.url)
+            let refused = lock.withLock { refusedFiles.removeValue(forKey: event.task) }
+            let error = sent ?? refused.map {
+                PorterError(.cannotOpenFile, "the background daemon named \($0) as the download, which is not in porterd's own folder for this session: refused",
+                            url: t.originalRequest.url)
+            }
             t.completeRemotely(error, statusCode: event.statusCode)
             let delegate = session.taskDelegate
             let waiter = lock.withLock { resumeWaiters.removeValue(forKey: event.task) }

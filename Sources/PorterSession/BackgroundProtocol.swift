@@ -11,23 +11,64 @@ public enum BackgroundProtocol {
     public static let version: UInt16 = 1
     public static var hello: Hello { Hello(service: service, minimumVersion: version, maximumVersion: version) }
 
-    /// `$XDG_RUNTIME_DIR/porter`, else `/tmp/porter-UID` (made 0700 and checked to be
-    /// this user's own folder before use, so another user cannot plant the socket).
-    public static func runtimeFolder(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+    /// `$XDG_RUNTIME_DIR/porter`, else `run` in the state folder (`~/.local/state/porter/run`).
+    /// Never under /tmp: a sandboxed plugin may write /tmp, and whoever makes the folder
+    /// first there can bind the socket and be "porterd" to every client (and name files
+    /// for it to delete). Made 0700 and checked to be this user's own real folder (not a
+    /// link) before use. Nil when neither XDG_RUNTIME_DIR, XDG_STATE_HOME nor HOME is an
+    /// absolute path.
+    public static func runtimeFolder(environment: [String: String] = ProcessInfo.processInfo.environment) -> String? {
         if let run = XDG.runtimeDirectory(environment: environment) { return run + "/porter" }
-        return "/tmp/porter-\(getuid())"
+        return stateFolder(environment: environment).map { $0 + "/run" }
     }
 
-    public static func socketPath(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
-        runtimeFolder(environment: environment) + "/porterd.sock"
+    public static func socketPath(environment: [String: String] = ProcessInfo.processInfo.environment) -> String? {
+        runtimeFolder(environment: environment).map { $0 + "/porterd.sock" }
+    }
+
+    /// The folder porterd keeps session `session`'s finished downloads in until its
+    /// delegate took them: `finished/<safe name>-<hash>` in the state folder. The
+    /// identifier is the application's: only a safe file name of it is used (ASCII letters,
+    /// digits, - and _, at most 64 bytes) and a hash of it that is the same in every run
+    /// (FNV-1a: Hasher is seeded per process).
+    public static func finishedFolder(stateFolder: String, session: String) -> String {
+        let safe = String(session.unicodeScalars.prefix(64).map { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || $0 == "-" || $0 == "_") ? Character($0) : "_" })
+        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        for b in session.utf8 { h = (h ^ UInt64(b)) &* 0x100_0000_01b3 }
+        return stateFolder + "/finished/" + safe + "-" + String(h, radix: 16)
+    }
+
+    /// The name porterd gives a finished download in that folder.
+    public static func finishedFileName(task: Int) -> String { "task-\(task)" }
+
+    /// `file` when it is a finished download porterd made for `session`: a regular file
+    /// (not a link) named `task-<task>` directly in the session's finished folder, which
+    /// is this user's own real folder (0700); the folder is compared resolved, so no link
+    /// anywhere leads elsewhere. Anything else (a daemon that lies, an impostor at the
+    /// socket) is nil: such a path is never handed to a delegate nor deleted.
+    public static func acceptFinishedFile(_ file: String, session: String, task: Int,
+                                          environment: [String: String] = ProcessInfo.processInfo.environment) -> String? {
+        guard let state = stateFolder(environment: environment) else { return nil }
+        let folder = finishedFolder(stateFolder: state, session: session)
+        guard file == folder + "/" + finishedFileName(task: task), (try? PrivateFiles.checkOwnFolder(folder)) != nil,
+              let real = realpath(folder, nil) else { return nil }
+        defer { free(real) }
+        let resolved = String(cString: real)
+        // The state folder above may be reached through a link of the user's own (a home on
+        // another disk): what counts is that the folder itself and the file are no links.
+        var st = stat()
+        guard lstat(resolved + "/" + finishedFileName(task: task), &st) == 0, st.st_mode & S_IFMT == S_IFREG,
+              st.st_uid == geteuid(), st.st_nlink == 1 else { return nil }
+        return resolved + "/" + finishedFileName(task: task)
     }
 
     /// A connection to this user's porterd, after the handshake; the daemon is started
     /// (detached, in its own session) when none listens.
     public static func connectToDaemon() throws -> Channel {
-        let folder = BackgroundProtocol.runtimeFolder()
+        guard let folder = BackgroundProtocol.runtimeFolder(), let path = BackgroundProtocol.socketPath() else {
+            throw PorterError(.unsupportedConfiguration, "porterd: neither XDG_RUNTIME_DIR, XDG_STATE_HOME nor HOME is an absolute path")
+        }
         try PrivateFiles.makeFolder(folder)
-        let path = BackgroundProtocol.socketPath()
         if let c = try? Channel.connect(path: path) {
             try greet(c)
             return c
@@ -48,8 +89,21 @@ public enum BackgroundProtocol {
     }
 
     /// The handshake, bounded in time (a daemon that accepts and never answers does not
-    /// hang the app).
+    /// hang the app), after checking who listens: a process of this user that is not
+    /// sandboxed code (which could have bound the socket first to pose as porterd, hear
+    /// the app's logins and name files for it to hand over).
     static func greet(_ c: Channel) throws {
+        guard let peer = c.peer, peer.uid == geteuid() else {
+            throw PorterError(.unsupportedConfiguration, "the process listening at porterd's socket is not this user's")
+        }
+        switch PeerProcess.of(c) {
+        case .failure(let refusal):
+            throw PorterError(.unsupportedConfiguration, "porterd's socket: \(refusal.reason)")
+        case .success(let process):
+            if let reason = process.sandboxReason() {
+                throw PorterError(.unsupportedConfiguration, "the process listening at porterd's socket is not porterd: \(reason)")
+            }
+        }
         c.setReceiveTimeout(10)
         try c.greet(hello)
         c.setReceiveTimeout(0)
@@ -266,7 +320,9 @@ public enum BackgroundClientMessage: Codable, Sendable, Equatable {
     /// This connection holds session `session` (one connection, one session); the daemon
     /// answers `attached` and then sends the session's undelivered events.
     /// `launchCommand`: the session's launch command from now on (empty: none); nil
-    /// leaves it as it was (`porter --background` attaches without one).
+    /// leaves it as it was (`porter --background` attaches without one). porterd records
+    /// it only when its program is the attaching process's own (/proc/PID/exe) and no
+    /// other program set the session's command before.
     case attach(session: String, launchCommand: [String]?)
     /// A new task; `reference` comes back in `enqueued`.
     case enqueue(reference: Int, spec: BackgroundTaskSpec)
@@ -278,8 +334,13 @@ public enum BackgroundClientMessage: Codable, Sendable, Equatable {
     case schedule(task: Int, priority: Float, earliestBegin: Double?)
     /// The delegate call for event `sequence` returned: the daemon forgets it.
     case delivered(sequence: Int64)
-    /// Every task of `session` (every session when nil): the answer is `tasks`.
+    /// The tasks of this connection's session (`session` nil or that session's name; any
+    /// other is refused): the answer is `tasks`, or `refused`.
     case list(session: String?, reference: Int)
+    /// This connection looks at session `session` without holding it (`porter jobs`): it
+    /// may list and control that session's tasks, and takes no events, answers no logins
+    /// and leaves the launch command as it is.
+    case watch(session: String)
     /// Answered with `pong` once every message before it was handled.
     case ping(reference: Int)
     /// The app's answer to challenge `id`.

@@ -306,23 +306,19 @@ final class BackgroundSessionTests: DaemonTestCase {
 
     /// Events wait and no process holds the session: porterd runs its launch command,
     /// once, with the session named in the environment; not while a process holds it.
+    /// The launch command is the application's own program (BackgroundApp, which set it),
+    /// as porterd requires.
     func testTheLaunchCommandRunsOnceForEventsNobodyHolds() throws {
         let marks = home + "/launched.txt"
-        var config = SessionConfiguration.background(identifier: "wake")
-        config.launchCommand = ["/bin/sh", "-c", "echo \"$PORTER_BACKGROUND_SESSION\" >> '\(marks)'"]
-        let a = Session(configuration: config, delegate: BackgroundRecorder())
-        let one = a.downloadTask(with: URL(string: nginx.http + "/slow/medium.bin")!)
-        one.resume()
-        let two = a.downloadTask(with: URL(string: nginx.http + "/slow/medium.bin")!)
-        two.resume()
-        a.finishTasksAndInvalidate()
+        let app = try runProcess(backgroundApp, ["--wake", marks, "wake", nginx.http + "/slow/medium.bin", nginx.http + "/slow/medium.bin"])
+        XCTAssertEqual(app.status, 0, app.stdout + app.stderr)
         XCTAssertTrue(waitUntil(30) { (try? String(contentsOfFile: marks, encoding: .utf8)) != nil }, "launched")
         usleep(1_500_000)  // the second task ends too: no second launch before a process took the events
         XCTAssertEqual(try String(contentsOfFile: marks, encoding: .utf8), "wake\n")
 
         // A process holds the session while its task ends: no launch.
         let held = BackgroundRecorder()
-        let b = Session(configuration: config, delegate: held)
+        let b = Session(configuration: .background(identifier: "wake"), delegate: held)
         XCTAssertEqual(held.eventsDone.wait(timeout: .now() + 20), .success)
         let three = b.downloadTask(with: URL(string: nginx.http + "/medium.bin")!)
         three.resume()
@@ -508,7 +504,7 @@ final class BackgroundSessionTests: DaemonTestCase {
     /// killed with SIGKILL; the transfer completes; a new process (here, this one) with the
     /// same identifier receives the byte-exact file, then sessionDidFinishEvents.
     func testAnAppKilledMidDownloadHearsOfItOnReturn() throws {
-        let app = URL(fileURLWithPath: porterBinary).deletingLastPathComponent().appendingPathComponent("BackgroundApp").path
+        let app = backgroundApp
         let p = Process()
         p.executableURL = URL(fileURLWithPath: app)
         p.arguments = ["killed", nginx.http + "/slow/medium.bin"]
@@ -616,13 +612,13 @@ final class BackgroundCLITests: DaemonTestCase {
         XCTAssertEqual(jobs.status, 0, jobs.stderr)
         XCTAssertTrue(jobs.stdout.contains("\(id)\tcli\trunning"), jobs.stdout)
 
-        let waiter = try startProcess(porterBinary, ["jobs", "wait", String(id)], environment: env)
+        let waiter = try startProcess(porterBinary, ["jobs", "cli", "wait", String(id)], environment: env)
         usleep(500_000)
         kill(waiter.processIdentifier, SIGKILL)
         waiter.waitUntilExit()
         XCTAssertFalse(FileManager.default.fileExists(atPath: out), "not there before it is whole")
 
-        let waited = try porter(["jobs", "wait", String(id)])
+        let waited = try porter(["jobs", "cli", "wait", String(id)])
         XCTAssertEqual(waited.status, 0, waited.stderr)
         let got = try Data(contentsOf: URL(fileURLWithPath: out))
         XCTAssertEqual(got, Data((0..<NginxFixture.mediumSize).map { NginxFixture.bigByte($0) }))
@@ -651,7 +647,7 @@ final class BackgroundCLITests: DaemonTestCase {
         XCTAssertTrue(listing.contains("retrying in") && listing.contains("retries 1"), listing)
         let server = try startProcess("/usr/bin/python3", ["-m", "http.server", String(port), "--bind", "127.0.0.1", "--directory", site])
         defer { server.terminate() }
-        let waited = try porter(["jobs", "wait", String(id)])
+        let waited = try porter(["jobs", "retry", "wait", String(id)])
         XCTAssertEqual(waited.status, 0, waited.stderr)
         XCTAssertEqual(try String(contentsOfFile: out, encoding: .utf8), "late but here\n")
     }
@@ -688,7 +684,7 @@ final class BackgroundCLITests: DaemonTestCase {
         // The next attempt is 3 s or more away (back-off 4 s ± 20 %).
         let up = Date()
         try runChecked("/usr/sbin/ip", ["netns", "exec", ns, "/usr/sbin/ip", "link", "set", "lo", "up"])
-        let waited = try porter(["jobs", "wait", String(id)])
+        let waited = try porter(["jobs", "net", "wait", String(id)])
         XCTAssertEqual(waited.status, 0, waited.stderr)
         XCTAssertLessThan(Date().timeIntervalSince(up), 2.5, "started when the link came up, not at its back-off time")
         XCTAssertEqual(try String(contentsOfFile: out, encoding: .utf8), "online again\n")

@@ -15,6 +15,31 @@ int porter_ipc_connect(const char *path);
 int porter_ipc_accept(int listener);
 /* The peer's pid, uid and gid (SO_PEERCRED); 0 on success, -1 on error. */
 int porter_ipc_peer(int fd, pid_t *pid, uid_t *uid, gid_t *gid);
+/* The peer of a connected Unix socket as a pidfd (close-on-exec), so that what is read
+ * about it later is about that process and no other that reuses its pid: SO_PEERPIDFD
+ * (Linux 6.5); on older kernels SO_PEERCRED's pid through pidfd_open, kept only when
+ * that process started no later than this call (a process started after the connection
+ * was accepted cannot be its peer). `*pid` gets the pid. Returns the pidfd or -1. */
+int porter_ipc_peer_pidfd(int fd, pid_t *pid);
+
+/* How the process is confined, from /proc/PID/status: Seccomp (0 none, 1 strict,
+ * 2 filter), Seccomp_filters (how many filters; 0 when the kernel does not say) and
+ * NoNewPrivs. */
+typedef struct porter_ipc_confinement {
+    int seccomp;
+    int seccomp_filters;
+    int no_new_privs;
+} porter_ipc_confinement;
+/* The confinement of the process behind `pidfd`; the pidfd is checked to still name a
+ * live process after /proc was read (so the pid was not reused meanwhile). 0, or -1
+ * with errno (ESRCH: it is gone or not visible in this pid namespace). */
+int porter_ipc_pidfd_confinement(int pidfd, porter_ipc_confinement *out);
+/* The calling process's own confinement. 0 or -1. */
+int porter_ipc_self_confinement(porter_ipc_confinement *out);
+/* The program the process behind `pidfd` runs (/proc/PID/exe, resolved by the kernel),
+ * NUL-ended in `out`; checked after reading as above. 0, or -1 with errno. */
+int porter_ipc_pidfd_exe(int pidfd, char *out, size_t cap);
+
 /* A connected pair of stream sockets, both close-on-exec; 0 or -1. */
 int porter_ipc_socketpair(int fds[2]);
 
