@@ -101,7 +101,7 @@ let package = Package(
             name: "PorterCLI",
             dependencies: ["Porter", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strict),
-        .executableTarget(name: "porter", dependencies: ["PorterCLI", "CPorterHost"], swiftSettings: strict),
+        .executableTarget(name: "porter", dependencies: ["PorterCLI", "PorterPlugins", "CPorterHost"], swiftSettings: strict),
         .executableTarget(
             name: "CustomScheme", dependencies: ["Porter", "PorterCLI"], path: "Examples/CustomScheme", swiftSettings: strict),
         .executableTarget(
