@@ -136,6 +136,9 @@ let package = Package(
         .testTarget(name: "PorterDaemonTests", dependencies: ["Porter", "PorterIPC", "PorterTestSupport"], swiftSettings: strict),
         // An application the background-session tests start and kill.
         .executableTarget(name: "BackgroundApp", dependencies: ["Porter"], path: "Tests/BackgroundApp", swiftSettings: strict),
+        // An application with no plugin worker at all (the boundary tests copy it alone).
+        .executableTarget(name: "PluginHostApp", dependencies: ["PorterCore", "PorterPlugins"], path: "Tests/PluginHostApp",
+                          swiftSettings: strict),
         // Every ```swift block of README.md, compiled by scripts/readme-snippets.sh.
         .target(
             name: "ReadmeSnippets",

@@ -172,4 +172,25 @@ final class BoundaryTests: XCTestCase {
         XCTAssertEqual(crash.status, 14, "exit 14 (pluginCrashed), not the plugin's signal: \(crash.stdout) \(crash.stderr)")
         XCTAssertTrue(crash.stderr.contains("SIGSEGV"), crash.stderr)
     }
+
+    /// With no worker at all (no porter-plugin-worker beside or on PATH, and a program that
+    /// never made the check that lets it be its own), a plugin file is refused and an
+    /// error is logged on stderr; it runs in process only when the program asks.
+    func testWithoutAnyWorkerPluginsAreRefusedLoudlyUnlessAskedInProcess() throws {
+        let built = PluginFixture.packageRoot.appendingPathComponent(".build/debug/PluginHostApp").path
+        let dir = try PluginFixture.folder("bare")
+        let app = dir.appendingPathComponent("PluginHostApp").path
+        try FileManager.default.copyItem(atPath: built, toPath: app)
+        let env: [String: String?] = ["PORTER_PLUGIN_PATH": nil, "PORTER_PLUGIN_WORKER": nil, "PORTER_PLUGINS_IN_PROCESS": nil,
+                                      "PATH": "/usr/bin:/bin"]
+        let refused = try runProcess(app, [Self.folder.path], environment: env)
+        XCTAssertTrue(refused.stdout.hasPrefix("refused") && refused.stdout.contains("not loaded in process without isolation"),
+                      refused.stdout)
+        XCTAssertTrue(refused.stderr.contains("error") && refused.stderr.contains("phish.so: not loaded"),
+                      "a log line on stderr: \(refused.stderr)")
+        let asked = try runProcess(app, [Self.folder.path, "--allow-in-process"], environment: env)
+        XCTAssertTrue(asked.stdout.hasPrefix("loaded") && asked.stdout.contains("[in-process: in process: no plugin worker"),
+                      asked.stdout)
+        XCTAssertTrue(asked.stderr.contains("runs in process, unprotected"), asked.stderr)
+    }
 }
