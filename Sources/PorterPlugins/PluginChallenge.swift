@@ -28,7 +28,13 @@ struct PluginChallengeRequest: Sendable {
         self.realm = realm.map(Self.clean)
         self.method = method
         self.previousFailureCount = max(0, previousFailureCount)
-        self.serverTrust = method == .serverTrust ? (serverTrust ?? ServerTrust(certificateChain: [])) : nil
+        if method == .serverTrust {
+            let presented = serverTrust ?? ServerTrust(certificateChain: [])
+            self.serverTrust = ServerTrust(certificateChain: presented.certificateChain,
+                                           evaluationFailure: presented.evaluationFailure.map(Self.clean))
+        } else {
+            self.serverTrust = nil
+        }
     }
 
     /// A `PORTER_AUTH_*` value (and `method_name` for `PORTER_AUTH_CUSTOM`) as a method.
