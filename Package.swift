@@ -60,7 +60,7 @@ let package = Package(
         .target(name: "CPorterIPC"),
         .target(name: "PorterIPC", dependencies: ["CPorterIPC"], swiftSettings: strict),
         .target(name: "PorterDaemon", dependencies: ["Porter", "PorterIPC", "CPorterIPC", "PorterStorage", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
-        .executableTarget(name: "porterd", dependencies: ["PorterDaemon"], swiftSettings: strict),
+        .executableTarget(name: "porterd", dependencies: ["PorterDaemon", "PorterPlugins"], swiftSettings: strict),
         .executableTarget(name: "porter-plugin-worker", dependencies: ["PorterPlugins"], swiftSettings: strict),
         // The stores behind the protocols of PorterCore.
         .target(name: "PorterStorage", dependencies: ["PorterCore", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
@@ -101,7 +101,7 @@ let package = Package(
             name: "PorterCLI",
             dependencies: ["Porter", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strict),
-        .executableTarget(name: "porter", dependencies: ["PorterCLI", "CPorterHost"], swiftSettings: strict),
+        .executableTarget(name: "porter", dependencies: ["PorterCLI", "PorterPlugins", "CPorterHost"], swiftSettings: strict),
         .executableTarget(
             name: "CustomScheme", dependencies: ["Porter", "PorterCLI"], path: "Examples/CustomScheme", swiftSettings: strict),
         .executableTarget(
@@ -136,6 +136,9 @@ let package = Package(
         .testTarget(name: "PorterDaemonTests", dependencies: ["Porter", "PorterIPC", "PorterTestSupport"], exclude: ["lyingserver.py"], swiftSettings: strict),
         // An application the background-session tests start and kill.
         .executableTarget(name: "BackgroundApp", dependencies: ["Porter"], path: "Tests/BackgroundApp", swiftSettings: strict),
+        // An application with no plugin worker at all (the boundary tests copy it alone).
+        .executableTarget(name: "PluginHostApp", dependencies: ["PorterCore", "PorterPlugins"], path: "Tests/PluginHostApp",
+                          swiftSettings: strict),
         // Every ```swift block of README.md, compiled by scripts/readme-snippets.sh.
         .target(
             name: "ReadmeSnippets",

@@ -55,13 +55,16 @@ struct Options: Sendable {
     }
 }
 
+// First, before the arguments are read: started as its own plugin worker, the program
+// serves the plugin from inside this call and exits.
+Porter.bootstrap()
+
 let options = Options(Array(CommandLine.arguments.dropFirst()))
 let positional = options.positional
 guard positional.count == 2, var remote = URL(string: positional[0]), remote.scheme == "sftp" else { usage() }
 if !remote.absoluteString.hasSuffix("/") { remote = URL(string: remote.absoluteString + "/")! }
 let local = URL(fileURLWithPath: positional[1], isDirectory: true)
 
-Porter.bootstrap()
 let verdict = PluginLoader().register(entry: SFTPPlugin.entry, name: "PorterSFTP (linked in)")
 guard verdict.plugin != nil else {
     FileHandle.standardError.write(Data("cannot register sftp: \(verdict)\n".utf8))

@@ -312,7 +312,8 @@ int porter_ipc_route_wait(int fd, int timeout_ms) {
     return got;
 }
 
-int porter_ipc_probe_plugin(const char *worker, int plugin_fd, char *out, size_t cap, int timeout_ms) {
+int porter_ipc_probe_plugin(const char *worker, const char *marker, int plugin_fd, char *out, size_t cap,
+                            int timeout_ms) {
     int p[2];
     if (cap > 0) out[0] = 0;
     /* The worker's environment: ours, with Swift's crash backtracer off, so a plugin's
@@ -351,7 +352,9 @@ int porter_ipc_probe_plugin(const char *worker, int plugin_fd, char *out, size_t
         if (syscall(SYS_close_range, 4, ~0U, 0) != 0) {
             for (int fd = 4; fd < 4096; fd++) close(fd);
         }
-        char *const argv[] = { "porter-plugin-worker", "--probe", "3", NULL };
+        char *const plain[] = { "porter-plugin-worker", "--probe", "3", NULL };
+        char *const marked[] = { "porter-plugin-worker", (char *)marker, "--probe", "3", NULL };
+        char *const *argv = marker ? marked : plain;
         execve(worker, argv, envp);
         _exit(127);
     }

@@ -40,9 +40,19 @@ public enum Porter {
     /// `pluginIsolation` says otherwise (see `PluginIsolation`). A bad plugin is skipped with a diagnostic
     /// (`pluginVerdicts`); it never stops start-up. Also installs the default stores
     /// (`installDefaultStores()`).
+    ///
+    /// **Call it first in `main`**, before the program reads its arguments or does any
+    /// work: the program is also its own plugin worker (`PluginWorker`) when no
+    /// `porter-plugin-worker` is installed beside it — as a plain `swift build` of an
+    /// application's package leaves it. Started as a worker, the program serves its
+    /// plugin from inside this call and exits; it never returns into the program's code.
+    /// Without any worker, plugin files are refused (logged, and said in the verdict),
+    /// not run in process, unless `pluginIsolation.inProcessWithoutWorker` is set.
     public static func bootstrap(registry: HandlerRegistry = .shared, pluginPaths: [String] = [],
                                  loadPlugins: Bool = true, allowOverride: Set<String> = [],
                                  pluginIsolation: PluginIsolation = .default) {
+        // First: in a worker this never returns.
+        PluginWorker.runIfRequested()
         storesInstalled.withLock { installed in
             if !installed { installDefaultStores() }
             installed = true

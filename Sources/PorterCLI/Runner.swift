@@ -646,17 +646,22 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
     func task(_ task: SessionTask, didReceive challenge: AuthenticationChallenge,
               completion: @escaping @Sendable (ChallengeDisposition) -> Void) {
         if hot.verbose { note("* \(challenge)") }
-        completion(Runner.answer(challenge, originalURL: task.originalRequest.url, user: credential, netrc: netrc))
+        completion(Runner.answer(challenge, originalURL: task.originalRequest.url,
+                                 loadingURL: task.currentRequest?.url ?? task.originalRequest.url, user: credential, netrc: netrc))
     }
 
     /// How the CLI answers a challenge, as curl does:
     /// - `-u` is for the first URL's origin (scheme, host, port) only: never for another
     ///   host a redirect leads to, never over plain http when it was given for https, and
     ///   never for a proxy (a proxy's credentials come from the -x URL).
-    /// - a netrc login is for its host, and not over plain http when the first URL was https.
+    /// - a netrc login is for the host of the URL being loaded (`loadingURL`; after a
+    ///   redirect, the new one), only when the challenge is that host's, and not over plain
+    ///   http when the first URL was https: a handler (a plugin) cannot name another host
+    ///   and be handed its login.
     /// - a refused credential is not tried again, and with nothing (else) to answer, the
     ///   401 / 407 itself is the response (default handling), as URLSession delivers it.
-    static func answer(_ challenge: AuthenticationChallenge, originalURL: URL, user: Credential?, netrc: Netrc?) -> ChallengeDisposition {
+    static func answer(_ challenge: AuthenticationChallenge, originalURL: URL, loadingURL: URL? = nil, user: Credential?,
+                       netrc: Netrc?) -> ChallengeDisposition {
         let space = challenge.protectionSpace
         switch space.authenticationMethod {
         case .serverTrust, .clientCertificate:
@@ -668,7 +673,10 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         if let user, space.isOrigin(of: originalURL) { return .useCredential(user) }
         if challenge.proposedCredential != nil { return .performDefaultHandling }
         let downgrade = originalURL.scheme?.lowercased() == "https" && space.protocol.lowercased() != "https"
-        if let netrc, !downgrade, let found = netrc.credential(for: space.host) { return .useCredential(found) }
+        if let netrc, !downgrade, let host = (loadingURL ?? originalURL).host, host.lowercased() == space.host.lowercased(),
+           let found = netrc.credential(for: host) {
+            return .useCredential(found)
+        }
         return .performDefaultHandling
     }
 

@@ -3,6 +3,9 @@ import Foundation
 /// How a server (or a proxy) asks for proof.
 public enum AuthenticationMethod: Sendable, Hashable, CustomStringConvertible {
     case `default`
+    /// A user name and password, for a scheme with no more specific method (a plugin's
+    /// `PORTER_AUTH_PASSWORD`: sftp, gopher, ...).
+    case password
     case httpBasic
     case httpDigest
     case ntlm
@@ -15,6 +18,7 @@ public enum AuthenticationMethod: Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .default: return "default"
+        case .password: return "password"
         case .httpBasic: return "basic"
         case .httpDigest: return "digest"
         case .ntlm: return "ntlm"
@@ -22,6 +26,23 @@ public enum AuthenticationMethod: Sendable, Hashable, CustomStringConvertible {
         case .clientCertificate: return "client-certificate"
         case .serverTrust: return "server-trust"
         case .custom(let name): return name
+        }
+    }
+
+    /// The method `description` names; any other name is a plugin's own (`.custom`). The one
+    /// parser of stored and transmitted method names (credential files and keyrings,
+    /// porterd's wire, a plugin worker's wire).
+    public init(name: String) {
+        switch name {
+        case "default": self = .default
+        case "password": self = .password
+        case "basic": self = .httpBasic
+        case "digest": self = .httpDigest
+        case "ntlm": self = .ntlm
+        case "negotiate": self = .negotiate
+        case "client-certificate": self = .clientCertificate
+        case "server-trust": self = .serverTrust
+        default: self = .custom(name)
         }
     }
 

@@ -22,18 +22,7 @@ protocol PermanentCredentials: AnyObject, Sendable {
 
 extension AuthenticationMethod {
     /// The method a stored `description` names ("basic", "digest", a plugin's own).
-    init(storedName: String) {
-        switch storedName {
-        case "default": self = .default
-        case "basic": self = .httpBasic
-        case "digest": self = .httpDigest
-        case "ntlm": self = .ntlm
-        case "negotiate": self = .negotiate
-        case "client-certificate": self = .clientCertificate
-        case "server-trust": self = .serverTrust
-        default: self = .custom(storedName)
-        }
-    }
+    init(storedName: String) { self.init(name: storedName) }
 }
 
 // MARK: - The file

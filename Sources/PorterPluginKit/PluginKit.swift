@@ -96,7 +96,10 @@ public struct PluginError: Error, Sendable {
     }
 }
 
-/// What a challenge asks.
+/// What a challenge asks. The application sees it for the protection space of the URL
+/// being loaded (its scheme, host and port): `host` and `port` are informative only and
+/// are not read by the host (porter_plugin.h, porter_challenge); the realm and the method
+/// are the plugin's to choose.
 public struct PluginChallenge: Sendable {
     public enum Method: Sendable, Equatable { case password, clientCertificate, serverTrust, custom(String) }
     public var method: Method

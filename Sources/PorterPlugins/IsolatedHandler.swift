@@ -192,7 +192,9 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
 
     func workerChallenge(_ wire: WireChallenge) {
         let workerID = wire.id
-        let challenge = wire.challenge { [weak self] disposition in
+        // Built from this load's URL: what the worker says about host, port or scheme is
+        // not even decoded.
+        let challenge = wire.request.challenge(loading: request.url) { [weak self] disposition in
             guard let self else { return }
             let target = self.condition.withLock { () -> (WorkerProcess, UInt64)? in
                 guard self.challenges.removeValue(forKey: workerID) != nil, !self.silenced, let w = self.worker else { return nil }

@@ -41,6 +41,12 @@ public struct PluginIsolation: Sendable {
     /// disabled for the rest of the process.
     public var crashLimit = 3
     public var crashWindow: TimeInterval = 60
+    /// With no worker program (`PluginWorker`: no `porter-plugin-worker`, and the program
+    /// did not call `Porter.bootstrap()` / `PluginWorker.runIfRequested()` so that it can be
+    /// its own worker), plugin files meant to be isolated are refused (an error is logged
+    /// and the verdict says why); true runs them in process instead, unprotected. Isolation
+    /// is never given up silently.
+    public var inProcessWithoutWorker = false
 
     public init() {}
 
@@ -231,7 +237,8 @@ final class IsolatedPlugin: @unchecked Sendable {
     /// Arguments for the worker: name, limits, network, paths ("~/" expanded).
     var workerArguments: [String] {
         let network = description.isLegacy || description.schemes.contains { $0.needsNetwork }
-        var a = ["porter-plugin-worker", "--serve", "--name", name,
+        let program = PluginWorker.Program(path: workerPath, isSelf: workerPath == PluginWorker.selfExecutable)
+        var a = program.leadingArguments + ["--serve", "--name", name,
                  "--memory-mb", String(isolation.memoryLimitMB), "--cpu-seconds", String(isolation.cpuLimitSeconds),
                  "--network", network ? "1" : "0", "--legacy", description.isLegacy ? "1" : "0"]
         let home = ProcessInfo.processInfo.environment["HOME"]

@@ -130,16 +130,11 @@ enum PluginHost {
         return response
     }
 
+    /// A plugin's `challenge` call: its space is built by `PluginChallengeRequest` from
+    /// the load's URL; the plugin's host, port and scheme are not read.
     static func raise(_ c: porter_challenge, load: PluginLoad, reply: porter_challenge_reply_fn,
                       context: UnsafeMutableRawPointer?) -> UInt64 {
-        let method: AuthenticationMethod
-        switch c.method {
-        case Int32(PORTER_AUTH_PASSWORD): method = .default
-        case Int32(PORTER_AUTH_CLIENT_CERTIFICATE): method = .clientCertificate
-        case Int32(PORTER_AUTH_SERVER_TRUST): method = .serverTrust
-        case Int32(PORTER_AUTH_CUSTOM): method = .custom(string(c.method_name) ?? "custom")
-        default: method = .default
-        }
+        let method = PluginChallengeRequest.method(code: c.method, name: string(c.method_name))
         var trust: ServerTrust?
         if method == .serverTrust {
             var chain: [Data] = []
@@ -150,20 +145,12 @@ enum PluginHost {
             }
             trust = ServerTrust(certificateChain: chain, evaluationFailure: string(c.failure_reason))
         }
+        let asked = PluginChallengeRequest(realm: string(c.realm), method: method,
+                                           previousFailureCount: Int(c.previous_failure_count), serverTrust: trust)
         let url = load.request.url
-        let space = ProtectionSpace(host: string(c.host) ?? url.host ?? "", port: Int(c.port),
-                                    protocol: url.scheme?.lowercased() ?? "", realm: string(c.realm),
-                                    authenticationMethod: method, serverTrust: trust)
-        // A password the URL carries is the proposed credential, as for http and ftp.
-        var proposed: Credential?
-        if method == .default, let user = url.user(percentEncoded: false), let password = url.password(percentEncoded: false) {
-            proposed = Credential(user: user, password: password, persistence: .none)
-        }
         let target = UnsafeSendable((reply, context))
         return load.challenge({ answer in
-            AuthenticationChallenge(protectionSpace: space, proposedCredential: proposed,
-                                    previousFailureCount: Int(max(0, c.previous_failure_count)),
-                                    reply: answer)
+            asked.challenge(loading: url, reply: answer)
         }, reply: { disposition in
             PluginHost.send(disposition, to: target.value.0, context: target.value.1)
         })

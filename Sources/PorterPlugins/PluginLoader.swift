@@ -4,6 +4,7 @@ import CPorterIPC
 @_exported import CPorterPlugin
 import PorterPluginKit
 import Foundation
+import Logging
 import PorterCore
 #if canImport(Glibc)
 import Glibc
@@ -83,6 +84,7 @@ public final class PluginLoader: @unchecked Sendable {
     public let allowOverride: Set<String>
     /// Which plugin files run in a worker process, and the workers' limits.
     public let isolation: PluginIsolation
+    static let logger = Logger(label: "porter.plugins")
 
     /// Real paths already loaded, per registry.
     private static let loadedPaths = Locked<[String: LoadedPlugin]>([:])
@@ -189,7 +191,7 @@ public final class PluginLoader: @unchecked Sendable {
         }
         let mode = isolation.mode(for: path)
         var modeNote: String?
-        let worker = PluginProbe.workerExecutable(ProcessInfo.processInfo.environment)
+        let worker = PluginWorker.program()
         switch PluginProbe.check(opened, path: path, describe: mode == .isolated) {
         case .refused(let d):
             close(opened.fd)
@@ -205,7 +207,7 @@ public final class PluginLoader: @unchecked Sendable {
                 close(opened.fd)
                 return refuse(.register, conflict)
             }
-            let plugin = IsolatedPlugin(path: path, description: description, fd: opened.fd, workerPath: worker!,
+            let plugin = IsolatedPlugin(path: path, description: description, fd: opened.fd, workerPath: worker!.path,
                                         isolation: isolation)
             let id = registry.register(factory: IsolatedPluginFactory(plugin: plugin), origin: .plugin(path: path),
                                        version: description.version)
@@ -222,7 +224,16 @@ public final class PluginLoader: @unchecked Sendable {
                     close(opened.fd)
                     return refuse(.open, "the probe process could not describe it (no answer it could read)")
                 }
-                modeNote = "no porter-plugin-worker found"
+                // No worker program at all: isolation is not given up without a word.
+                let why = "no plugin worker: no porter-plugin-worker beside the program (or $PORTER_PLUGIN_WORKER), "
+                    + "and the program cannot be its own worker (it did not call Porter.bootstrap() first)"
+                guard isolation.inProcessWithoutWorker else {
+                    close(opened.fd)
+                    Self.logger.error("\(path): not loaded: \(why); isolation was not turned off (set PluginIsolation.inProcessWithoutWorker to run it in process)")
+                    return refuse(.open, "not loaded in process without isolation: \(why)")
+                }
+                modeNote = "in process: \(why)"
+                Self.logger.warning("\(path): runs in process, unprotected (PluginIsolation.inProcessWithoutWorker): \(why)")
             }
         }
         _ = dlerror()

@@ -11,8 +11,7 @@ import PorterPluginKit
 /// `$XDG_CACHE_HOME/porter/plugin-probes.json`, 0600, with what each declared), so a
 /// warm start neither probes again nor maps the plugin here.
 ///
-/// No worker found (beside this program, `$PORTER_PLUGIN_WORKER`, or on PATH) or
-/// `PORTER_PLUGIN_PROBE=0`: no probe, as before.
+/// No worker program (`PluginWorker.program`) or `PORTER_PLUGIN_PROBE=0`: no probe.
 enum PluginProbe {
     /// How long a probe may take (`PORTER_PLUGIN_PROBE_TIMEOUT_MS`, default 10 s).
     static var timeoutMilliseconds: Int32 {
@@ -37,14 +36,19 @@ enum PluginProbe {
     /// probe runs even when `PORTER_PLUGIN_PROBE=0`.
     static func check(_ file: PluginFile, path: String, describe: Bool = false) -> Outcome {
         let env = ProcessInfo.processInfo.environment
-        guard describe || env["PORTER_PLUGIN_PROBE"] != "0", let worker = workerExecutable(env) else { return .unavailable }
+        guard describe || env["PORTER_PLUGIN_PROBE"] != "0", let worker = PluginWorker.program(environment: env) else {
+            return .unavailable
+        }
         var st = stat()
         guard fstat(file.fd, &st) == 0 else { return .unavailable }
         let key = "\(st.st_dev):\(st.st_ino):\(st.st_size):\(st.st_mtim.tv_sec).\(st.st_mtim.tv_nsec)"
         if let known = cached()[key] { return .passed(known) }
         var out = [CChar](repeating: 0, count: 65536)
         probesRun.withLock { $0 += 1 }
-        let status = porter_ipc_probe_plugin(worker, file.fd, &out, out.count, timeoutMilliseconds)
+        let marker: String? = worker.isSelf ? PluginWorker.selfMarker : nil
+        let status = marker.withOptionalCString { m in
+            porter_ipc_probe_plugin(worker.path, m, file.fd, &out, out.count, timeoutMilliseconds)
+        }
         let text = CErrorBuffer.read(out)
         let lines = text.split(separator: "\n").map(String.init)
         let stage = lines.last { $0.hasPrefix("STAGE ") }.map { String($0.dropFirst(6)) } ?? "open"
@@ -82,10 +86,6 @@ enum PluginProbe {
         case SIGTERM: return "SIGTERM"
         default: return "signal \(s)"
         }
-    }
-
-    static func workerExecutable(_ env: [String: String]) -> String? {
-        HelperProgram.find("porter-plugin-worker", override: "PORTER_PLUGIN_WORKER", environment: env)
     }
 
     private static var cacheFile: String? { XDG.cacheHome().map { $0 + "/porter/plugin-probes.json" } }

@@ -99,58 +99,36 @@ struct WireRequest: Codable, Sendable {
     }
 }
 
-/// A challenge on the wire (the worker raised it; the host asks the application).
+/// A challenge on the wire (the worker raised it; the host asks the application). It
+/// carries only what a plugin may choose (realm, method, failures, what a server
+/// presented for trust): the host builds the protection space from its own load's URL
+/// (`PluginChallengeRequest`), so a worker cannot name another origin. Keys an older or
+/// hostile worker adds (host, port, scheme, a proposed credential) are not read.
 struct WireChallenge: Codable, Sendable {
     var id: UInt64
-    var host: String
-    var port: Int
-    var scheme: String
     var realm: String?
-    /// "default", "client-certificate", "server-trust" or "custom:NAME".
+    /// "default", "password", "client-certificate", "server-trust" or "custom:NAME".
     var method: String
     var previousFailureCount: Int
-    var proposedUser: String?
-    var proposedPassword: String?
     var identity: [Data]?
     var failureReason: String?
 
     init(_ c: AuthenticationChallenge) {
         id = c.identifier
         let s = c.protectionSpace
-        host = s.host
-        port = s.port
-        scheme = s.protocol
         realm = s.realm
-        switch s.authenticationMethod {
-        case .clientCertificate: method = "client-certificate"
-        case .serverTrust: method = "server-trust"
-        case .custom(let name): method = "custom:" + name
-        default: method = "default"
-        }
+        method = PluginChallengeRequest.wireName(s.authenticationMethod)
         previousFailureCount = c.previousFailureCount
-        if case .password(let user, let password)? = c.proposedCredential?.kind {
-            proposedUser = user
-            proposedPassword = password
-        }
         identity = s.serverTrust?.certificateChain
         failureReason = s.serverTrust?.evaluationFailure
     }
 
-    func challenge(reply: @escaping @Sendable (ChallengeDisposition) -> Void) -> AuthenticationChallenge {
-        let m: AuthenticationMethod
-        switch method {
-        case "client-certificate": m = .clientCertificate
-        case "server-trust": m = .serverTrust
-        case let s where s.hasPrefix("custom:"): m = .custom(String(s.dropFirst(7)))
-        default: m = .default
-        }
+    /// What the plugin asked, for the host to build the challenge of its own load from.
+    var request: PluginChallengeRequest {
+        let m = PluginChallengeRequest.method(wireName: method)
         let trust = m == .serverTrust
             ? ServerTrust(certificateChain: Array((identity ?? []).prefix(64)), evaluationFailure: failureReason) : nil
-        let space = ProtectionSpace(host: host, port: port, protocol: scheme, realm: realm, authenticationMethod: m,
-                                    serverTrust: trust)
-        let proposed = proposedUser.map { Credential(user: $0, password: proposedPassword ?? "", persistence: .none) }
-        return AuthenticationChallenge(protectionSpace: space, proposedCredential: proposed,
-                                       previousFailureCount: max(0, previousFailureCount), reply: reply)
+        return PluginChallengeRequest(realm: realm, method: m, previousFailureCount: previousFailureCount, serverTrust: trust)
     }
 }
 

@@ -273,14 +273,8 @@ public struct BackgroundChallenge: Codable, Sendable, Equatable {
     }
 
     public var protectionSpace: ProtectionSpace {
-        let m: AuthenticationMethod
-        switch method {
-        case "basic": m = .httpBasic
-        case "digest": m = .httpDigest
-        case "default": m = .default
-        default: m = .custom(method)
-        }
-        return ProtectionSpace(host: host, port: port, protocol: scheme, realm: realm, authenticationMethod: m, isProxy: isProxy)
+        ProtectionSpace(host: host, port: port, protocol: scheme, realm: realm,
+                        authenticationMethod: AuthenticationMethod(name: method), isProxy: isProxy)
     }
 }
 

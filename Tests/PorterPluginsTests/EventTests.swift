@@ -63,8 +63,8 @@ final class EventTests: XCTestCase {
         XCTAssertNotNil(line("response R \(id) ", "\(evt)://e1/hello -1 14"), log)
         // task.completed: bytes received, sent, error 0.
         XCTAssertNotNil(line("completed F \(id) ", "\(evt)://e1/hello 14 0 0"), log)
-        // task.challenged: host, method, failure count.
-        XCTAssertNotNil(line("challenged A ", " e2 default 0"), log)
+        // task.challenged: host, method (the plugin's PORTER_AUTH_PASSWORD), failure count.
+        XCTAssertNotNil(line("challenged A ", " e2 password 0"), log)
         // A failure's code (17: fileDoesNotExist).
         XCTAssertNotNil(line("completed F ", "\(evt)://e3/missing 0 0 17"), log)
         // An upload's byte counts ("received 1234" is 13 bytes).

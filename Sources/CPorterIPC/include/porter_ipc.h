@@ -63,11 +63,14 @@ int porter_ipc_route_watch(void);
  * 1 when something arrived, 0 on timeout, -1 on error. */
 int porter_ipc_route_wait(int fd, int timeout_ms);
 
-/* Runs `worker` with argv {"porter-plugin-worker", "--probe", "3", NULL}, the plugin file
- * descriptor `plugin_fd` as its fd 3 and its stdout into `out` (at most cap-1 bytes, NUL
- * ended), for at most `timeout_ms`. Returns the exit status (>= 0), -signal when a
- * signal ended it (-SIGKILL after the timeout), or -1000 when it could not start. */
-int porter_ipc_probe_plugin(const char *worker, int plugin_fd, char *out, size_t cap, int timeout_ms);
+/* Runs `worker` with argv {"porter-plugin-worker", [marker,] "--probe", "3", NULL} (`marker`:
+ * NULL for porter-plugin-worker, "--porter-plugin-worker" for an application that is its
+ * own worker), the plugin file descriptor `plugin_fd` as its fd 3 and its stdout into
+ * `out` (at most cap-1 bytes, NUL ended), for at most `timeout_ms`. Returns the exit
+ * status (>= 0), -signal when a signal ended it (-SIGKILL after the timeout), or -1000
+ * when it could not start. */
+int porter_ipc_probe_plugin(const char *worker, const char *marker, int plugin_fd, char *out, size_t cap,
+                            int timeout_ms);
 
 /* Starts a plugin worker: `worker` with `argv` (NULL-terminated), `sock_fd` as its fd 3
  * and `plugin_fd` as its fd 4 (both without close-on-exec there), stdin and stdout on

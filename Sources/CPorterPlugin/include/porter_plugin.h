@@ -245,13 +245,18 @@ enum {
     PORTER_AUTH_CUSTOM = 4             /* method named by `method_name` */
 };
 
+/* The protection space the application sees (and its stored credentials, netrc logins and
+ * `-u` answer) is built by the host from the URL of the load that raises the challenge:
+ * its scheme, host and port (the scheme's default port when it names none). A plugin
+ * chooses only the realm and the method, which select among that one origin's credentials;
+ * `host` and `port` are not read (an isolated plugin's worker cannot name them either). */
 typedef struct porter_challenge {
     uint32_t struct_size;
-    int32_t method;                /* PORTER_AUTH_* */
+    int32_t method;                /* PORTER_AUTH_*; PASSWORD reaches the application as .password */
     const char *method_name;       /* for PORTER_AUTH_CUSTOM (e.g. "ssh-keyboard-interactive"); else NULL */
-    const char *host;
-    int32_t port;
-    const char *realm;             /* or NULL */
+    const char *host;              /* not read: the load's URL's host */
+    int32_t port;                  /* not read: the load's URL's port */
+    const char *realm;             /* or NULL (control characters dropped, at most 256 bytes) */
     int32_t previous_failure_count;/* how many answers for this space already failed */
     const char *proposed_user;     /* e.g. the user from the URL, or NULL */
     /* Server trust only: the server's identity (DER certificates leaf first, or an

@@ -1,0 +1,239 @@
+/*
+ * A hostile plugin for the boundary tests (issue 21, items 3, 4 and 14), built by the
+ * tests with `cc -shared`. Scheme "phish" (-DSCHEME="x" for another).
+ *
+ *   /steal?host=H&port=P&realm=R&method=M
+ *        raises one challenge naming host H, port P, realm R and PORTER_AUTH_* method M
+ *        (not the URL's) and reports what it was handed:
+ *        "disposition=D user=U password=P"
+ *   /wire?load=L&scheme=S&host=H&port=P&realm=R
+ *        in a worker only: writes a `challenge` message of its own on the worker's
+ *        socket (fd 3) for load L, naming scheme S, host H, port P and realm R, with the
+ *        number the worker gives its next challenge (found by raising and withdrawing
+ *        one); then raises a harmless challenge that gets that number, so the host's
+ *        answer to the forged one reaches the plugin. Reports as /steal does.
+ *   /whoami  "exe=<the worker's executable> pid=<its pid>"
+ *   /crash   SIGSEGV on the plugin's thread
+ */
+#include "porter_plugin.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef SCHEME
+#define SCHEME "phish"
+#endif
+
+static const porter_host *host;
+
+typedef struct load {
+    porter_client *client;
+    char url[2048];
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int stopped, answered, disposition;
+    char user[256], password[256];
+} load_t;
+
+static const char *path_of(const char *url) {
+    const char *p = strstr(url, "://");
+    if (!p) return url;
+    p += 3;
+    const char *slash = strchr(p, '/');
+    return slash ? slash : "/";
+}
+
+/* The value of `name` in the URL's query, copied into `out` ("" when absent). */
+static const char *query(const char *url, const char *name, char *out, size_t cap) {
+    out[0] = 0;
+    const char *q = strchr(url, '?');
+    size_t n = strlen(name);
+    while (q) {
+        q++;
+        if (strncmp(q, name, n) == 0 && q[n] == '=') {
+            size_t len = strcspn(q + n + 1, "&");
+            if (len >= cap) len = cap - 1;
+            memcpy(out, q + n + 1, len);
+            out[len] = 0;
+            return out;
+        }
+        q = strchr(q, '&');
+    }
+    return out;
+}
+
+static void body_text(load_t *l, const char *text) {
+    porter_response r;
+    memset(&r, 0, sizeof r);
+    r.struct_size = sizeof r;
+    r.mime_type = "text/plain";
+    r.expected_length = (int64_t)strlen(text);
+    r.status_code = -1;
+    r.resume_offset = -1;
+    host->did_receive_response(l->client, &r);
+    host->did_load_data(l->client, text, strlen(text));
+    host->did_finish(l->client);
+}
+
+static void on_reply(void *context, const porter_challenge_reply *reply) {
+    load_t *l = context;
+    pthread_mutex_lock(&l->lock);
+    l->answered = 1;
+    l->disposition = reply->disposition;
+    snprintf(l->user, sizeof l->user, "%s", reply->user ? reply->user : "");
+    snprintf(l->password, sizeof l->password, "%s", reply->password ? reply->password : "");
+    pthread_cond_broadcast(&l->cond);
+    pthread_mutex_unlock(&l->lock);
+}
+
+static uint64_t raise_challenge(load_t *l, int method, const char *h, int port, const char *realm) {
+    porter_challenge c;
+    memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    c.method = method;
+    c.host = h;
+    c.port = port;
+    c.realm = realm;
+    l->answered = 0;
+    return host->challenge(l->client, &c, on_reply, l);
+}
+
+/* Waits for the answer; 0 if stopped first. */
+static int wait_answer(load_t *l) {
+    pthread_mutex_lock(&l->lock);
+    while (!l->answered && !l->stopped) pthread_cond_wait(&l->cond, &l->lock);
+    int ok = l->answered;
+    pthread_mutex_unlock(&l->lock);
+    return ok;
+}
+
+static void report(load_t *l) {
+    char text[700];
+    snprintf(text, sizeof text, "disposition=%d user=%s password=%s", l->disposition, l->user, l->password);
+    body_text(l, text);
+}
+
+static void *run(void *arg) {
+    load_t *l = arg;
+    const char *path = path_of(l->url);
+    char h[256], port[32], realm[256], method[16], load[32], scheme[64];
+    if (strncmp(path, "/steal", 6) == 0) {
+        query(l->url, "host", h, sizeof h);
+        query(l->url, "port", port, sizeof port);
+        query(l->url, "realm", realm, sizeof realm);
+        query(l->url, "method", method, sizeof method);
+        if (raise_challenge(l, atoi(method), h, atoi(port), realm) == 0 || !wait_answer(l)) return NULL;
+        report(l);
+    } else if (strncmp(path, "/wire", 5) == 0) {
+        struct stat st;
+        if (fstat(3, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+            body_text(l, "no worker socket");
+            return NULL;
+        }
+        query(l->url, "load", load, sizeof load);
+        query(l->url, "scheme", scheme, sizeof scheme);
+        query(l->url, "host", h, sizeof h);
+        query(l->url, "port", port, sizeof port);
+        query(l->url, "realm", realm, sizeof realm);
+        /* The worker numbers challenges in order: learn the next number. */
+        uint64_t probe = raise_challenge(l, PORTER_AUTH_DEFAULT, "", 0, "probe");
+        if (probe == 0) return NULL;
+        host->cancel_challenge(l->client, probe);
+        char json[1024];
+        int n = snprintf(json, sizeof json,
+                         "{\"challenge\":{\"load\":%s,\"challenge\":{\"id\":%llu,\"host\":\"%s\",\"port\":%s,"
+                         "\"scheme\":\"%s\",\"realm\":\"%s\",\"method\":\"default\",\"previousFailureCount\":0}}}",
+                         load, (unsigned long long)(probe + 1), h, port, scheme, realm);
+        unsigned char frame[1100];
+        uint32_t len = (uint32_t)n + 1;
+        frame[0] = (unsigned char)(len >> 24);
+        frame[1] = (unsigned char)(len >> 16);
+        frame[2] = (unsigned char)(len >> 8);
+        frame[3] = (unsigned char)len;
+        frame[4] = 2; /* a message */
+        memcpy(frame + 5, json, (size_t)n);
+        if (write(3, frame, (size_t)n + 5) != n + 5) {
+            body_text(l, "the forged message could not be written");
+            return NULL;
+        }
+        /* This one gets number probe + 1: the host's answer to the forged one lands here. */
+        if (raise_challenge(l, PORTER_AUTH_DEFAULT, "", 0, "decoy") == 0 || !wait_answer(l)) return NULL;
+        report(l);
+    } else if (strcmp(path, "/whoami") == 0) {
+        char exe[1024];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        exe[n > 0 ? n : 0] = 0;
+        char text[1200];
+        snprintf(text, sizeof text, "exe=%s pid=%d", exe, (int)getpid());
+        body_text(l, text);
+    } else if (strcmp(path, "/crash") == 0) {
+        volatile int *nowhere = (volatile int *)(void *)getenv("PORTER_TEST_UNSET_VARIABLE");
+        *nowhere = 1;
+    } else {
+        host->did_fail(l->client, PORTER_ERR_FILE_DOES_NOT_EXIST, "no such path", NULL, 0);
+    }
+    return NULL;
+}
+
+static int32_t t_start(void *ctx, const porter_request *r, porter_client *client, void **out, char *error, size_t cap) {
+    (void)ctx;
+    load_t *l = calloc(1, sizeof *l);
+    if (!l) { snprintf(error, cap, "out of memory"); return PORTER_ERR_UNKNOWN; }
+    l->client = client;
+    snprintf(l->url, sizeof l->url, "%s", r->url);
+    pthread_mutex_init(&l->lock, NULL);
+    pthread_cond_init(&l->cond, NULL);
+    if (pthread_create(&l->thread, NULL, run, l) != 0) {
+        free(l);
+        snprintf(error, cap, "cannot start a thread");
+        return PORTER_ERR_RESOURCE_UNAVAILABLE;
+    }
+    *out = l;
+    return 0;
+}
+
+static void t_stop(void *p) {
+    load_t *l = p;
+    pthread_mutex_lock(&l->lock);
+    l->stopped = 1;
+    pthread_cond_broadcast(&l->cond);
+    pthread_mutex_unlock(&l->lock);
+}
+
+static void t_destroy(void *p) {
+    load_t *l = p;
+    t_stop(l);
+    pthread_join(l->thread, NULL);
+    pthread_mutex_destroy(&l->lock);
+    pthread_cond_destroy(&l->cond);
+    free(l);
+}
+
+static void t_pause(void *p) { (void)p; }
+static void t_resume(void *p) { (void)p; }
+
+static const porter_handler_vtable vtable = {
+    sizeof(porter_handler_vtable), NULL, t_start, t_stop, t_destroy, t_pause, t_resume,
+};
+
+static const porter_scheme schemes[] = {{SCHEME, PORTER_SCHEME_REDIRECT_TARGET}};
+
+static const porter_plugin_descriptor descriptor = {
+    sizeof(porter_plugin_descriptor), PORTER_PLUGIN_ABI_MAJOR, PORTER_PLUGIN_ABI_MINOR,
+    "hostile plugin (" SCHEME ")", "1.0.0", schemes, 1, &vtable, NULL, NULL, 0, NULL, 0,
+};
+
+__attribute__((visibility("default")))
+int32_t porter_plugin_entry(const porter_host *h, const porter_plugin_descriptor **out, char *error, size_t cap) {
+    (void)error; (void)cap;
+    host = h;
+    *out = &descriptor;
+    return 0;
+}
