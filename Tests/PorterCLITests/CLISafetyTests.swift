@@ -95,7 +95,7 @@ extension CLITests {
             let start = Date()
             let r = try run(args + ["data:,x"])
             XCTAssertEqual(r.status, 64, "\(args): \(r.stderr)")
-            XCTAssertLessThan(Date().timeIntervalSince(start), 5, "\(args)")
+            XCTAssertLessThan(Date().timeIntervalSince(start), 20, "\(args): spun")
         }
         XCTAssertEqual(try run(["--max-redirs=-1", "data:,x"]).status, 0)
     }

@@ -211,7 +211,7 @@ final class CLITests: XCTestCase {
         let timed = try run(["cli", "--max-time", "0.5", "fortune://slow/"], executable: cs)
         XCTAssertEqual(timed.status, 6, timed.stderr)
         XCTAssertEqual(timed.out, "line 0\n")
-        XCTAssertLessThan(Date().timeIntervalSince(start), 5)
+        XCTAssertLessThan(Date().timeIntervalSince(start), 30, "the slow fortune runs for a minute")
 
         let p = Process()
         p.executableURL = URL(fileURLWithPath: cs)

@@ -54,7 +54,7 @@ final class ConnectivityTests: XCTestCase {
         let start = Date()
         let r = try porterInNamespace(["-sS", url])
         XCTAssertEqual(r.status, 5, "cannot connect: \(r.stderr)")
-        XCTAssertLessThan(Date().timeIntervalSince(start), 5)
+        XCTAssertLessThan(Date().timeIntervalSince(start), 20)
     }
 
     func testWaitsForTheRouteThenLoads() throws {
@@ -75,7 +75,7 @@ final class ConnectivityTests: XCTestCase {
         let up = Date()
         try setLoopback(up: true)
         XCTAssertTrue(eventually(10) { !p.isRunning }, "the task did not start when the route appeared")
-        XCTAssertLessThan(Date().timeIntervalSince(up), 5, "started by the route change, not by a timer")
+        XCTAssertLessThan(Date().timeIntervalSince(up), 30, "started by the route change, not by --max-time's end")
         p.waitUntilExit()
         XCTAssertEqual(p.terminationStatus, 0, (try? String(contentsOfFile: err, encoding: .utf8)) ?? "")
         XCTAssertEqual(try String(contentsOfFile: out, encoding: .utf8), "hello from the namespace\n")
@@ -123,6 +123,6 @@ final class ConnectivityTests: XCTestCase {
         let start = Date()
         let r = try porterInNamespace(["-sS", "--wait-for-connectivity", "--max-time", "30", "http://127.0.0.1:\(port + 1)/"])
         XCTAssertEqual(r.status, 5, r.stderr)
-        XCTAssertLessThan(Date().timeIntervalSince(start), 5)
+        XCTAssertLessThan(Date().timeIntervalSince(start), 20, "a wait would last --max-time's 30 s")
     }
 }

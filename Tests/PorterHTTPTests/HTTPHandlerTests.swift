@@ -806,12 +806,15 @@ final class HTTPHandlerTests: XCTestCase {
     }
 
     /// A stream body that blocks holds up its own upload only: a GET on the same loop
-    /// (same session, same trust settings) meanwhile completes at once.
+    /// (same session, same trust settings) completes while the stream is still blocked
+    /// (it stays blocked until the GET is done: no clock decides the outcome).
     func testSlowStreamBodyDoesNotBlockOtherTransfers() async throws {
         final class SlowStream: BodyStream, @unchecked Sendable {
             let lock = NSLock()
             var reads = 0
             let firstRead = DispatchSemaphore(value: 0)
+            let blocked = DispatchSemaphore(value: 0)
+            let release = DispatchSemaphore(value: 0)
             func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
                 let n = lock.withLock { () -> Int in reads += 1; return reads }
                 switch n {
@@ -819,7 +822,9 @@ final class HTTPHandlerTests: XCTestCase {
                     firstRead.signal()
                     return Data("first ".utf8).withUnsafeBytes { src in buffer.copyMemory(from: src); return src.count }
                 case 2:
-                    Thread.sleep(forTimeInterval: 2)   // the application is slow to produce more
+                    // The application is slow to produce more: until the test lets it.
+                    blocked.signal()
+                    _ = release.wait(timeout: .now() + 60)
                     return Data("second".utf8).withUnsafeBytes { src in buffer.copyMemory(from: src); return src.count }
                 default:
                     return 0
@@ -840,14 +845,19 @@ final class HTTPHandlerTests: XCTestCase {
         let upload = Upload()
         let s = Session(configuration: config(), delegate: upload)
         s.uploadTask(withStreamedRequest: Request(url: url(nginx.http + "/echo"), method: "POST")).resume()
-        XCTAssertEqual(upload.stream.firstRead.wait(timeout: .now() + 10), .success)
-        try await Task.sleep(nanoseconds: 200_000_000)   // the stream is now in its slow read
-        let start = Date()
-        let (data, _) = try await s.data(from: url(nginx.http + "/index.html"))
-        let elapsed = Date().timeIntervalSince(start)
-        XCTAssertEqual(text(data), "hello from nginx\n")
-        XCTAssertLessThan(elapsed, 1.0, "the GET waited for the slow stream")
-        XCTAssertEqual(upload.done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(upload.stream.firstRead.wait(timeout: .now() + 30), .success)
+        XCTAssertEqual(upload.stream.blocked.wait(timeout: .now() + 30), .success, "the stream is in its slow read")
+        let got = Locked<String?>(nil)
+        let fetched = DispatchSemaphore(value: 0)
+        Task {
+            let data = try? await s.data(from: url(nginx.http + "/index.html")).0
+            got.withLock { $0 = data.map(text) }
+            fetched.signal()
+        }
+        XCTAssertEqual(fetched.wait(timeout: .now() + 30), .success, "the GET waited for the blocked stream")
+        XCTAssertEqual(got.current, "hello from nginx\n")
+        upload.stream.release.signal()
+        XCTAssertEqual(upload.done.wait(timeout: .now() + 30), .success)
         XCTAssertEqual(text(upload.lock.withLock { upload.body }), "POST first second")
     }
 
@@ -871,7 +881,7 @@ final class HTTPHandlerTests: XCTestCase {
             _ = try await session { $0.timeoutIntervalForRequest = 0.5 }.data(from: url(nginx.http + "/slow"))
             XCTFail()
         } catch let e as PorterError { XCTAssertEqual(e.code, .timedOut) }
-        XCTAssertLessThan(Date().timeIntervalSince(start), 5, "the idle timeout fired, not the 30 s stall")
+        XCTAssertLessThan(Date().timeIntervalSince(start), 20, "the idle timeout fired, not the 30 s stall")
     }
 
     func testLargeBodyWithBackPressure() async throws {

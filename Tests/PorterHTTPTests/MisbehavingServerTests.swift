@@ -62,7 +62,7 @@ final class MisbehavingServerTests: XCTestCase {
         let start = Date()
         let r = await load("/stall") { $0.timeoutIntervalForRequest = 0.5 }
         XCTAssertEqual(code(r), .timedOut)
-        XCTAssertLessThan(Date().timeIntervalSince(start), 5)
+        XCTAssertLessThan(Date().timeIntervalSince(start), 20, "the stall lasts 30 s")
     }
 
     func testTruncatedChunkedBody() async {

@@ -295,7 +295,7 @@ final class WebSocketTests: WSTestCase {
         task.resume()
         let e = await porterError { _ = try await task.receive() }
         XCTAssertEqual(e?.code, .timedOut, "\(String(describing: e))")
-        XCTAssertLessThan(Date().timeIntervalSince(start), 10)
+        XCTAssertLessThan(Date().timeIntervalSince(start), 30, "the server is silent forever")
     }
 
     /// A flood of empty messages stops being read once a message's worth waits, whatever
@@ -327,7 +327,7 @@ final class WebSocketTests: WSTestCase {
         let e = await porterError { _ = try await task.receive() }
         XCTAssertEqual(e?.code, .badServerResponse, "\(String(describing: e))")
         XCTAssertTrue(eventually(10) { task.state == .completed }, "the task stayed open behind its close frame")
-        XCTAssertLessThan(Date().timeIntervalSince(start), 20, "the close timer is 5 s")
+        XCTAssertLessThan(Date().timeIntervalSince(start), 40, "the close timer is 5 s; without it, never")
     }
 
     func testHostilePartsOfTheRequestAreRefused() async throws {

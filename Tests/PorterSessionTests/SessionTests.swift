@@ -391,7 +391,7 @@ final class SessionTests: XCTestCase {
             _ = try await idle.data(from: url("bad://h/silent"))
             XCTFail()
         } catch let e as PorterError { XCTAssertEqual(e.code, .timedOut) } catch { XCTFail() }
-        XCTAssertLessThan(Date().timeIntervalSince(start), 3)
+        XCTAssertLessThan(Date().timeIntervalSince(start), 20, "the handler is silent forever")
 
         let total = Session(configuration: testConfiguration { $0.timeoutIntervalForResource = 0.2 })
         do {
