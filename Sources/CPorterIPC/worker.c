@@ -307,7 +307,6 @@ static int landlock(const porter_sandbox *box, char *report, size_t cap) {
              home ? "the home folder, " : "", closed_porter);
     note(report, cap, line);
     ll_grant_around(&w, "/", read, 0);
-    int rc = 0;
     for (unsigned i = 0; i < box->read_path_count; i++) {
         const char *p = box->read_paths[i];
         if (!p) continue;
@@ -315,7 +314,8 @@ static int landlock(const porter_sandbox *box, char *report, size_t cap) {
             note(report, cap, "landlock: a read path that holds Porter's folders or a device was not granted");
             continue;
         }
-        if (ll_add_path(ruleset, abi, p, read) != 0) rc = -1;
+        /* One it cannot open (no longer privileged, say) grants nothing: stricter. */
+        if (ll_add_path(ruleset, abi, p, read) != 0) note(report, cap, "landlock: a declared read path could not be opened: not granted");
     }
     for (unsigned i = 0; i < box->write_path_count; i++) {
         const char *p = box->write_paths[i];
@@ -324,9 +324,10 @@ static int landlock(const porter_sandbox *box, char *report, size_t cap) {
             note(report, cap, "landlock: a write path that holds Porter's folders or a device was not granted");
             continue;
         }
-        if (ll_add_path(ruleset, abi, p, write) != 0) rc = -1;
+        /* One it cannot open (no longer privileged, say) grants nothing: stricter. */
+        if (ll_add_path(ruleset, abi, p, write) != 0) note(report, cap, "landlock: a declared write path could not be opened: not granted");
     }
-    if (rc == 0) rc = ll_add_path(ruleset, abi, "/dev/null", LL_READ_FILE | LL_WRITE_FILE | (abi >= 3 ? LL_TRUNCATE : 0));
+    int rc = ll_add_path(ruleset, abi, "/dev/null", LL_READ_FILE | LL_WRITE_FILE | (abi >= 3 ? LL_TRUNCATE : 0));
     /* /tmp for writing, around the closed folders that may lie in it (then /tmp itself
      * takes no new entries: its grant would reach into them). */
     w.devices = 0;

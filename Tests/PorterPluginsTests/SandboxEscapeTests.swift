@@ -100,6 +100,12 @@ final class SandboxEscapeTests: XCTestCase {
         var before = stat(), homeBefore = stat()
         XCTAssertEqual(stat(secret, &before), 0)
         XCTAssertEqual(stat(home, &homeBefore), 0)
+        // Should the attack succeed (the old code), the home folder gets its own back.
+        let (homeMode, homeUID, homeGID) = (homeBefore.st_mode & 0o7777, homeBefore.st_uid, homeBefore.st_gid)
+        defer {
+            _ = chown(home, homeUID, homeGID)
+            _ = chmod(home, homeMode)
+        }
 
         let isolated = try porter(["ptest://h/meta?\(secret)&\(other)"])
         checkMetadataRefused(isolated)
