@@ -342,7 +342,9 @@ int porter_ipc_probe_plugin(const char *worker, const char *marker, int plugin_f
         return -1000;
     }
     if (child == 0) {
-        /* Async-signal-safe calls only. */
+        /* Async-signal-safe calls only. A session of its own: no controlling terminal
+         * for the plugin's constructor to open as /dev/tty. */
+        (void)setsid();
         /* Out of the way first: the plugin's or the pipe's number may be 1 or 3 already
          * (dup2 onto itself would keep close-on-exec, onto the other would clobber it). */
         int pf = fcntl(plugin_fd, F_DUPFD, 10), wf = fcntl(p[1], F_DUPFD, 10);

@@ -26,14 +26,22 @@
 
 extern char **environ;
 
+int porter_ipc_pipe(int fds[2]) { return pipe2(fds, O_CLOEXEC); }
+
 pid_t porter_ipc_spawn_worker(const char *worker, char *const argv[], int sock_fd, int plugin_fd) {
+    return porter_ipc_spawn_worker_err(worker, argv, sock_fd, plugin_fd, -1);
+}
+
+pid_t porter_ipc_spawn_worker_err(const char *worker, char *const argv[], int sock_fd, int plugin_fd, int err_fd) {
     /* Out of the way of 3 and 4 first, so the two dup2s cannot clobber each other. */
     int s = fcntl(sock_fd, F_DUPFD_CLOEXEC, 10);
     int p = plugin_fd >= 0 ? fcntl(plugin_fd, F_DUPFD_CLOEXEC, 10) : -1;
-    if (s < 0 || (plugin_fd >= 0 && p < 0)) {
+    int r = err_fd >= 0 ? fcntl(err_fd, F_DUPFD_CLOEXEC, 10) : -1;
+    if (s < 0 || (plugin_fd >= 0 && p < 0) || (err_fd >= 0 && r < 0)) {
         int e = errno;
         if (s >= 0) close(s);
         if (p >= 0) close(p);
+        if (r >= 0) close(r);
         errno = e;
         return -1;
     }
@@ -43,6 +51,7 @@ pid_t porter_ipc_spawn_worker(const char *worker, char *const argv[], int sock_f
     if (!envp) {
         close(s);
         if (p >= 0) close(p);
+        if (r >= 0) close(r);
         errno = ENOMEM;
         return -1;
     }
@@ -61,6 +70,11 @@ pid_t porter_ipc_spawn_worker(const char *worker, char *const argv[], int sock_f
     if (p >= 0) posix_spawn_file_actions_adddup2(&actions, p, 4);
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    /* Never the host's stderr: it may be the user's terminal, which the plugin could read
+     * (through /proc/self/fd/2) or write escape sequences to. A pipe the host copies
+     * from, or nothing. */
+    if (r >= 0) posix_spawn_file_actions_adddup2(&actions, r, 2);
+    else posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
     posix_spawn_file_actions_addclosefrom_np(&actions, p >= 0 ? 5 : 4);
     sigset_t none, all;
     sigemptyset(&none);
@@ -79,6 +93,7 @@ pid_t porter_ipc_spawn_worker(const char *worker, char *const argv[], int sock_f
     free(envp);
     close(s);
     if (p >= 0) close(p);
+    if (r >= 0) close(r);
     if (rc != 0) {
         errno = rc;
         return -1;
@@ -149,71 +164,102 @@ static int ll_add_path(int ruleset, int abi, const char *path, uint64_t rights) 
     return rc;
 }
 
-/* Read rights on every entry of `folder` except `skip` (a name in it). */
-static int ll_read_all_but(int ruleset, int abi, const char *folder, const char *skip, uint64_t read) {
-    DIR *d = opendir(folder);
-    if (!d) return 0; /* e.g. /home at 0711: nothing below it is granted (stricter, not looser) */
-    struct dirent *e;
-    char path[4096];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        if (skip && strcmp(e->d_name, skip) == 0) continue;
-        int n = snprintf(path, sizeof path, "%s/%s", strcmp(folder, "/") == 0 ? "" : folder, e->d_name);
-        if (n <= 0 || (size_t)n >= sizeof path) continue;
-        int fd = open(path, O_PATH | O_CLOEXEC | O_NOFOLLOW);
-        if (fd < 0) continue;
-        struct stat st;
-        /* A symbolic link grants nothing by itself (its target is covered or not). */
-        if (fstat(fd, &st) == 0 && !S_ISLNK(st.st_mode)) (void)ll_add(ruleset, abi, fd, read);
-        close(fd);
-    }
-    closedir(d);
-    return 0;
-}
-
-/* Reading everywhere but inside `home`: at each folder on the way from / to home, every
- * entry except the next step. */
-static void note(char *report, size_t cap, const char *text);
-
-static int ll_read_outside(int ruleset, int abi, const char *home, uint64_t read, char *report, size_t cap) {
-    char *real = home ? realpath(home, NULL) : NULL;
-    if (!real || strcmp(real, "/") == 0) {
-        free(real);
-        note(report, cap, "landlock: no home folder to protect (HOME unset or unresolvable)");
-        return ll_add_path(ruleset, abi, "/", read);
-    }
-    if (strncmp(real, "/tmp/", 5) == 0) {
-        /* /tmp is open to every worker for writing: a home inside it cannot be closed. */
-        free(real);
-        note(report, cap, "landlock: the home folder is under /tmp, which workers may use: not protected");
-        return ll_add_path(ruleset, abi, "/", read);
-    }
-    char folder[4096] = "/";
-    const char *rest = real + 1;
-    int rc = 0;
-    while (*rest) {
-        const char *slash = strchr(rest, '/');
-        size_t len = slash ? (size_t)(slash - rest) : strlen(rest);
-        char name[256];
-        if (len == 0 || len >= sizeof name) break;
-        memcpy(name, rest, len);
-        name[len] = 0;
-        if (ll_read_all_but(ruleset, abi, folder, name, read) != 0) rc = -1;
-        size_t used = strlen(folder);
-        if (used + len + 2 >= sizeof folder) break;
-        if (used > 1) folder[used++] = '/';
-        memcpy(folder + used, name, len + 1);
-        rest = slash ? slash + 1 : rest + len;
-    }
-    free(real);
-    return rc;
-}
-
 static void note(char *report, size_t cap, const char *text) {
     if (!report || cap == 0) return;
     size_t used = strnlen(report, cap);
     if (used + 1 >= cap) return;
     snprintf(report + used, cap - used, "%s%s", used ? "; " : "", text);
+}
+
+/* What a grant must go around: folders none of whose contents may be granted (the home
+ * folder, Porter's own folders), as real paths. */
+typedef struct ll_walk {
+    int ruleset, abi;
+    const char *closed[80];
+    size_t closed_count;
+    /* Grant /dev entry by entry (only the harmless devices, never a terminal). */
+    int devices;
+} ll_walk;
+
+/* `inner` is `outer` or below it (both real paths). */
+static int ll_within(const char *inner, const char *outer) {
+    size_t n = strlen(outer);
+    if (strcmp(outer, "/") == 0) return 1;
+    return strncmp(inner, outer, n) == 0 && (inner[n] == 0 || inner[n] == '/');
+}
+
+static int ll_is_closed(const ll_walk *w, const char *path) {
+    for (size_t i = 0; i < w->closed_count; i++) if (ll_within(path, w->closed[i])) return 1;
+    return 0;
+}
+
+/* Some closed folder (or /dev, when devices are split) lies strictly below `path`. */
+static int ll_holds_closed(const ll_walk *w, const char *path) {
+    for (size_t i = 0; i < w->closed_count; i++)
+        if (strcmp(path, w->closed[i]) != 0 && ll_within(w->closed[i], path)) return 1;
+    return w->devices && strcmp(path, "/dev") != 0 && ll_within("/dev", path);
+}
+
+/* The devices a plugin may read (and /dev/null write): no terminal (/dev/pts, /dev/tty*,
+ * /dev/console, /dev/ptmx, /dev/vcs*), no input device, nothing else. */
+static const char *const ll_devices[] = { "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom" };
+
+/* Grants `rights` on `path` and everything below it except the closed folders: where one
+ * lies below, entry by entry (symbolic links grant nothing: their targets are covered or
+ * not). */
+static void ll_grant_around(const ll_walk *w, const char *path, uint64_t rights, int depth) {
+    if (ll_is_closed(w, path) || depth > 64) return;
+    if (w->devices && strcmp(path, "/dev") == 0) {
+        for (size_t i = 0; i < sizeof ll_devices / sizeof ll_devices[0]; i++)
+            (void)ll_add_path(w->ruleset, w->abi, ll_devices[i], rights & (LL_READ_FILE | LL_WRITE_FILE));
+        return;
+    }
+    if (!ll_holds_closed(w, path)) {
+        int fd = open(path, O_PATH | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) return;
+        struct stat st;
+        if (fstat(fd, &st) == 0 && !S_ISLNK(st.st_mode)) (void)ll_add(w->ruleset, w->abi, fd, rights);
+        close(fd);
+        return;
+    }
+    DIR *d = opendir(path);
+    if (!d) return; /* e.g. /home at 0711: nothing below it is granted (stricter, not looser) */
+    struct dirent *e;
+    char child[4096];
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        int n = snprintf(child, sizeof child, "%s/%s", strcmp(path, "/") == 0 ? "" : path, e->d_name);
+        if (n <= 0 || (size_t)n >= sizeof child) continue;
+        ll_grant_around(w, child, rights, depth + 1);
+    }
+    closedir(d);
+}
+
+/* Adds the real path of `path` to the closed folders (a missing one has nothing to hide). */
+static const char *ll_close(ll_walk *w, const char *path) {
+    if (!path || path[0] != '/' || w->closed_count >= sizeof w->closed / sizeof w->closed[0]) return NULL;
+    char *real = realpath(path, NULL);
+    if (!real) return NULL;
+    if (strcmp(real, "/") == 0) {
+        free(real);
+        return NULL;
+    }
+    w->closed[w->closed_count++] = real;
+    return real;
+}
+
+/* A declared path may be granted unless it is or holds a closed folder, or is inside one
+ * of Porter's folders (inside the home folder is what declaring is for), or a device. */
+static int ll_may_grant(const ll_walk *w, const char *path, const char *home) {
+    char *real = realpath(path, NULL);
+    if (!real) return 1; /* missing: ll_add_path grants nothing */
+    int ok = strcmp(real, "/") != 0 && !ll_within(real, "/dev") && !ll_within(real, "/proc");
+    for (size_t i = 0; ok && i < w->closed_count; i++) {
+        if (ll_within(w->closed[i], real)) ok = 0;
+        else if ((!home || strcmp(w->closed[i], home) != 0) && ll_within(real, w->closed[i])) ok = 0;
+    }
+    free(real);
+    return ok;
 }
 
 static int landlock(const porter_sandbox *box, char *report, size_t cap) {
@@ -243,14 +289,55 @@ static int landlock(const porter_sandbox *box, char *report, size_t cap) {
     if (ruleset < 0) return -1;
     uint64_t read = LL_EXECUTE | LL_READ_FILE | LL_READ_DIR;
     uint64_t write = ll_fs_rights(abi);
-    int rc = box->legacy ? ll_add_path(ruleset, abi, "/", read) : ll_read_outside(ruleset, abi, box->home, read, report, cap);
-    if (box->legacy) note(report, cap, "landlock: legacy plugin (ABI before 1.2): the home folder is readable");
-    for (unsigned i = 0; rc == 0 && i < box->read_path_count; i++)
-        if (box->read_paths[i]) rc = ll_add_path(ruleset, abi, box->read_paths[i], read);
-    for (unsigned i = 0; rc == 0 && i < box->write_path_count; i++)
-        if (box->write_paths[i]) rc = ll_add_path(ruleset, abi, box->write_paths[i], write);
-    if (rc == 0) rc = ll_add_path(ruleset, abi, "/dev/null", LL_READ_FILE | LL_WRITE_FILE | (abi >= 3 ? LL_TRUNCATE : 0));
-    if (rc == 0) rc = ll_add_path(ruleset, abi, "/tmp", write);
+    ll_walk w = { .ruleset = ruleset, .abi = abi, .devices = 1 };
+    /* Porter's own folders first: never granted, whatever else is (the cookie database,
+     * credentials, the cache, porterd's state and socket). */
+    unsigned closed_porter = 0;
+    for (unsigned i = 0; i < box->closed_path_count; i++)
+        if (box->closed_paths[i] && ll_close(&w, box->closed_paths[i])) closed_porter++;
+    const char *home = NULL;
+    if (box->legacy) {
+        note(report, cap, "landlock: legacy plugin (ABI before 1.2): the home folder is readable");
+    } else {
+        home = ll_close(&w, box->home);
+        if (!home) note(report, cap, "landlock: no home folder to protect (HOME unset or unresolvable)");
+    }
+    char line[160];
+    snprintf(line, sizeof line, "landlock: closed: %s%u of Porter's folders, terminals and devices but null/zero/full/random",
+             home ? "the home folder, " : "", closed_porter);
+    note(report, cap, line);
+    ll_grant_around(&w, "/", read, 0);
+    for (unsigned i = 0; i < box->read_path_count; i++) {
+        const char *p = box->read_paths[i];
+        if (!p) continue;
+        if (!ll_may_grant(&w, p, home)) {
+            note(report, cap, "landlock: a read path that holds Porter's folders or a device was not granted");
+            continue;
+        }
+        /* One it cannot open (no longer privileged, say) grants nothing: stricter. */
+        if (ll_add_path(ruleset, abi, p, read) != 0) note(report, cap, "landlock: a declared read path could not be opened: not granted");
+    }
+    for (unsigned i = 0; i < box->write_path_count; i++) {
+        const char *p = box->write_paths[i];
+        if (!p) continue;
+        if (!ll_may_grant(&w, p, home)) {
+            note(report, cap, "landlock: a write path that holds Porter's folders or a device was not granted");
+            continue;
+        }
+        /* One it cannot open (no longer privileged, say) grants nothing: stricter. */
+        if (ll_add_path(ruleset, abi, p, write) != 0) note(report, cap, "landlock: a declared write path could not be opened: not granted");
+    }
+    int rc = ll_add_path(ruleset, abi, "/dev/null", LL_READ_FILE | LL_WRITE_FILE | (abi >= 3 ? LL_TRUNCATE : 0));
+    /* /tmp for writing, around the closed folders that may lie in it (then /tmp itself
+     * takes no new entries: its grant would reach into them). */
+    w.devices = 0;
+    char *tmp = realpath("/tmp", NULL);
+    if (tmp) {
+        if (ll_holds_closed(&w, tmp)) note(report, cap, "landlock: Porter's or the home folder is under /tmp: only what /tmp holds is writable, not /tmp itself");
+        if (ll_is_closed(&w, tmp)) note(report, cap, "landlock: /tmp is not writable");
+        ll_grant_around(&w, tmp, write, 0);
+        free(tmp);
+    }
     if (rc == 0 && box->plugin_fd >= 0) {
         char self[64];
         snprintf(self, sizeof self, "/proc/self/fd/%d", box->plugin_fd);
@@ -258,6 +345,7 @@ static int landlock(const porter_sandbox *box, char *report, size_t cap) {
         rc = fd >= 0 ? ll_add(ruleset, abi, fd, LL_EXECUTE | LL_READ_FILE) : -1;
         if (fd >= 0) close(fd);
     }
+    for (size_t i = 0; i < w.closed_count; i++) free((void *)w.closed[i]);
     if (rc == 0) rc = (int)syscall(SYS_landlock_restrict_self, ruleset, 0);
     int e = errno;
     close(ruleset);
@@ -277,7 +365,26 @@ static int landlock(const porter_sandbox *box, char *report, size_t cap) {
     BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1), \
     BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ((err) & SECCOMP_RET_DATA))
 
+/* Newer calls the kernel headers here may not name (x86_64 numbers; the same on every
+ * architecture since 403's unified table). */
+#ifndef __NR_fchmodat2
+#define __NR_fchmodat2 452
+#endif
+#ifndef __NR_setxattrat
+#define __NR_setxattrat 463
+#endif
+#ifndef __NR_getxattrat
+#define __NR_getxattrat 464
+#endif
+#ifndef __NR_listxattrat
+#define __NR_listxattrat 465
+#endif
+#ifndef __NR_removexattrat
+#define __NR_removexattrat 466
+#endif
+
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 
 static int seccomp_filter(char *report, size_t cap) {
 #ifndef PORTER_AUDIT_ARCH
@@ -296,6 +403,14 @@ static int seccomp_filter(char *report, size_t cap) {
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
         DENY(__NR_fork, EPERM),
         DENY(__NR_vfork, EPERM),
+        /* Path-based metadata calls this architecture still has (aarch64 has only the
+         * *at forms). */
+        DENY(__NR_chmod, EPERM),
+        DENY(__NR_chown, EPERM),
+        DENY(__NR_lchown, EPERM),
+        DENY(__NR_utime, EPERM),
+        DENY(__NR_utimes, EPERM),
+        DENY(__NR_futimesat, EPERM),
 #endif
         DENY(__NR_execve, EPERM),
         DENY(__NR_execveat, EPERM),
@@ -305,6 +420,55 @@ static int seccomp_filter(char *report, size_t cap) {
         DENY(__NR_pidfd_getfd, EPERM),
         DENY(__NR_pidfd_send_signal, EPERM),
         DENY(__NR_tkill, EPERM),
+        /* File metadata: Landlock does not cover modes, owners, extended attributes or
+         * times, so a plugin that cannot open ~/secret could still chmod it 0644 (or the
+         * home folder 0755) for another user to read. On paths and descriptors alike. */
+        DENY(__NR_fchmod, EPERM),
+        DENY(__NR_fchmodat, EPERM),
+        DENY(__NR_fchmodat2, EPERM),
+        DENY(__NR_fchown, EPERM),
+        DENY(__NR_fchownat, EPERM),
+        DENY(__NR_setxattr, EPERM),
+        DENY(__NR_lsetxattr, EPERM),
+        DENY(__NR_fsetxattr, EPERM),
+        DENY(__NR_setxattrat, EPERM),
+        DENY(__NR_removexattr, EPERM),
+        DENY(__NR_lremovexattr, EPERM),
+        DENY(__NR_fremovexattr, EPERM),
+        DENY(__NR_removexattrat, EPERM),
+        DENY(__NR_utimensat, EPERM),
+        /* Reading attributes of files it may not open (user.* notes, where a file came
+         * from): "not supported", as on a file system without them. */
+        DENY(__NR_getxattr, EOPNOTSUPP),
+        DENY(__NR_lgetxattr, EOPNOTSUPP),
+        DENY(__NR_fgetxattr, EOPNOTSUPP),
+        DENY(__NR_getxattrat, EOPNOTSUPP),
+        DENY(__NR_listxattr, EOPNOTSUPP),
+        DENY(__NR_llistxattr, EOPNOTSUPP),
+        DENY(__NR_flistxattr, EOPNOTSUPP),
+        DENY(__NR_listxattrat, EOPNOTSUPP),
+        /* Opening by file handle passes by every path rule. */
+        DENY(__NR_open_by_handle_at, EPERM),
+        /* io_uring runs socket, connect and open requests where this filter never sees
+         * their arguments. */
+        DENY(__NR_io_uring_setup, EPERM),
+        DENY(__NR_io_uring_enter, EPERM),
+        DENY(__NR_io_uring_register, EPERM),
+        /* The user's kernel keyrings; new namespaces. */
+        DENY(__NR_add_key, EPERM),
+        DENY(__NR_request_key, EPERM),
+        DENY(__NR_keyctl, EPERM),
+        DENY(__NR_unshare, EPERM),
+        DENY(__NR_setns, EPERM),
+        /* No Unix-domain socket of its own: connecting to one by path (porterd's, the
+         * session bus, an ssh agent) is not something Landlock refuses here, and porterd
+         * acts for whoever has the user's uid. socketpair stays (it reaches nobody). On
+         * x86_64 there is no socketcall; 32-bit calls are killed by the arch check. */
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 0, 4),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
         /* Signals only to itself: kill(own pid | 0 | -own pid), tgkill(own pid, ...). */
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_kill, 0, 6),
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
@@ -340,6 +504,51 @@ static int seccomp_filter(char *report, size_t cap) {
 #endif
 }
 
+/* ---- capabilities ---- */
+
+#include <linux/capability.h>
+#include <linux/securebits.h>
+
+/* A worker started by root (or with file capabilities) gives up every capability before
+ * a plugin's code runs: effective, permitted, inheritable, ambient and the bounding set,
+ * and (when it may) locks the securebits so no uid-0 rule gives them back. Returns 64
+ * when the process holds none afterwards, -1 when it could not drop them. */
+static int drop_capabilities(char *report, size_t cap) {
+    struct __user_cap_header_struct head = { .version = _LINUX_CAPABILITY_VERSION_3, .pid = 0 };
+    struct __user_cap_data_struct data[2];
+    memset(data, 0, sizeof data);
+    if (syscall(SYS_capget, &head, data) != 0) return -1;
+    int held = 0;
+    for (int i = 0; i < 2; i++) held |= data[i].effective | data[i].permitted | data[i].inheritable;
+    /* The bounding set: needs CAP_SETPCAP; without it (an ordinary user) it only limits
+     * what exec could give, and exec is refused anyway. */
+    if (data[CAP_SETPCAP / 32].effective & (1U << (CAP_SETPCAP % 32))) {
+        for (int c = 0; c <= 63; c++) {
+            if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0 && errno != EINVAL) return -1;
+        }
+        int bits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP | SECBIT_NO_SETUID_FIXUP_LOCKED
+            | SECBIT_KEEP_CAPS_LOCKED;
+#ifdef SECBIT_NO_CAP_AMBIENT_RAISE
+        bits |= SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+#endif
+        if (prctl(PR_SET_SECUREBITS, bits, 0, 0, 0) != 0) return -1;
+    }
+    (void)prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    memset(data, 0, sizeof data);
+    if (held && syscall(SYS_capset, &head, data) != 0) return -1;
+    memset(data, 0, sizeof data);
+    if (syscall(SYS_capget, &head, data) != 0) return -1;
+    for (int i = 0; i < 2; i++) {
+        if (data[i].effective | data[i].permitted | data[i].inheritable) {
+            note(report, cap, "capabilities: some remain");
+            errno = EPERM;
+            return -1;
+        }
+    }
+    if (held) note(report, cap, "capabilities: all dropped (started with some)");
+    return 64;
+}
+
 /* Threads of this process (Landlock confines the calling thread and those it starts). */
 static int thread_count(void) {
     DIR *d = opendir("/proc/self/task");
@@ -373,6 +582,14 @@ int porter_worker_sandbox(const porter_sandbox *box, char *report, size_t cap) {
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) return -1;
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
     in_force |= 2;
+    int caps = drop_capabilities(report, cap);
+    if (caps < 0) return -1;
+    in_force |= caps;
+    /* No descriptor on a terminal (the host gives stdin, stdout and stderr elsewhere). */
+    int tty = 0;
+    for (int fd = 0; fd < 5; fd++) tty |= isatty(fd);
+    if (!tty) in_force |= 128;
+    else note(report, cap, "a terminal is open in the worker");
     int ll = landlock(box, report, cap);
     if (ll < 0) return -1;
     in_force |= ll;

@@ -108,6 +108,13 @@ struct Plugins: ParsableCommand {
                     s.flagNames.isEmpty ? s.name : "\(s.name) (\(s.flagNames.joined(separator: ", ")))"
                 }.joined(separator: ", "))
                 print("        mode: \(p.mode)\(p.modeNote.map { " (\($0))" } ?? "")")
+                if p.mode == .isolated, let status = PluginLoader.isolatedPlugins.last(where: { $0.path == p.path }) {
+                    func list(_ paths: [String]) -> String { paths.isEmpty ? "none" : paths.joined(separator: ", ") }
+                    print("        profile: \(status.network ? "network" : "no network")")
+                    print("        reads: \(list(status.readPaths))")
+                    print("        writes: \(list(status.writePaths))")
+                    print("        sandbox: \(PluginLoader.sandboxReport(forPluginAt: p.path) ?? "unknown (its worker did not start)")")
+                }
             case .refused(let d):
                 print("refused \(d.path)")
                 print("        stage: \(d.stage); reason: \(d.reason)")

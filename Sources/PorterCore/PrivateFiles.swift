@@ -24,6 +24,31 @@ public enum XDG {
         environment["XDG_RUNTIME_DIR"].flatMap { $0.hasPrefix("/") ? $0 : nil }
     }
 
+    /// `$XDG_CONFIG_HOME`, else `$HOME/.config`; nil when neither is an absolute path.
+    public static func configHome(environment: [String: String] = ProcessInfo.processInfo.environment) -> String? {
+        base(environment, "XDG_CONFIG_HOME", "/.config")
+    }
+
+    /// Every folder Porter keeps its own files in — `porter` under the data, state, cache,
+    /// config and runtime folders, each as this environment names it and as the stores'
+    /// fallback (the password database's home folder) would, and the runtime fallback
+    /// `/tmp/porter-UID` — for the plugin sandbox, which never grants any of them.
+    public static func porterFolders(environment: [String: String] = ProcessInfo.processInfo.environment) -> [String] {
+        var folders: [String] = []
+        for base in [dataHome(environment: environment), stateHome(environment: environment), cacheHome(environment: environment),
+                     configHome(environment: environment), runtimeDirectory(environment: environment)] {
+            if let base { folders.append(base + "/porter") }
+        }
+        // The stores fall back on the account's home folder when HOME is not usable.
+        let account = NSHomeDirectory()
+        if account.hasPrefix("/") {
+            for tail in ["/.local/share", "/.local/state", "/.cache", "/.config"] { folders.append(account + tail + "/porter") }
+        }
+        folders.append("/tmp/porter-\(getuid())")
+        var seen = Set<String>()
+        return folders.filter { seen.insert($0).inserted }
+    }
+
     private static func base(_ environment: [String: String], _ variable: String, _ underHome: String) -> String? {
         if let v = environment[variable], v.hasPrefix("/") { return v }
         if let home = environment["HOME"], home.hasPrefix("/") { return home + underHome }

@@ -80,6 +80,13 @@ public struct IsolatedPluginStatus: Sendable {
     public var disabledReason: String?
     /// What the current (or last) worker's sandbox enforces, as it reported.
     public var sandbox: String?
+    /// What the plugin declared it reads and writes (with the paths every worker gets),
+    /// as written ("~/..." or absolute); refused ones are not granted.
+    public var readPaths: [String] = []
+    public var writePaths: [String] = []
+    /// Whether its workers may make TCP connections (a scheme declared
+    /// PORTER_SCHEME_NEEDS_NETWORK, or a legacy plugin).
+    public var network = false
 }
 
 /// What a plugin's descriptor says, read in a probe process (so the host need not run the
@@ -108,6 +115,11 @@ struct PluginDescription: Codable, Sendable, Equatable {
             ?? writePaths.first(where: { !Self.acceptable($0, write: true) }) {
             return "declared path '\(bad)' is not allowed"
         }
+        for (paths, write) in [(readPaths, false), (writePaths, true)] {
+            for p in paths {
+                if let why = DeclaredPaths.refusal(p, write: write) { return "declared \(write ? "write" : "read") path '\(p)' is refused: \(why)" }
+            }
+        }
         if abiMinor < 0 || abiMinor > Int(PORTER_PLUGIN_ABI_MINOR) { return "ABI minor \(abiMinor)" }
         return nil
     }
@@ -123,6 +135,96 @@ struct PluginDescription: Codable, Sendable, Equatable {
         }
         guard path.hasPrefix("/") else { return false }
         return !write || (path.hasPrefix("/tmp/") && parts.count >= 2)
+    }
+}
+
+/// The bounds of a plugin's declared paths (and of `PORTER_PLUGIN_READ_PATHS` /
+/// `PORTER_PLUGIN_WRITE_PATHS`): compared as real paths (links and `~` resolved), never
+/// as text.
+/// - Never `/`, the home folder or a folder holding it, or `/home`.
+/// - Never Porter's own folders (`XDG.porterFolders`: the cookie database, credentials,
+///   the cache, porterd's state and socket), inside or holding them; nor /dev or /proc.
+/// - For writing, never what runs code or grants a login: `~/.ssh` itself,
+///   `~/.ssh/authorized_keys*`, `~/.ssh/rc`, `~/.ssh/config`, `~/.config/autostart`,
+///   `~/.config/systemd`, `~/.local/bin`, the shell and session start-up files, nor the
+///   plugin folders — a path that is, is inside or holds one of them. (Reading them is
+///   not refused: an ssh plugin reads `~/.ssh`.)
+enum DeclaredPaths {
+    /// Below the home folder, for writing: the whole subtree of each, and what holds it.
+    static let homeSubtrees = [
+        ".ssh/rc", ".ssh/config", ".ssh/environment", ".config/autostart", ".config/systemd", ".config/environment.d",
+        ".local/bin", ".profile", ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".zshrc", ".zprofile",
+        ".zshenv", ".zlogin", ".zlogout", ".login", ".logout", ".cshrc", ".tcshrc", ".xprofile", ".xinitrc",
+        ".pam_environment", ".config/fish", ".bashrc.d",
+    ]
+    /// Below the home folder, for writing: names starting so (in that folder).
+    static let homePrefixes = [(".ssh", "authorized_keys"), ("", ".xsession")]
+
+    /// "~/x" with the home folder, or an absolute path; nil otherwise.
+    static func expand(_ path: String, environment: [String: String] = ProcessInfo.processInfo.environment) -> String? {
+        if path.hasPrefix("~/") {
+            guard let home = environment["HOME"], home.hasPrefix("/") else { return nil }
+            return home + String(path.dropFirst())
+        }
+        return path.hasPrefix("/") ? path : nil
+    }
+
+    /// The real path: the longest part that exists resolved (links followed), the rest
+    /// appended as written.
+    static func resolve(_ path: String) -> String {
+        var head = path
+        var tail: [String] = []
+        while head.count > 1 {
+            if let real = realpath(head, nil) {
+                defer { free(real) }
+                let base = String(cString: real)
+                return tail.isEmpty ? base : (base == "/" ? "" : base) + "/" + tail.reversed().joined(separator: "/")
+            }
+            let cut = head.lastIndex(of: "/") ?? head.startIndex
+            tail.append(String(head[head.index(after: cut)...]))
+            head = cut == head.startIndex ? "/" : String(head[..<cut])
+        }
+        return "/" + tail.reversed().joined(separator: "/")
+    }
+
+    /// `inner` is `outer` or below it.
+    static func within(_ inner: String, _ outer: String) -> Bool {
+        outer == "/" || inner == outer || inner.hasPrefix(outer + "/")
+    }
+
+    /// Why `path` may not be granted, or nil.
+    static func refusal(_ path: String, write: Bool, environment: [String: String] = ProcessInfo.processInfo.environment,
+                        pluginFolders: [String]? = nil) -> String? {
+        guard PluginDescription.acceptable(path, write: write) else {
+            return "reads: \"~/x\" or absolute; writes: \"~/x/y\" or under /tmp; no \"..\""
+        }
+        guard let expanded = expand(path, environment: environment) else { return "there is no home folder (HOME)" }
+        let real = resolve(expanded)
+        if real == "/" { return "it is the root folder" }
+        let home = environment["HOME"].flatMap { $0.hasPrefix("/") ? resolve($0) : nil }
+        if let home, home != "/", within(home, real) { return "it is or holds the home folder" }
+        if within(resolve("/home"), real) { return "it is or holds /home" }
+        if within(real, "/dev") || within(real, "/proc") { return "it is a device or process file" }
+        for f in XDG.porterFolders(environment: environment).map(resolve) where within(real, f) || within(f, real) {
+            return "it is, is inside or holds Porter's own folder \(f)"
+        }
+        guard write else { return nil }
+        for f in (pluginFolders ?? PluginLoader.searchPath(environment: environment)).map(resolve) where within(real, f) || within(f, real) {
+            return "it is, is inside or holds the plugin folder \(f)"
+        }
+        guard let home, home != "/" else { return nil }
+        if within(home + "/.ssh", real) { return "it is or holds ~/.ssh" }
+        for entry in homeSubtrees {
+            let f = home + "/" + entry
+            if within(real, f) || within(f, real) { return "it is, is inside or holds ~/\(entry), which runs code or grants logins" }
+        }
+        for (folder, prefix) in homePrefixes {
+            let base = folder.isEmpty ? home : home + "/" + folder
+            guard real.hasPrefix(base + "/") else { continue }
+            let first = real.dropFirst(base.count + 1).split(separator: "/").first.map(String.init) ?? ""
+            if first.hasPrefix(prefix) { return "it is or is inside ~/\(folder.isEmpty ? "" : folder + "/")\(prefix)*, which runs code or grants logins" }
+        }
+        return nil
     }
 }
 
@@ -230,7 +332,8 @@ final class IsolatedPlugin: @unchecked Sendable {
     var status: IsolatedPluginStatus {
         lock.withLock {
             IsolatedPluginStatus(path: path, name: name, workerPID: current?.isAlive == true ? current?.pid : nil,
-                                 workersStarted: workersStarted, disabledReason: disabledReason, sandbox: lastSandbox)
+                                 workersStarted: workersStarted, disabledReason: disabledReason, sandbox: lastSandbox,
+                                 readPaths: profile.readPaths, writePaths: profile.writePaths, network: profile.network)
         }
     }
 
@@ -241,14 +344,38 @@ final class IsolatedPlugin: @unchecked Sendable {
         var a = program.leadingArguments + ["--serve", "--name", name,
                  "--memory-mb", String(isolation.memoryLimitMB), "--cpu-seconds", String(isolation.cpuLimitSeconds),
                  "--network", network ? "1" : "0", "--legacy", description.isLegacy ? "1" : "0"]
-        let home = ProcessInfo.processInfo.environment["HOME"]
-        func expand(_ p: String) -> String? {
-            if p.hasPrefix("~/") { return home.map { $0 + String(p.dropFirst()) } }
-            return p.hasPrefix("/") ? p : nil
+        // Checked again now (a link may have moved since the load), and handed over
+        // resolved; the user's own additions go through the same bounds.
+        for (paths, write) in [(description.readPaths + isolation.readablePaths, false),
+                               (description.writePaths + isolation.writablePaths, true)] {
+            for p in paths.prefix(64) {
+                if let why = DeclaredPaths.refusal(p, write: write) {
+                    Self.logger.error("plugin \(name): \(write ? "write" : "read") path '\(p)' not granted: \(why)")
+                } else if let e = DeclaredPaths.expand(p).map(DeclaredPaths.resolve) {
+                    a += [write ? "--write" : "--read", e]
+                }
+            }
         }
-        for p in (description.readPaths + isolation.readablePaths).prefix(64) { if let e = expand(p) { a += ["--read", e] } }
-        for p in (description.writePaths + isolation.writablePaths).prefix(64) { if let e = expand(p) { a += ["--write", e] } }
         return a
+    }
+
+    /// The declared paths, and whether the network is granted (for `porter plugins`).
+    var profile: (readPaths: [String], writePaths: [String], network: Bool) {
+        (description.readPaths + isolation.readablePaths, description.writePaths + isolation.writablePaths,
+         description.isLegacy || description.schemes.contains { $0.needsNetwork })
+    }
+
+    /// The sandbox report of a running worker (one is started if none runs), waiting
+    /// up to `timeout` for its greeting; nil when none came.
+    func sandboxReport(timeout: TimeInterval) -> String? {
+        if let s = lock.withLock({ lastSandbox }) { return s }
+        guard case .success = worker() else { return nil }
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if let s = lock.withLock({ lastSandbox }) { return s }
+            usleep(10_000)
+        }
+        return nil
     }
 }
 
@@ -295,11 +422,21 @@ final class WorkerProcess: @unchecked Sendable {
         let copies = args.map { strdup($0) }
         defer { copies.forEach { free($0) } }
         var argv: [UnsafeMutablePointer<CChar>?] = copies + [nil]
-        let pid = argv.withUnsafeMutableBufferPointer { porter_ipc_spawn_worker(plugin.workerPath, $0.baseAddress, child, plugin.fd) }
-        Glibc.close(child)
-        guard pid > 0 else {
-            throw PorterError(.pluginCrashed, "plugin \(plugin.name): cannot start \(plugin.workerPath): \(String(cString: strerror(errno)))")
+        // The worker's stderr is a pipe this process copies from, never its own stderr
+        // (the user's terminal, which the plugin could read through /proc/self/fd/2).
+        var errPipe: [Int32] = [-1, -1]
+        if porter_ipc_pipe(&errPipe) != 0 { errPipe = [-1, -1] }
+        let pid = argv.withUnsafeMutableBufferPointer {
+            porter_ipc_spawn_worker_err(plugin.workerPath, $0.baseAddress, child, plugin.fd, errPipe[1])
         }
+        let spawnErrno = errno
+        Glibc.close(child)
+        if errPipe[1] >= 0 { Glibc.close(errPipe[1]) }
+        guard pid > 0 else {
+            if errPipe[0] >= 0 { Glibc.close(errPipe[0]) }
+            throw PorterError(.pluginCrashed, "plugin \(plugin.name): cannot start \(plugin.workerPath): \(String(cString: strerror(spawnErrno)))")
+        }
+        if errPipe[0] >= 0 { WorkerStderr.copy(from: errPipe[0], plugin: plugin.name, pid: pid) }
         let w = WorkerProcess(pid: pid, channel: host, plugin: plugin)
         // The greeting goes first; the reader takes the answer.
         w.send(WorkerWire.hello.frame)
@@ -487,5 +624,67 @@ final class WorkerProcess: @unchecked Sendable {
         } else {
             lock.withLock { reaped = true }
         }
+    }
+}
+
+/// Copies what a worker writes to its stderr pipe to this process's stderr, line by line:
+/// each line prefixed with the plugin's name, control characters escaped (no escape
+/// sequence of a plugin's reaches the user's terminal), at most `lineLimit` bytes of a
+/// line and `totalLimit` bytes in all.
+enum WorkerStderr {
+    static let lineLimit = 1024
+    static let totalLimit = 1 << 20
+
+    static func copy(from fd: Int32, plugin: String, pid: pid_t) {
+        let prefix = "porter: plugin \(escaped(Array(plugin.utf8.prefix(128)))): "
+        let thread = Thread {
+            var line: [UInt8] = []
+            var cut = false
+            var written = 0
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            func flush() {
+                guard !line.isEmpty || cut else { return }
+                if written < totalLimit {
+                    let text = prefix + escaped(line) + (cut ? "…" : "") + "\n"
+                    written += text.utf8.count
+                    if written >= totalLimit { FileHandle.standardError.write(Data((text + prefix + "(more output dropped)\n").utf8)) }
+                    else { FileHandle.standardError.write(Data(text.utf8)) }
+                }
+                line.removeAll(keepingCapacity: true)
+                cut = false
+            }
+            while true {
+                let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+                if n < 0 && errno == EINTR { continue }
+                if n <= 0 { break }
+                for byte in buffer[0..<n] {
+                    if byte == 0x0A { flush(); continue }
+                    if line.count < lineLimit { line.append(byte) } else { cut = true }
+                }
+            }
+            flush()
+            Glibc.close(fd)
+        }
+        thread.name = "porter-plugin-\(pid)-stderr"
+        thread.stackSize = 128 << 10
+        thread.start()
+    }
+
+    /// The line as text with every control character (C0, DEL, C1) and invalid UTF-8
+    /// written as an escape, so nothing in it acts on a terminal.
+    static func escaped(_ bytes: [UInt8]) -> String {
+        var out = ""
+        for scalar in String(decoding: bytes, as: UTF8.self).unicodeScalars {
+            let v = scalar.value
+            switch v {
+            case 0x09: out += "\\t"
+            case 0x0D: out += "\\r"
+            case 0x5C: out += "\\\\"
+            case 0..<0x20, 0x7F..<0xA0, 0x2028, 0x2029, 0x202A...0x202E, 0x2066...0x2069, 0xFFFD:
+                out += String(format: "\\u{%X}", v)
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
     }
 }

@@ -286,6 +286,13 @@ public final class PluginLoader: @unchecked Sendable {
         isolated.current.map(\.status)
     }
 
+    /// What the sandbox of the isolated plugin at `path` enforces, as its worker reports
+    /// it (a worker is started if none runs); nil when no such plugin is loaded or its
+    /// worker did not greet within `timeout` seconds.
+    public static func sandboxReport(forPluginAt path: String, timeout: TimeInterval = 10) -> String? {
+        isolated.current.last { $0.path == path }?.sandboxReport(timeout: timeout)
+    }
+
     /// Calls a plugin's entry point and checks what it returns: the factory of its
     /// in-process handlers and what it declares. Used in process, and in a worker (a
     /// probe, or one that serves loads).

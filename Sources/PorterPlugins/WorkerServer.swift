@@ -70,22 +70,27 @@ public enum PluginWorkerServer {
     public static func confine(pluginFD: Int32, memoryMB: UInt64 = 4096, cpuSeconds: UInt64 = 0, network: Bool = false,
                                legacy: Bool = false, reads: [String] = [], writes: [String] = []) -> (Int32, String) {
         let home = ProcessInfo.processInfo.environment["HOME"]
-        var report = [CChar](repeating: 0, count: 512)
+        var report = [CChar](repeating: 0, count: 1024)
+        let closed = XDG.porterFolders()
         let status: Int32 = withCStrings(reads) { readList in
             withCStrings(writes) { writeList in
-                var box = porter_sandbox()
-                box.memory_bytes = memoryMB * 1_048_576
-                box.cpu_seconds = cpuSeconds
-                box.network = network ? 1 : 0
-                box.legacy = legacy ? 1 : 0
-                box.plugin_fd = pluginFD
-                box.read_paths = readList.baseAddress.map { UnsafePointer($0) }
-                box.read_path_count = UInt32(readList.count)
-                box.write_paths = writeList.baseAddress.map { UnsafePointer($0) }
-                box.write_path_count = UInt32(writeList.count)
-                return home.withOptionalCString { h in
-                    box.home = h
-                    return porter_worker_sandbox(&box, &report, report.count)
+                withCStrings(closed) { closedList in
+                    var box = porter_sandbox()
+                    box.closed_paths = closedList.baseAddress.map { UnsafePointer($0) }
+                    box.closed_path_count = UInt32(closedList.count)
+                    box.memory_bytes = memoryMB * 1_048_576
+                    box.cpu_seconds = cpuSeconds
+                    box.network = network ? 1 : 0
+                    box.legacy = legacy ? 1 : 0
+                    box.plugin_fd = pluginFD
+                    box.read_paths = readList.baseAddress.map { UnsafePointer($0) }
+                    box.read_path_count = UInt32(readList.count)
+                    box.write_paths = writeList.baseAddress.map { UnsafePointer($0) }
+                    box.write_path_count = UInt32(writeList.count)
+                    return home.withOptionalCString { h in
+                        box.home = h
+                        return porter_worker_sandbox(&box, &report, report.count)
+                    }
                 }
             }
         }
@@ -115,6 +120,8 @@ public enum PluginWorkerServer {
         if status & 8 != 0 { parts.append("landlock-tcp") }
         if status & 16 != 0 { parts.append("landlock-scopes") }
         if status & 32 != 0 { parts.append("seccomp") }
+        if status & 64 != 0 { parts.append("no-capabilities") }
+        if status & 128 != 0 { parts.append("no-terminal") }
         return parts.joined(separator: ",") + (skipped.isEmpty ? "" : " (\(skipped))")
     }
 

@@ -323,9 +323,25 @@ final class IsolationTests: XCTestCase {
     /// Declared paths are the plugin's word, so they are bounded: nothing that would open
     /// the whole home folder, a shell start-up file or system folders for writing.
     func testDeclaredPathsThatWouldOpenTooMuchAreRefused() throws {
+        // A link to the home folder, to be declared in its place (compared as real paths).
+        let link = try PluginFixture.folder("links").appendingPathComponent("home").path
+        let home = try XCTUnwrap(ProcessInfo.processInfo.environment["HOME"])
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: home)
+        let porterData = (XDG.dataHome() ?? home + "/.local/share") + "/porter"
         for (define, ok) in [("WRITE_PATH=\"~/.bashrc\"", false), ("WRITE_PATH=\"~/\"", false), ("WRITE_PATH=\"/etc/x\"", false),
                              ("READ_PATH=\"~/\"", false), ("READ_PATH=\"~/../x\"", false),
-                             ("WRITE_PATH=\"~/.config/pt/state\"", true), ("READ_PATH=\"~/.ssh\"", true)] {
+                             // Issue 21, item 6: the whole file system, the home folder by
+                             // another name, logins and start-up code, Porter's own stores.
+                             ("READ_PATH=\"/\"", false), ("READ_PATH=\"/home\"", false), ("READ_PATH=\"\(home)\"", false),
+                             ("READ_PATH=\"\(link)\"", false), ("READ_PATH=\"\(porterData)/cookies.sqlite\"", false),
+                             ("READ_PATH=\"~/.local\"", false),
+                             ("WRITE_PATH=\"~/.ssh/authorized_keys\"", false), ("WRITE_PATH=\"~/.ssh/authorized_keys2\"", false),
+                             ("WRITE_PATH=\"~/.ssh/rc\"", false), ("WRITE_PATH=\"~/.ssh/config\"", false),
+                             ("WRITE_PATH=\"~/.config/autostart/x.desktop\"", false),
+                             ("WRITE_PATH=\"~/.config/systemd/user/x.service\"", false), ("WRITE_PATH=\"~/.local/bin/ls\"", false),
+                             ("WRITE_PATH=\"~/.local/share/porter/plugins\"", false), ("WRITE_PATH=\"/tmp/\(link.dropFirst(5))/.bashrc\"", false),
+                             ("WRITE_PATH=\"~/.config/pt/state\"", true), ("READ_PATH=\"~/.ssh\"", true),
+                             ("WRITE_PATH=\"~/.ssh/known_hosts\"", true), ("READ_PATH=\"/usr/share/doc\"", true)] {
             let folder = try PluginFixture.folder()
             try PluginFixture.build("declares.so", in: folder, defines: ["SCHEME=\"pdeclares\"", define])
             let verdict = PluginLoader(registry: HandlerRegistry()).load(path: folder.appendingPathComponent("declares.so").path)

@@ -306,10 +306,11 @@ class SFTPTests: XCTestCase {
 
     /// Keys the user has: ~/.ssh/id_ed25519, then an ssh-agent.
     func testDefaultKeyAndAgentLogins() throws {
-        func porter(_ env: [String: String]) throws -> (Int32, String) {
+        func porter(_ env: [String: String], inProcess: Bool = false) throws -> (Int32, String) {
             var environment: [String: String?] = ["SSH_AUTH_SOCK": nil, "PORTER_PLUGIN_PATH": nil]
             for (k, v) in env { environment[k] = v }
-            let r = try runProcess(porterBinary, ["--plugin-path", GopherTests.buildDir,
+            let r = try runProcess(porterBinary, ["--plugin-path", GopherTests.buildDir] + (inProcess ? ["--plugins-in-process"] : []) + [
+                                                  
                                                   sshd.url("/hello.txt", user: SSHDFixture.keyUser, password: nil).absoluteString],
                                    environment: environment)
             return (r.status, r.stdout + r.stderr)
@@ -333,9 +334,14 @@ class SFTPTests: XCTestCase {
         try add.run()
         add.waitUntilExit()
         XCTAssertEqual(add.terminationStatus, 0)
-        let (agent, agentText) = try porter(["HOME": home.path, "SSH_AUTH_SOCK": socket])
+        let (agent, agentText) = try porter(["HOME": home.path, "SSH_AUTH_SOCK": socket], inProcess: true)
         XCTAssertEqual(agent, 0, agentText)
         XCTAssertEqual(agentText, "Hello over SFTP.\n")
+        // In a worker the agent's socket is out of reach (socket(AF_UNIX) is refused there,
+        // issue 21; handing a connected agent descriptor over is to come): the same clear
+        // authentication error as with no key.
+        let (isolatedAgent, isolatedText) = try porter(["HOME": home.path, "SSH_AUTH_SOCK": socket])
+        XCTAssertEqual(isolatedAgent, 8, isolatedText)
         // The default key file.
         try FileManager.default.copyItem(atPath: sshd.userKey, toPath: home.path + "/.ssh/id_ed25519")
         let (file, fileText) = try porter(["HOME": home.path])

@@ -74,10 +74,16 @@ int porter_ipc_probe_plugin(const char *worker, const char *marker, int plugin_f
 
 /* Starts a plugin worker: `worker` with `argv` (NULL-terminated), `sock_fd` as its fd 3
  * and `plugin_fd` as its fd 4 (both without close-on-exec there), stdin and stdout on
- * /dev/null (a plugin's printf must not mix into the host's output), stderr inherited,
- * every other descriptor closed, signals at their defaults and unblocked, and
- * SWIFT_BACKTRACE=enable=no so a crash ends the worker by its signal. Returns the pid,
- * or -1 with errno set. The caller reaps it (waitpid). */
+ * /dev/null (a plugin's printf must not mix into the host's output), stderr on `err_fd`
+ * (the write end of a pipe the host copies from) or on /dev/null when it is -1 — never
+ * the host's own stderr, which may be the user's terminal — in a session of its own (no
+ * controlling terminal), every other descriptor closed, signals at their defaults and
+ * unblocked, and SWIFT_BACKTRACE=enable=no so a crash ends the worker by its signal.
+ * Returns the pid, or -1 with errno set. The caller reaps it (waitpid). */
+pid_t porter_ipc_spawn_worker_err(const char *worker, char *const argv[], int sock_fd, int plugin_fd, int err_fd);
+/* A pipe, both ends close-on-exec (pipe2 with O_CLOEXEC); 0 or -1. */
+int porter_ipc_pipe(int fds[2]);
+/* The same with stderr on /dev/null. */
 pid_t porter_ipc_spawn_worker(const char *worker, char *const argv[], int sock_fd, int plugin_fd);
 
 /* What a plugin worker may do (porter_worker_sandbox). */
@@ -102,23 +108,37 @@ typedef struct porter_sandbox {
     /* 1 for a plugin built before ABI 1.2, which could not declare paths: the home
      * folder stays readable (never writable). */
     int legacy;
+    /* Folders nothing is granted in, whatever the walk or a declared path would grant:
+     * Porter's own (data, state, cache, config, runtime). Missing ones are skipped. */
+    const char *const *closed_paths;
+    unsigned closed_path_count;
 } porter_sandbox;
 
 /* Confines the calling process for good, before it runs a plugin's code:
  * - no core dumps, not ptrace-attachable by the user's other processes (dumpable 0),
  *   the limits above, PR_SET_NO_NEW_PRIVS;
- * - Landlock (when the kernel has it): reading everywhere except inside `home` (but the
- *   listed paths), writing only to the listed write paths, /dev/null and /tmp; with
- *   Landlock ABI 4, no TCP unless `network`; with ABI 6, no signals to processes outside
- *   the sandbox and no abstract Unix sockets outside it;
+ * - no capabilities: a worker started by root drops effective, permitted, inheritable,
+ *   ambient and bounding sets and locks the securebits (SECBIT_NOROOT...);
+ * - Landlock (when the kernel has it): reading everywhere except inside `home` and the
+ *   closed paths (but the listed paths, unless one holds a closed path), in /dev only
+ *   null, zero, full, random and urandom (no terminal: /dev/pts, /dev/tty*, /dev/console,
+ *   /dev/ptmx); writing only to the listed write paths, /dev/null and /tmp (around the
+ *   closed paths, should any lie in /tmp); with Landlock ABI 4, no TCP unless `network`;
+ *   with ABI 6, no signals to processes outside the sandbox and no abstract Unix sockets
+ *   outside it;
  * - seccomp (all threads): fork, vfork, clone of a new process, execve, ptrace,
  *   process_vm_readv/writev, pidfd_getfd, pidfd_send_signal and tkill fail with EPERM
  *   (threads still start); kill and tgkill only reach the process itself; ioctl
- *   TIOCSTI / TIOCLINUX fail. So a plugin can neither fork-bomb, run programs, touch
- *   another process, nor type into a terminal.
+ *   TIOCSTI / TIOCLINUX fail; socket(AF_UNIX) fails (socketpair stays), and io_uring,
+ *   open_by_handle_at, keyrings, unshare and setns; the chmod, chown, setxattr,
+ *   removexattr and utimes families fail with EPERM, getxattr / listxattr with
+ *   EOPNOTSUPP. So a plugin can neither fork-bomb, run programs, touch another process,
+ *   reach porterd or any other Unix socket by path, change a file's mode, owner,
+ *   attributes or times, nor type into a terminal.
  * Must be called while the process has one thread (else -1, EBUSY).
  * Returns a bit set of what is in force (1 limits, 2 no_new_privs, 4 landlock filesystem,
- * 8 landlock network, 16 landlock scopes, 32 seccomp), or -1 when a step that must not
+ * 8 landlock network, 16 landlock scopes, 32 seccomp, 64 no capabilities, 128 no terminal
+ * among descriptors 0-4), or -1 when a step that must not
  * fail did (errno set). `report` receives a short text of what was skipped and why. */
 int porter_worker_sandbox(const porter_sandbox *box, char *report, size_t report_capacity);
 

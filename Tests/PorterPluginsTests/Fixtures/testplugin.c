@@ -31,6 +31,13 @@
  *   /connect?PORT   TCP connect to 127.0.0.1:PORT; body "connected" or "connect failed: TEXT"
  *   /signal-host    kill(getppid(), SIGCONT); body "signalled" or "signal failed: TEXT"
  *   /tiocsti        ioctl(2, TIOCSTI, "x"); body "typed" or "tiocsti failed: TEXT"
+ * Escapes out of the worker's sandbox (issue 21), each reporting what the kernel said:
+ *   /unix?PATH      connect to a Unix socket by path: "unix connected" / "unix failed: TEXT"
+ *   /io-uring       io_uring_setup: "io_uring ok" / "io_uring failed: TEXT"
+ *   /meta?P&F       chmod, chown, xattr and utimes calls on path P and on a descriptor of F
+ *   /caps           the Cap* lines of /proc/self/status
+ *   /terminal[?P]   isatty(2), then open /proc/self/fd/2 (or P) read-write
+ *   /stderr         writes an escape sequence and a 10,000-byte line to stderr
  *   /block-pause?N  like /flood, and its pause() never returns (it blocks the thread
  *                   that calls it: in a worker, that load's own queue)
  *
@@ -51,7 +58,13 @@
 #include <stddef.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
+#include <utime.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,6 +223,15 @@ static int late_calls;
 int testplugin_pauses(void);
 static volatile int *nowhere(void) { return (volatile int *)(void *)getenv("PORTER_TEST_UNSET_VARIABLE"); }
 
+/* Appends " name=ok" or " name=ERRNO" for a call that returned rc. */
+static void meta(char *text, size_t cap, const char *name, int rc) {
+    int e = errno;
+    const char *err = rc == 0 ? "ok" : e == EPERM ? "EPERM" : e == EACCES ? "EACCES" : e == EOPNOTSUPP ? "ENOTSUP"
+        : e == ENOENT ? "ENOENT" : e == ENODATA ? "ENODATA" : e == ENOSYS ? "ENOSYS" : e == EBADF ? "EBADF" : "other";
+    size_t used = strlen(text);
+    if (used < cap) snprintf(text + used, cap - used, "%s%s=%s", used ? " " : "", name, err);
+}
+
 static void *run(void *arg) {
     load_t *l = arg;
     const char *path = path_of(l->request->url);
@@ -262,6 +284,107 @@ static void *run(void *arg) {
         if (ioctl(2, TIOCSTI, &c) != 0) snprintf(text, sizeof text, "tiocsti failed: %s", strerror(errno));
         else snprintf(text, sizeof text, "typed");
         body_text(l, text);
+    } else if (starts_with(path, "/unix")) {
+        /* Connects to a Unix socket by path (porterd's, say); "unix connected" or "unix
+         * failed: TEXT". */
+        const char *q = strchr(l->request->url, '?');
+        char text[256];
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_un a;
+        memset(&a, 0, sizeof a);
+        a.sun_family = AF_UNIX;
+        snprintf(a.sun_path, sizeof a.sun_path, "%s", q ? q + 1 : "");
+        if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) snprintf(text, sizeof text, "unix failed: %s", strerror(errno));
+        else snprintf(text, sizeof text, "unix connected");
+        if (fd >= 0) close(fd);
+        body_text(l, text);
+    } else if (strcmp(path, "/io-uring") == 0) {
+        char params[120];
+        memset(params, 0, sizeof params);
+        long fd = syscall(SYS_io_uring_setup, 4, params);
+        char text[128];
+        if (fd < 0) snprintf(text, sizeof text, "io_uring failed: %s", strerror(errno));
+        else { snprintf(text, sizeof text, "io_uring ok"); close((int)fd); }
+        body_text(l, text);
+    } else if (starts_with(path, "/meta")) {
+        /* /meta?PATH&FDPATH: every metadata change on PATH (by path) and on FDPATH (by a
+         * descriptor opened for reading); each "name=ok" or "name=ERRNO". */
+        const char *q = strchr(l->request->url, '?');
+        char target[1024] = "", other[1024] = "";
+        if (q) {
+            snprintf(target, sizeof target, "%s", q + 1);
+            char *bar = strchr(target, '&');
+            if (bar) { *bar = 0; snprintf(other, sizeof other, "%s", bar + 1); }
+        }
+        uid_t to_uid = getuid() == 0 ? 65534 : getuid();
+        gid_t to_gid = getuid() == 0 ? 65534 : getgid();
+        static char text[4096];
+        text[0] = 0;
+        struct timespec times[2] = {{1000000, 0}, {1000000, 0}};
+        struct timeval tv[2] = {{1000000, 0}, {1000000, 0}};
+        struct utimbuf ub = {1000000, 1000000};
+        meta(text, sizeof text, "chmod", chmod(target, 0644));
+        meta(text, sizeof text, "fchmodat", fchmodat(AT_FDCWD, target, 0644, 0));
+        meta(text, sizeof text, "fchmodat2", (int)syscall(452, AT_FDCWD, target, 0644, 0));
+        meta(text, sizeof text, "chown", chown(target, to_uid, to_gid));
+        meta(text, sizeof text, "lchown", lchown(target, to_uid, to_gid));
+        meta(text, sizeof text, "fchownat", fchownat(AT_FDCWD, target, to_uid, to_gid, 0));
+        meta(text, sizeof text, "setxattr", setxattr(target, "user.porter", "x", 1, 0));
+        meta(text, sizeof text, "lsetxattr", lsetxattr(target, "user.porter", "x", 1, 0));
+        meta(text, sizeof text, "removexattr", removexattr(target, "user.porter-none"));
+        meta(text, sizeof text, "lremovexattr", lremovexattr(target, "user.porter-none"));
+        char value[64];
+        meta(text, sizeof text, "getxattr", getxattr(target, "user.porter", value, sizeof value) < 0 ? -1 : 0);
+        meta(text, sizeof text, "listxattr", listxattr(target, value, sizeof value) < 0 ? -1 : 0);
+        meta(text, sizeof text, "utime", utime(target, &ub));
+        meta(text, sizeof text, "utimes", utimes(target, tv));
+#ifdef SYS_futimesat
+        meta(text, sizeof text, "futimesat", (int)syscall(SYS_futimesat, AT_FDCWD, target, tv));
+#endif
+        meta(text, sizeof text, "utimensat", utimensat(AT_FDCWD, target, times, 0));
+        int fd = other[0] ? open(other, O_RDONLY | O_CLOEXEC) : -1;
+        if (fd >= 0) {
+            meta(text, sizeof text, "fchmod", fchmod(fd, 0666));
+            meta(text, sizeof text, "fchown", fchown(fd, to_uid, to_gid));
+            meta(text, sizeof text, "fsetxattr", fsetxattr(fd, "user.porter", "x", 1, 0));
+            meta(text, sizeof text, "fremovexattr", fremovexattr(fd, "user.porter-none"));
+            meta(text, sizeof text, "futimens", futimens(fd, times));
+            close(fd);
+        } else if (other[0]) {
+            meta(text, sizeof text, "open", -1);
+        }
+        body_text(l, text);
+    } else if (strcmp(path, "/caps") == 0) {
+        /* The capability lines of /proc/self/status, one per line. */
+        static char text[1024];
+        text[0] = 0;
+        FILE *f = fopen("/proc/self/status", "re");
+        char line[256];
+        while (f && fgets(line, sizeof line, f)) {
+            if (strncmp(line, "Cap", 3) == 0 && strlen(text) + strlen(line) + 1 < sizeof text) strcat(text, line);
+        }
+        if (f) fclose(f);
+        body_text(l, f ? text : "caps failed");
+    } else if (starts_with(path, "/terminal")) {
+        /* Whether descriptor 2 is a terminal; then opens /proc/self/fd/2 (or the path
+         * given) for reading and writing: "fd2-tty=N open=ok tty=N" or "open=TEXT". */
+        const char *q = strchr(l->request->url, '?');
+        const char *target = q ? q + 1 : "/proc/self/fd/2";
+        char text[512];
+        int fd = open(target, O_RDWR | O_NOCTTY | O_CLOEXEC);
+        if (fd < 0) fd = open(target, O_RDONLY | O_NOCTTY | O_CLOEXEC);
+        if (fd < 0) snprintf(text, sizeof text, "fd2-tty=%d open=%s", isatty(2), strerror(errno));
+        else { snprintf(text, sizeof text, "fd2-tty=%d open=ok tty=%d", isatty(2), isatty(fd)); close(fd); }
+        body_text(l, text);
+    } else if (strcmp(path, "/stderr") == 0) {
+        /* A title-setting escape sequence and a line far too long, on stderr. */
+        static const char seq[] = "\x1b]0;pwned\x07 stderr-from-plugin\n";
+        (void)!write(2, seq, sizeof seq - 1);
+        static char longline[10000];
+        memset(longline, 'L', sizeof longline - 1);
+        longline[sizeof longline - 2] = '\n';
+        (void)!write(2, longline, sizeof longline - 1);
+        body_text(l, "wrote");
     } else if (starts_with(path, "/flood") || starts_with(path, "/block-pause")) {
         const char *q = strchr(path, '?');
         int64_t total = q ? atoll(q + 1) : (64 << 20);
