@@ -849,11 +849,10 @@ final class HTTPHandlerTests: XCTestCase {
         XCTAssertEqual(upload.stream.blocked.wait(timeout: .now() + 30), .success, "the stream is in its slow read")
         let got = Locked<String?>(nil)
         let fetched = DispatchSemaphore(value: 0)
-        Task {
-            let data = try? await s.data(from: url(nginx.http + "/index.html")).0
-            got.withLock { $0 = data.map(text) }
+        s.dataTask(with: Request(url: url(nginx.http + "/index.html"))) { data, _, _ in
+            got.withLock { $0 = data.map { String(decoding: $0, as: UTF8.self) } }
             fetched.signal()
-        }
+        }.resume()
         XCTAssertEqual(fetched.wait(timeout: .now() + 30), .success, "the GET waited for the blocked stream")
         XCTAssertEqual(got.current, "hello from nginx\n")
         upload.stream.release.signal()
