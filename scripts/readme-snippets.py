@@ -18,12 +18,15 @@ it goes to MANIFEST_FOLDER/<n>/Package.swift for `swift package dump-package` (t
 script runs it), and every `.product(name: X, package: "porter")` it names must be a
 product of this package's own Package.swift (checked here, reported at file:line).
 
+A ```c block goes to MANIFEST_FOLDER/c/, with a `#line` directive, for the shell script to
+compile with cc against the plugin header (Sources/CPorterPlugin/include).
+
 A block that is deliberately not compilable says so on the line right before its fence:
 
     <!-- readme-snippets: skip (why) -->
 
 Prints one line per skipped block and per wrong product name to stderr, and
-`COMPILED SKIPPED MANIFESTS` counts to stdout; exits 1 when a product name is wrong.
+`COMPILED SKIPPED MANIFESTS C_BLOCKS` counts to stdout; exits 1 when a product name is wrong.
 """
 import os
 import re
@@ -41,11 +44,11 @@ CONTINUES = re.compile(r"^\s*(\.(?!\.\.)|else\b|catch\b|where\b|\?\?|\?|:|&&|\|\
 OPEN_END = re.compile(r"(,|=|\+|-|\*|&&|\|\||\?\?|->|\bin|\()\s*$")
 
 
-def blocks(lines):
-    """(first line number, source lines, skipped) for each ```swift fence."""
+def blocks(lines, language="swift"):
+    """(first line number, source lines, skipped) for each ```swift (or other language) fence."""
     i = 0
     while i < len(lines):
-        m = re.match(r"^(\s*)```\s*swift\s*$", lines[i])
+        m = re.match(r"^(\s*)```\s*%s\s*$" % re.escape(language), lines[i])
         if not m:
             i += 1
             continue
@@ -312,7 +315,7 @@ def main():
     known = products(os.path.join(root, "Package.swift"))
     os.makedirs(folder, exist_ok=True)
     os.makedirs(manifests, exist_ok=True)
-    compiled = skipped = manifest_count = 0
+    compiled = skipped = manifest_count = c_count = 0
     errors = []
     for page in pages:
         with open(page, encoding="utf-8") as f:
@@ -337,9 +340,19 @@ def main():
             path = os.path.join(folder, "Snippet_%s_L%04d.swift" % (stem, number))
             with open(path, "w", encoding="utf-8") as f:
                 f.write(generate(number, body, page))
+        for number, body, skip in blocks(lines, "c"):
+            if skip:
+                skipped += 1
+                print("readme-snippets: %s:%d skipped (marked)" % (page, number), file=sys.stderr)
+                continue
+            c_count += 1
+            path = os.path.join(manifests, "c", "%s_L%04d.c" % (stem, number))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write('#line %d "%s"\n' % (number, page) + "\n".join(body) + "\n")
     for error in errors:
         print(error, file=sys.stderr)
-    print(compiled, skipped, manifest_count)
+    print(compiled, skipped, manifest_count, c_count)
     if errors:
         sys.exit(1)
 

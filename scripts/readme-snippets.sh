@@ -7,7 +7,7 @@
 # folder (nothing of Porter is built twice), and the generated files are removed again.
 # A block that is an application's Package.swift (first line `// swift-tools-version`)
 # is loaded with `swift package dump-package` instead, and the Porter products it names
-# must exist. A block marked `<!-- readme-snippets: skip (why) -->` on the line before
+# must exist; a ```c block is compiled with cc against the plugin header (-Wall -Werror). A block marked `<!-- readme-snippets: skip (why) -->` on the line before
 # its fence is not compiled; the count of such blocks is printed.
 #
 #     scripts/readme-snippets.sh [PAGE.md...]     (default: README.md and every article)
@@ -29,7 +29,7 @@ if ! counts=$(python3 scripts/readme-snippets.py "$out" "$manifests" "${pages[@]
     echo "readme-snippets: could not extract the blocks of ${#pages[@]} pages, or a manifest names a product Package.swift does not have (above)"
     exit 1
 fi
-read -r compiled skipped manifest_count <<<"$counts"
+read -r compiled skipped manifest_count c_count <<<"$counts"
 if [ "$compiled" = 0 ]; then
     echo "readme-snippets: no swift block found in ${#pages[@]} pages (${pages[*]})"
     exit 1
@@ -50,6 +50,15 @@ for dir in "$manifests"/*/; do
     fi
 done
 
+for file in "$manifests"/c/*.c; do
+    [ -f "$file" ] || continue
+    # The #line directive at the top makes cc report the page's own file:line.
+    if ! cc -fsyntax-only -Wall -Wextra -Werror -std=c11 -I Sources/CPorterPlugin/include "$file" >"$log" 2>&1; then
+        grep -E "error|warning" "$log" | head -n 20
+        status=1
+    fi
+done
+
 if ! swift build --target ReadmeSnippets >"$log" 2>&1; then
     grep -E "^[^ |].*error: " "$log" | grep -v "command failed" | awk '!seen[$0]++' | head -n 40
     if grep -q "no such module" "$log"; then
@@ -58,7 +67,7 @@ if ! swift build --target ReadmeSnippets >"$log" 2>&1; then
     status=1
 fi
 if [ "$status" -ne 0 ]; then
-    echo "readme-snippets: the swift blocks of ${#pages[@]} pages do not compile ($compiled blocks, $manifest_count manifests, $skipped skipped; errors above at page:line)"
+    echo "readme-snippets: the swift blocks of ${#pages[@]} pages do not compile ($compiled blocks, $manifest_count manifests, $c_count C blocks, $skipped skipped; errors above at page:line)"
     exit 1
 fi
-echo "readme-snippets: $compiled swift blocks and $manifest_count manifests of ${#pages[@]} pages compile; $skipped marked as not compiled"
+echo "readme-snippets: $compiled swift blocks, $manifest_count manifests and $c_count C blocks of ${#pages[@]} pages compile; $skipped marked as not compiled"
