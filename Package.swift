@@ -96,7 +96,12 @@ let package = Package(
         .target(name: "SFTPPluginEntry", dependencies: ["PorterSFTP", "PorterPluginKit"], path: "Plugins/SFTP/Entry", swiftSettings: strict),
         .target(name: "EchoPlugin", dependencies: ["PorterPluginKit"], path: "Examples/SwiftPlugin", swiftSettings: strict),
         .target(name: "GopherPlugin", dependencies: ["CPorterPlugin"], path: "Examples/CPlugin"),
-        .target(name: "Porter", dependencies: ["PorterCore", "PorterSession", "PorterCache", "PorterCookies", "PorterCredentials", "PorterData", "PorterFile", "PorterHTTP", "PorterFTP", "PorterPlugins"], swiftSettings: strict),
+        // The umbrella: re-exports the modules an app names, HTTPTypes' field names included.
+        .target(
+            name: "Porter",
+            dependencies: ["PorterCore", "PorterSession", "PorterCache", "PorterCookies", "PorterCredentials", "PorterData", "PorterFile",
+                           "PorterHTTP", "PorterFTP", "PorterPlugins", .product(name: "HTTPTypes", package: "swift-http-types")],
+            swiftSettings: strict),
         .target(
             name: "PorterCLI",
             dependencies: ["Porter", .product(name: "ArgumentParser", package: "swift-argument-parser")],

@@ -133,8 +133,9 @@ def main():
             out += arguments(s, skip=common)
     if root.get("discussion"):
         out += [".SH EXIT STATUS", paragraph(root["discussion"])]
-    out += [".SH SEE ALSO", "\\fBporterd\\fR, the background daemon; README.md of Porter for the library, "
-            "the plugin search path and the plugin ABI (\\fIporter/porter_plugin.h\\fR)."]
+    out += [".SH SEE ALSO", "\\fBporterd\\fR, the background daemon; README.md of Porter for the library, and its "
+            "articles (Sources/Porter/Porter.docc: the plugin search path and sandbox, writing plugins, "
+            "background sessions, the stores, this command); the plugin ABI (\\fIporter/porter_plugin.h\\fR)."]
     print("\n".join(out))
 
 

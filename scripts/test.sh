@@ -36,7 +36,8 @@ if [ "$contract_status" -eq 0 ]; then total=$((total + 1)); else total=$((total 
 install_status=0
 bash scripts/install-check.sh || install_status=$?
 total=$((total + 1)); [ "$install_status" -eq 0 ] || failed=$((failed + 1))
-# Every ```swift block of README.md compiles against the package (one test).
+# Every ```swift block of README.md and of the DocC articles compiles against the
+# package, every ```c block against the plugin header (one test).
 snippets_status=0
 bash scripts/readme-snippets.sh || snippets_status=$?
 total=$((total + 1)); [ "$snippets_status" -eq 0 ] || failed=$((failed + 1))

@@ -8,6 +8,9 @@
 @_exported import PorterHTTP
 @_exported import PorterFTP
 @_exported import PorterPlugins
+// What a program names to set a header (`HTTPField.Name`, `HTTPFields`, `.contentType`)
+// comes with `import Porter`: no `import HTTPTypes` of its own.
+@_exported import HTTPTypes
 import Foundation
 
 /// Porter's entry point: registers the built-in handlers and loads plugins.
