@@ -258,6 +258,46 @@ final class ObservabilityTests: XCTestCase {
         XCTAssertEqual(metrics.counterTotal(label: PorterMetricLabels.pluginCrashes), 0)
     }
 
+    /// A real plugin crash: the test plugin of PorterPluginsTests, isolated in its worker,
+    /// dies of SIGSEGV mid-load; the task fails with `pluginCrashed`, and that is counted
+    /// and recorded on the task's span.
+    func testAPluginCrashIsCountedAndRecorded() async throws {
+        let tests = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        let source = tests.appendingPathComponent("PorterPluginsTests/Fixtures/testplugin.c").path
+        let include = tests.deletingLastPathComponent().appendingPathComponent("Sources/CPorterPlugin/include").path
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("porter-observability-\(getpid())-\(UUID().uuidString.prefix(6))")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+        chmod(folder.path, 0o755)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let plugin = folder.appendingPathComponent("ptest.so").path
+        try runChecked("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-I", include, "-o", plugin, source, "-lpthread"])
+        chmod(plugin, 0o644)
+        let registry = HandlerRegistry()
+        var isolation = PluginIsolation.default
+        isolation.defaultMode = .isolated
+        isolation.crashLimit = 1000
+        let verdicts = PluginLoader(registry: registry, isolation: isolation).loadAll(from: [folder.path])
+        XCTAssertTrue(verdicts.contains { $0.plugin?.mode == .isolated }, "\(verdicts)")
+
+        let tracer = RecordingTracer()
+        let metrics = TestMetrics()
+        var c = SessionConfiguration.ephemeral
+        c.registry = registry
+        c.taskObserver = PorterInstrumentation(tracer: tracer, metricsFactory: metrics)
+        do {
+            _ = try await Session(configuration: c).data(from: url("ptest://h/crash-start"))
+            XCTFail("the plugin crashes")
+        } catch let e as PorterError {
+            XCTAssertEqual(e.code, .pluginCrashed, "\(e)")
+        }
+        XCTAssertEqual(metrics.counterTotal(label: PorterMetricLabels.pluginCrashes, dimensions: [("scheme", "ptest")]), 1)
+        XCTAssertEqual(metrics.counterTotal(label: PorterMetricLabels.errors, dimensions: [("scheme", "ptest"), ("error", "pluginCrashed")]), 1)
+        let span = try XCTUnwrap(tracer.finished.current.first)
+        XCTAssertEqual(span.operationName, "ptest")
+        XCTAssertEqual(span.string("error.type"), "pluginCrashed")
+        XCTAssertEqual(span.record.current.status?.code, .error)
+    }
+
     func testDaemonQueueDepthGauge() throws {
         let metrics = TestMetrics()
         PorterMetricLabels.recordDaemonQueueDepth(3, session: "com.example.sync", factory: metrics)
