@@ -30,6 +30,8 @@ let package = Package(
         .library(name: "PorterFoundation", targets: ["PorterFoundation"]),
         // A swift-openapi-runtime ClientTransport over Porter sessions.
         .library(name: "PorterOpenAPI", targets: ["PorterOpenAPI"]),
+        // Spans (swift-distributed-tracing) and metrics (swift-metrics) for every task.
+        .library(name: "PorterObservability", targets: ["PorterObservability"]),
         // The per-user daemon of background sessions.
         .executable(name: "porterd", targets: ["porterd"]),
         // Runs plugin code away from the host (today: the probe before a plugin is loaded).
@@ -43,6 +45,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-openapi-runtime", from: "1.13.4"),
         // `make docs` (swift package generate-documentation); a command plugin, built only when run.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
+        // Tracing and metrics (PorterObservability): no-ops until the app bootstraps a backend.
+        .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
+        .package(url: "https://github.com/apple/swift-service-context", from: "1.5.1"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
     ],
     targets: [
         .systemLibrary(name: "CPSL", path: "Sources/CPSL"),
@@ -96,11 +102,20 @@ let package = Package(
         .target(name: "SFTPPluginEntry", dependencies: ["PorterSFTP", "PorterPluginKit"], path: "Plugins/SFTP/Entry", swiftSettings: strict),
         .target(name: "EchoPlugin", dependencies: ["PorterPluginKit"], path: "Examples/SwiftPlugin", swiftSettings: strict),
         .target(name: "GopherPlugin", dependencies: ["CPorterPlugin"], path: "Examples/CPlugin"),
+        // Spans and metrics per task, through the session's `TaskObserver` hook.
+        .target(
+            name: "PorterObservability",
+            dependencies: ["PorterCore", .product(name: "HTTPTypes", package: "swift-http-types"),
+                           .product(name: "Tracing", package: "swift-distributed-tracing"),
+                           .product(name: "ServiceContextModule", package: "swift-service-context"),
+                           .product(name: "CoreMetrics", package: "swift-metrics")],
+            swiftSettings: strict),
         // The umbrella: re-exports the modules an app names, HTTPTypes' field names included.
         .target(
             name: "Porter",
             dependencies: ["PorterCore", "PorterSession", "PorterCache", "PorterCookies", "PorterCredentials", "PorterData", "PorterFile",
-                           "PorterHTTP", "PorterFTP", "PorterPlugins", .product(name: "HTTPTypes", package: "swift-http-types")],
+                           "PorterHTTP", "PorterFTP", "PorterPlugins", "PorterObservability",
+                           .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict),
         .target(
             name: "PorterCLI",
@@ -130,6 +145,13 @@ let package = Package(
         .testTarget(
             name: "PorterPluginsTests", dependencies: ["Porter", "PorterPlugins", "PorterTestSupport"],
             exclude: ["Fixtures"], swiftSettings: strict),
+        .testTarget(
+            name: "PorterObservabilityTests",
+            dependencies: ["Porter", "PorterObservability", "PorterTestSupport",
+                           .product(name: "Tracing", package: "swift-distributed-tracing"),
+                           .product(name: "Metrics", package: "swift-metrics"),
+                           .product(name: "MetricsTestKit", package: "swift-metrics")],
+            swiftSettings: strict),
         .testTarget(name: "PorterIPCTests", dependencies: ["PorterIPC"], swiftSettings: strict),
         .testTarget(name: "PorterCredentialsTests", dependencies: ["Porter", "PorterCredentials", "PorterTestSupport"], swiftSettings: strict),
         .testTarget(name: "PorterFoundationTests", dependencies: ["Porter", "PorterFoundation", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),
@@ -149,6 +171,8 @@ let package = Package(
             name: "ReadmeSnippets",
             dependencies: ["Porter", "PorterFoundation", "PorterPluginKit", "PorterOpenAPI",
                            .product(name: "OpenAPIRuntime", package: "swift-openapi-runtime"),
+                           .product(name: "Tracing", package: "swift-distributed-tracing"),
+                           .product(name: "Metrics", package: "swift-metrics"),
                            .product(name: "HTTPTypes", package: "swift-http-types")],
             path: "Tests/ReadmeSnippets", swiftSettings: strict),
         .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP", "PorterSession", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], exclude: ["misbehave.py", "ftpserver.py", "wsserver.py"], swiftSettings: strict),
