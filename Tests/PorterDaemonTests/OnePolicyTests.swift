@@ -2,6 +2,7 @@ import Foundation
 import Porter
 import PorterTestSupport
 import XCTest
+import PorterStorage
 
 /// The rules every writer shares (issue: a rule fixed in one place came back through a
 /// copy): the resume rule (ResumeCheck) and the partial-file rule (PartialFile) in the
