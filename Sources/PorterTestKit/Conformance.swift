@@ -48,9 +48,9 @@ public struct ConformanceRule: Sendable, Hashable, CustomStringConvertible {
     public static let lengthMatches = ConformanceRule(id: "length-matches",
         rule: "the body is as long as the response's expected length says (when it is not -1 and no content coding applies)",
         fix: "set expectedContentLength (expected_length) to the bytes you will deliver, or -1 when you do not know")
-    public static let challengeAnswered = ConformanceRule(id: "challenge-ends",
-        rule: "after a challenge is answered with cancel, the load ends (with .userCancelledAuthentication, or the response it has)",
-        fix: "in the reply function, on PORTER_DISPOSITION_CANCEL / .cancelAuthenticationChallenge fail the load with userCancelledAuthentication")
+    public static let challengeAnswered = ConformanceRule(id: "challenge-answered",
+        rule: "after a challenge is answered — even with 'reject this protection space' — the load goes on and ends",
+        fix: "let every reply lead the I/O thread on: use the credential, try the next method, or report the response it has (a 401) or a failure (in C: act on every PORTER_DISPOSITION_*); when the application cancels, Porter stops the handler itself")
     public static let noCrash = ConformanceRule(id: "no-crash",
         rule: "the plugin does not crash (its worker process stays alive)",
         fix: "run the load with `porter --plugins-in-process -v URL` under gdb or valgrind to find the fault; check pointers the host gave you are used only between start and destroy")
@@ -113,6 +113,16 @@ public struct ConformanceOptions: Sendable {
 /// Runs the handler contract against a handler, as Porter drives it (on the executor the
 /// handler asks for), and reports each rule it breaks with the fix.
 public enum ConformanceKit {
+    /// Runs the contract against a `ProtocolHandler` type (its declared schemes are
+    /// checked as written).
+    public static func run(_ type: any ProtocolHandler.Type, url: URL, options: ConformanceOptions = ConformanceOptions()) -> ConformanceReport {
+        var report = run(factory: TypeHandlerFactory(type), request: Request(url: url), options: options)
+        if !report.broke(.schemesValid), type.schemes.isEmpty || type.schemes.contains(where: { !isScheme($0) }) {
+            report.findings.insert(ConformanceFinding(rule: .schemesValid, scenario: "declaration", detail: "schemes: \(type.schemes.sorted())"), at: 0)
+        }
+        return report
+    }
+
     public static func run(factory: any ProtocolHandlerFactory, url: URL, options: ConformanceOptions = ConformanceOptions()) -> ConformanceReport {
         run(factory: factory, request: Request(url: url), options: options)
     }
@@ -212,18 +222,20 @@ public enum ConformanceKit {
             }
         }
 
-        // 4. A challenge answered with cancel must end the load.
+        // 4. A challenge answered with "reject this protection space" must still end the
+        // load. (A cancelled challenge never reaches the handler: Porter stops it, which
+        // the cancel-during-challenge scenario covers.)
         if challenged {
             let p = Probe(factory: factory, request: request, options: options)
-            p.answer = .cancelAuthenticationChallenge
+            p.answer = .rejectProtectionSpace
             p.start()
             if !p.waitForEnd(options.loadTimeout) {
-                add(.challengeAnswered, "challenge-cancel", "the challenge was cancelled; no end after \(Int(options.loadTimeout)) s")
+                add(.challengeAnswered, "challenge-reject", "the challenge was answered with rejectProtectionSpace; no end after \(Int(options.loadTimeout)) s; reports: \(p.summary)")
                 p.stop()
             }
             p.settle()
-            p.checkOrder(scenario: "challenge-cancel", add: add)
-            report.scenarios.append(("challenge-cancel", "ok"))
+            p.checkOrder(scenario: "challenge-reject", add: add)
+            report.scenarios.append(("challenge-reject", "ok"))
         }
         if let redirect = log.redirect { report.scenarios.append(("redirect", "redirected to \(redirect.absoluteString)")) }
         report.findings = findings

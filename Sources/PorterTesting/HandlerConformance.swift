@@ -14,14 +14,17 @@ public enum HandlerConformance {
     @discardableResult
     public static func check(_ type: any ProtocolHandler.Type, url: URL, options: ConformanceOptions = ConformanceOptions(),
                              file: StaticString = #filePath, line: UInt = #line) -> ConformanceReport {
-        check(factory: TypeHandlerFactory(type), request: Request(url: url), options: options, file: file, line: line)
+        fail(ConformanceKit.run(type, url: url, options: options), file: file, line: line)
     }
 
     /// Checks any handler factory (a plugin's, a wrapper's) with a request of your own.
     @discardableResult
     public static func check(factory: any ProtocolHandlerFactory, request: Request, options: ConformanceOptions = ConformanceOptions(),
                              file: StaticString = #filePath, line: UInt = #line) -> ConformanceReport {
-        let report = ConformanceKit.run(factory: factory, request: request, options: options)
+        fail(ConformanceKit.run(factory: factory, request: request, options: options), file: file, line: line)
+    }
+
+    private static func fail(_ report: ConformanceReport, file: StaticString, line: UInt) -> ConformanceReport {
         for finding in report.findings {
             XCTFail("\(report.handler) breaks the handler contract:\n\(finding)", file: file, line: line)
         }
