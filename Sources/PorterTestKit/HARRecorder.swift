@@ -20,12 +20,16 @@ import PorterCore
 public final class HARRecorder: @unchecked Sendable {
     /// Bodies larger than this are recorded by size only (`content.comment` says so).
     public let bodyLimit: Int
+    /// Request header fields whose values are written as "***" (lower case), so an
+    /// archive kept with the tests holds no secret. A password in a URL is always masked.
+    public let redactedHeaders: Set<String>
     private let lock = NSLock()
     private var recorded: [(order: UInt64, entry: HAR.Entry)] = []
     private var counter: UInt64 = 0
 
-    public init(bodyLimit: Int = 16 << 20) {
+    public init(bodyLimit: Int = 16 << 20, redactedHeaders: Set<String> = ["authorization", "proxy-authorization"]) {
         self.bodyLimit = bodyLimit
+        self.redactedHeaders = Set(redactedHeaders.map { $0.lowercased() })
     }
 
     /// Records the loads of `schemes` made with this configuration (and sessions made
@@ -174,7 +178,7 @@ final class RecordingClient: ForwardingClient, @unchecked Sendable {
         }
         guard let (response, body, truncated, count, metrics) = snapshot, let recorder else { return }
         if stopped && response == nil { return }   // cancelled before anything came back: nothing to replay
-        let entry = HARBuilder.entry(request: request, requestBody: requestBody(limit: recorder.bodyLimit), started: started,
+        let entry = HARBuilder.entry(request: request, redacting: recorder.redactedHeaders, requestBody: requestBody(limit: recorder.bodyLimit), started: started,
                                      response: response, body: truncated ? nil : body, bodyCount: count,
                                      metrics: metrics, redirect: redirect, error: stopped ? nil : error)
         recorder.add(entry, order: order)
@@ -194,11 +198,12 @@ final class RecordingClient: ForwardingClient, @unchecked Sendable {
 
 /// Porter values to HAR entries and back.
 enum HARBuilder {
-    static func entry(request: Request, requestBody: Data?, started: Date, response: Response?, body: Data?, bodyCount: Int,
+    static func entry(request: Request, redacting: Set<String> = [], requestBody: Data?, started: Date, response: Response?, body: Data?, bodyCount: Int,
                       metrics: TransactionMetrics?, redirect: URL?, error: PorterError?) -> HAR.Entry {
         let httpVersion = version(response: response, metrics: metrics)
-        var reqHeaders = request.headerFields.map { HAR.NameValue(name: $0.name.canonicalName, value: $0.value) }
-        if reqHeaders.isEmpty { reqHeaders = [] }
+        let reqHeaders = request.headerFields.map {
+            HAR.NameValue(name: $0.name.canonicalName, value: redacting.contains($0.name.canonicalName.lowercased()) ? "***" : $0.value)
+        }
         let query = URLComponents(url: request.url, resolvingAgainstBaseURL: false)?.queryItems?
             .map { HAR.NameValue(name: $0.name, value: $0.value ?? "") } ?? []
         var postData: HAR.PostData?
@@ -208,7 +213,7 @@ enum HARBuilder {
                                     text: text, _encoding: encoding, params: nil)
         }
         let harRequest = HAR.HTTPRequest(
-            method: request.method.uppercased(), url: request.url.absoluteString, httpVersion: httpVersion,
+            method: request.method.uppercased(), url: request.url.maskingPassword, httpVersion: httpVersion,
             cookies: cookies(request.value(forHeader: "Cookie")), headers: reqHeaders, queryString: query, postData: postData,
             headersSize: -1, bodySize: requestBody?.count ?? (request.body == nil ? 0 : -1))
 

@@ -47,7 +47,7 @@ public final class HARReplay: @unchecked Sendable {
     /// The entry that answers `request`, or an error that says why none does.
     func answer(for request: Request) -> Result<HAR.Entry, PorterError> {
         let method = request.method.uppercased()
-        let url = request.url.absoluteString
+        let url = request.url.maskingPassword   // as the recorder wrote it
         let body = Self.bodyBytes(request.body)
         let entries = har.log.entries
         let candidates = entries.indices.filter { i in

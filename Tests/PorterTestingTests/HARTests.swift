@@ -39,6 +39,8 @@ final class HARTests: XCTestCase {
         post.setValue("application/x-www-form-urlencoded", forHeader: "Content-Type")
         var english = Request(url: URL(string: nginx.http + "/cache/vary.txt")!)
         english.setValue("en", forHeader: "X-Lang")
+        var members = Request(url: URL(string: nginx.http + "/basic/index.html")!)
+        members.setBasicAuthorization(user: "alice", password: "secret")
         let requests = [
             Request(url: URL(string: nginx.http + "/index.html")!),
             post,
@@ -46,6 +48,7 @@ final class HARTests: XCTestCase {
             english,
             Request(url: URL(string: nginx.http + "/medium.bin")!),        // binary: base64 in the archive
             Request(url: URL(string: nginx.http + "/nothing-here")!),      // a 404 is a response like any other
+            members,                                                       // its Authorization is not written down
         ]
 
         let recorder = HARRecorder()
@@ -63,6 +66,10 @@ final class HARTests: XCTestCase {
         let file = temporaryFile("session.har")
         defer { try? FileManager.default.removeItem(at: file) }
         try recorder.write(to: file)
+
+        let text = try String(contentsOf: file, encoding: .utf8)
+        XCTAssertFalse(text.contains(Data("alice:secret".utf8).base64EncodedString()), "a credential was written into the archive")
+        XCTAssertTrue(text.contains("members only"))
 
         // Readable by browser tools: every field HAR 1.2 requires, with its type.
         let json = try JSONSerialization.jsonObject(with: Data(contentsOf: file))
