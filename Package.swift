@@ -32,6 +32,9 @@ let package = Package(
         .library(name: "PorterOpenAPI", targets: ["PorterOpenAPI"]),
         // Spans (swift-distributed-tracing) and metrics (swift-metrics) for every task.
         .library(name: "PorterObservability", targets: ["PorterObservability"]),
+        // For tests of apps and handlers: HAR record and replay, network conditions, the
+        // handler conformance kit (PorterTestKit is the part without XCTest, which the CLI uses).
+        .library(name: "PorterTesting", targets: ["PorterTesting", "PorterTestKit"]),
         // The per-user daemon of background sessions.
         .executable(name: "porterd", targets: ["porterd"]),
         // Runs plugin code away from the host (today: the probe before a plugin is loaded).
@@ -101,6 +104,11 @@ let package = Package(
             dependencies: ["PorterCore", "PorterSession", .product(name: "OpenAPIRuntime", package: "swift-openapi-runtime"),
                            .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict),
+        // Record/replay (HAR 1.2), network conditions, the conformance kit: no XCTest.
+        .target(name: "PorterTestKit", dependencies: ["PorterCore", "PorterSession", .product(name: "HTTPTypes", package: "swift-http-types")],
+                swiftSettings: strict),
+        // The same with XCTest assertions (`HandlerConformance.check`): for test targets only.
+        .target(name: "PorterTesting", dependencies: ["PorterTestKit", "PorterCore"], swiftSettings: strict),
         .systemLibrary(name: "CSSH2", path: "Plugins/SFTP/CSSH2"),
         .target(name: "PorterSFTP", dependencies: ["PorterPluginKit", "CSSH2"], path: "Plugins/SFTP/Sources", swiftSettings: strict),
         .target(name: "SFTPPluginEntry", dependencies: ["PorterSFTP", "PorterPluginKit"], path: "Plugins/SFTP/Entry", swiftSettings: strict),
@@ -123,7 +131,7 @@ let package = Package(
             swiftSettings: strict),
         .target(
             name: "PorterCLI",
-            dependencies: ["Porter", "PorterStorage", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["Porter", "PorterStorage", "PorterTestKit", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strict),
         .executableTarget(name: "porter", dependencies: ["PorterCLI", "PorterPlugins", "CPorterHost"], swiftSettings: strict),
         .executableTarget(
@@ -156,6 +164,11 @@ let package = Package(
                            .product(name: "Metrics", package: "swift-metrics"),
                            .product(name: "MetricsTestKit", package: "swift-metrics")],
             swiftSettings: strict),
+        .testTarget(
+            name: "PorterTestingTests",
+            dependencies: ["Porter", "PorterTesting", "PorterTestKit", "PorterPlugins", "PorterTestSupport",
+                           .product(name: "HTTPTypes", package: "swift-http-types")],
+            swiftSettings: strict),
         .testTarget(name: "PorterIPCTests", dependencies: ["PorterIPC"], swiftSettings: strict),
         .testTarget(name: "PorterCredentialsTests", dependencies: ["Porter", "PorterCredentials", "PorterTestSupport"], swiftSettings: strict),
         .testTarget(name: "PorterFoundationTests", dependencies: ["Porter", "PorterFoundation", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),
@@ -173,7 +186,7 @@ let package = Package(
         // Every ```swift block of README.md, compiled by scripts/readme-snippets.sh.
         .target(
             name: "ReadmeSnippets",
-            dependencies: ["Porter", "PorterFoundation", "PorterPluginKit", "PorterOpenAPI",
+            dependencies: ["Porter", "PorterFoundation", "PorterPluginKit", "PorterOpenAPI", "PorterTesting",
                            .product(name: "OpenAPIRuntime", package: "swift-openapi-runtime"),
                            .product(name: "Tracing", package: "swift-distributed-tracing"),
                            .product(name: "Metrics", package: "swift-metrics"),

@@ -86,6 +86,20 @@ def synopsis(name, command):
     return " ".join(parts)
 
 
+def flatten(commands, prefix=""):
+    """The displayed subcommands, a group's ("plugin") replaced by its own ("plugin test")."""
+    out = []
+    for s in commands:
+        if not s.get("shouldDisplay", True) or s["commandName"] == "help":
+            continue
+        kids = [k for k in s.get("subcommands", []) if k.get("shouldDisplay", True) and k["commandName"] != "help"]
+        if kids:
+            out += flatten(kids, prefix + s["commandName"] + " ")
+        else:
+            out.append(dict(s, commandName=prefix + s["commandName"]))
+    return out
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: gen-manpage.py PORTER_BINARY")
@@ -95,7 +109,7 @@ def main():
     version = subprocess.run([binary, "--version"], check=True, capture_output=True, text=True).stdout.strip()
     root = dump["command"]
     name = root["commandName"]
-    subs = [s for s in root.get("subcommands", []) if s.get("shouldDisplay", True) and s["commandName"] != "help"]
+    subs = flatten(root.get("subcommands", []))
     default = next((s for s in subs if s["commandName"] == root.get("defaultSubcommand")), None)
     common = ("-h", "--help", "--version")
 

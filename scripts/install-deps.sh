@@ -25,6 +25,7 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
+command -v make >/dev/null 2>&1 || need+=(make)   # the plugin scaffold test builds with the Makefile porter plugin new writes
 # Background sessions: a network namespace test (ip), the systemd user units' check and
 # socket activation (systemd-analyze, systemd-socket-activate), python3's http.server.
 [ -x /usr/sbin/ip ] || need+=(iproute2)

@@ -19,7 +19,7 @@ public struct PorterCommand: ParsableCommand {
             22 HTTP error with --fail, 64 bad command line.
             """,
         version: Porter.version,
-        subcommands: [Fetch.self, Handlers.self, Plugins.self, Cache.self, Jobs.self, Credentials.self],
+        subcommands: [Fetch.self, Handlers.self, Plugins.self, PluginCommand.self, Cache.self, Jobs.self, Credentials.self],
         defaultSubcommand: Fetch.self)
 }
 

@@ -81,6 +81,9 @@ public struct SessionConfiguration: Sendable {
     /// `timeoutIntervalForResource` (the request timeout does not run while waiting). A
     /// host that refuses the connection is not waited for. URLSession's default: false.
     public var waitsForConnectivity: Bool = false
+    /// Tests only (PorterTesting's `NetworkConditions`): answers "is there a route" for
+    /// `waitsForConnectivity` instead of the kernel, and says when that answer changes.
+    package var routeOverride: (any RouteOverride)? = nil
     /// Redirects followed per task before `.tooManyRedirects` (curl's default is 50, Porter's 20).
     public var maximumRedirects: Int = 20
     /// Schemes a redirect may lead to when it changes scheme. A redirect within one
@@ -259,4 +262,14 @@ public struct HostOverride: Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         "\(host):\(port):" + addresses.map { $0.contains(":") ? "[\($0)]" : $0 }.joined(separator: ",")
     }
+}
+
+/// A stand-in for the kernel's routing table, for tests: what `waitsForConnectivity`
+/// asks before waiting, and the signal that ends the wait (PorterTesting's
+/// `NetworkConditions` implements it).
+package protocol RouteOverride: Sendable {
+    /// Whether `url`'s host can be reached now; nil: ask the kernel.
+    func hasRoute(to url: URL) -> Bool?
+    /// Calls `body` once, the next time the answer may have changed.
+    func notifyOnChange(_ body: @escaping @Sendable () -> Void)
 }

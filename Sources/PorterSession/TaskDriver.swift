@@ -268,7 +268,8 @@ final class TaskDriver: @unchecked Sendable {
             stopHandler()
             let configuration = session.configuration
             DispatchQueue.global().async {
-                let reachable = Connectivity.hasRoute(for: request.url, configuration: configuration)
+                let reachable = configuration.routeOverride?.hasRoute(to: request.url)
+                    ?? Connectivity.hasRoute(for: request.url, configuration: configuration)
                 self.send(.connectivityChecked(reachable: reachable))
             }
         case .waitForConnectivity(let notify):
@@ -279,8 +280,10 @@ final class TaskDriver: @unchecked Sendable {
             // Watch first, then look again: a route that appeared in between is not missed.
             NetworkWatch.shared.notifyOnce { [weak self] in self?.send(.networkChanged) }
             let request = currentRequest, configuration = session.configuration
+            configuration.routeOverride?.notifyOnChange { [weak self] in self?.send(.networkChanged) }
             DispatchQueue.global().async {
-                if Connectivity.hasRoute(for: request.url, configuration: configuration) { self.send(.networkChanged) }
+                if configuration.routeOverride?.hasRoute(to: request.url)
+                    ?? Connectivity.hasRoute(for: request.url, configuration: configuration) { self.send(.networkChanged) }
             }
         case .retryLoad(let request):
             logger.debug("the network changed: loading \(request.url.maskingPassword) again")
