@@ -31,7 +31,7 @@ enum BackgroundCLI {
             }
             if i < outputs.count, outputs[i] != "-" {
                 destinations.append(absolute(outputs[i]))
-            } else if remoteName, case let name = PathText.lastComponent(of: url.path), !name.isEmpty, name != "/" {
+            } else if remoteName, let name = PathText.fileName(from: url.path) {   // -O's one name rule
                 destinations.append(absolute(name))
             } else {
                 throw ValidationError("--background writes files: give -o FILE (one per URL) or -O")

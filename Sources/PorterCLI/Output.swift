@@ -19,17 +19,34 @@ func writeAll(_ fd: Int32, _ data: Data) -> Bool {
 
 func writeAll(_ fd: Int32, _ text: String) -> Bool { writeAll(fd, Data(text.utf8)) }
 
-/// One line on stderr.
-func note(_ text: String) { _ = writeAll(2, text + "\n") }
+/// The one cleaning of text from elsewhere (a server's status line and fields, an error's
+/// detail, a challenge's realm) before it reaches a terminal: control characters (C0 but
+/// HTAB, DEL, C1) become spaces, as `HTTPField` already does to a field value's C0 bytes,
+/// so no escape sequence or carriage return a server wrote is acted on.
+enum TerminalText {
+    static func clean(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: { $0 != "\t" && PathText.isControl($0) }) else { return text }
+        var scalars = String.UnicodeScalarView()
+        for s in text.unicodeScalars { scalars.append(s != "\t" && PathText.isControl(s) ? " " : s) }
+        return String(scalars)
+    }
+}
 
-/// The response head as `-i` / `-I` print it: a status line for HTTP, then the fields.
+/// One line on stderr, cleaned (`TerminalText`); line breaks Porter itself put in stay.
+func note(_ text: String) {
+    _ = writeAll(2, text.split(separator: "\n", omittingEmptySubsequences: false).map { TerminalText.clean(String($0)) }
+        .joined(separator: "\n") + "\n")
+}
+
+/// The response head as `-i` / `-I` / `-D` print it: a status line for HTTP, then the
+/// fields, each cleaned (`TerminalText`).
 func responseHead(_ r: Response) -> String {
     var s = ""
-    if let line = r.statusLine { s += line + "\r\n" } else if let status = r.statusCode { s += "HTTP \(status)\r\n" }
+    if let line = r.statusLine { s += TerminalText.clean(line) + "\r\n" } else if let status = r.statusCode { s += "HTTP \(status)\r\n" }
     var fields = r.headerFields
     if fields.combined(.contentType) == nil, let mime = r.mimeType { fields[.contentType] = mime }
     if fields.combined(.contentLength) == nil, r.expectedContentLength >= 0 { fields[.contentLength] = String(r.expectedContentLength) }
-    for f in fields { s += "\(f.name.rawName): \(f.value)\r\n" }
+    for f in fields { s += "\(f.name.rawName): \(TerminalText.clean(f.value))\r\n" }
     return s + "\r\n"
 }
 

@@ -362,7 +362,7 @@ struct Fetch: ParsableCommand {
         if let r = maxRedirs, r < -1 || r > 100_000 {
             throw ValidationError("--max-redirs wants -1 (no limit) or 0 to 100000, not \(r)")
         }
-        if let m = request, !Fetch.isToken(m) {
+        if let m = request, !Request.isValidMethod(m) {
             throw ValidationError("-X wants a method name (letters, digits and !#$%&'*+-.^_`|~), not \(m.debugDescription)")
         }
         for h in header where h.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) {
@@ -427,14 +427,6 @@ struct Fetch: ParsableCommand {
             let pieces = part.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
             guard pieces.count == 2, !(pieces[0].isEmpty && pieces[1].isEmpty) else { return false }
             return pieces.allSatisfy { $0.isEmpty || $0.allSatisfy(\.isASCII) && UInt64($0) != nil }
-        }
-    }
-
-    /// RFC 9110 §5.6.2 token: what a method name may be.
-    static func isToken(_ s: String) -> Bool {
-        !s.isEmpty && s.utf8.allSatisfy { c in
-            (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A)
-                || "!#$%&'*+-.^_`|~".utf8.contains(c)
         }
     }
 

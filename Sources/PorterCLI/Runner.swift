@@ -122,19 +122,10 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
     /// -D FILE: where response heads go (1 for "-").
     private var dumpFD: Int32?
 
-    /// The file name of a Content-Disposition header, reduced to a safe last component.
+    /// -J's name: the server's Content-Disposition file name through the one name rule
+    /// (`Response.filename(fromContentDisposition:)`, `PathText.fileName(from:)`), as -O's.
     static func dispositionFilename(_ response: Response) -> String? {
-        guard let value = response.value(forHeader: "Content-Disposition"),
-              let r = value.range(of: "filename=", options: .caseInsensitive) else { return nil }
-        var name = String(value[r.upperBound...])
-        if name.hasPrefix("\"") {
-            name = String(name.dropFirst().prefix { $0 != "\"" })
-        } else {
-            name = String(name.prefix { $0 != ";" }).trimmingCharacters(in: .whitespaces)
-        }
-        name = PathText.lastComponent(of: name.replacingOccurrences(of: "\\", with: "/"))
-        guard !name.isEmpty, name != ".", name != "..", !name.unicodeScalars.contains(where: { $0.value < 0x20 }) else { return nil }
-        return name
+        response.value(forHeader: "Content-Disposition").flatMap(Response.filename(fromContentDisposition:))
     }
 
     init(options: Fetch) throws {
@@ -387,8 +378,10 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         if hot.setsHeaders || credential != nil { options.applyHeaders(to: &request, credential: credential) }
         if let m = hot.request { request.method = m }
         if t.output == nil, hot.remoteName {
-            let name = PathText.lastComponent(of: url.path)
-            guard !name.isEmpty, name != "/" else { return PorterError(.badURL, "-O: the URL has no file name: \(t.urlText)") }
+            // The same name rule as -J's: the last component, control characters replaced.
+            guard let name = PathText.fileName(from: url.path) else {
+                return PorterError(.badURL, "-O: the URL has no file name: \(t.urlText)")
+            }
             t.output = name
         }
         if let offset = hot.continueOffset, t.output == nil || t.output == "-" {
@@ -610,7 +603,8 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         }
     }
 
-    /// -v, -i / -I and -D for one response head (every hop of a redirect too, as curl -iL).
+    /// -v, -i / -I and -D for one response head (every hop of a redirect too, as curl -iL);
+    /// `note` and `responseHead` clean what the server wrote (`TerminalText`).
     private func showHead(_ response: Response) -> Bool {
         if hot.verbose {
             note("< \(response)")

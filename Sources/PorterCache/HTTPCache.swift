@@ -6,6 +6,8 @@ import PorterCore
 /// request's values of the response's `Vary` fields; HEAD answered from a stored GET.
 /// A memory tier of `memoryCapacity` bytes in front of an optional disk tier of
 /// `diskCapacity` bytes (`HTTPDiskCache`), each evicting the least recently used first;
+/// both count an entry's head as well as its body (`headBytes`), and a response whose
+/// head is over `maximumHeadBytes` is not stored;
 /// `.allowedInMemoryOnly` responses stay off the disk. Storing follows
 /// `HTTPCacheRules.isStorable`; freshness and revalidation are the handler's (the HTTP
 /// handler asks `HTTPCacheRules`).
@@ -62,6 +64,29 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
     }
 
     public var currentMemoryUsage: Int { lock.withLock { bytes } }
+
+    /// The largest stored head an entry may have: its status line, its fields and the
+    /// request values its `Vary` names, counted as `headBytes` counts them. A response
+    /// with a bigger head is not stored (browsers and curl bound heads too; libcurl takes
+    /// up to 300 KiB, and a cache holding thousands of such heads would dwarf its bodies).
+    public static let maximumHeadBytes = 64 << 10
+
+    /// What an entry's head costs, in bytes of text: the status line, each field's name
+    /// and value (with ": " and CR LF), the URL, and the request's Vary values with their
+    /// names. Both tiers count it besides the body; `maximumHeadBytes` bounds it.
+    public static func headBytes(_ response: Response, vary: [String: String]) -> Int {
+        var n = response.url.absoluteString.utf8.count + (response.statusLine?.utf8.count ?? 0) + 2
+            + (response.mimeType?.utf8.count ?? 0) + (response.textEncodingName?.utf8.count ?? 0)
+        for f in response.headerFields { n += f.name.rawName.utf8.count + f.value.utf8.count + 4 }
+        for (k, v) in vary { n += k.utf8.count + v.utf8.count + 2 }
+        return n
+    }
+
+    /// An entry's cost in the memory tier: its body, its head, and a fixed 512 bytes plus
+    /// 64 a field for the values that hold them.
+    static func memoryCost(_ c: CachedResponse, vary: [String: String]) -> Int {
+        c.data.count + headBytes(c.response, vary: vary) + 512 + 64 * c.response.headerFields.count
+    }
     public var count: Int { lock.withLock { entries.values.reduce(0) { $0 + $1.count } } }
 
     static func key(_ url: URL) -> String {
@@ -131,13 +156,14 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
         var vary: [String: String] = [:]
         for n in names { vary[n] = Self.value(request, n) }
         vary[Self.partitionField] = request.cachePartition
+        guard Self.headBytes(c.response, vary: vary) <= Self.maximumHeadBytes else { return }
         let key = Self.key(request.url)
         insertInMemory(key: key, vary: vary, cached: c)
         if c.storagePolicy == .allowed { disk?.store(key: key, vary: vary, cached: c) }
     }
 
     private func insertInMemory(key: String, vary: [String: String], cached c: CachedResponse) {
-        let size = c.data.count + 512
+        let size = Self.memoryCost(c, vary: vary)
         guard size <= memoryCapacity / 4 else { return }   // one entry never takes over the memory tier
         lock.withLock {
             tick += 1

@@ -6,7 +6,8 @@ import HTTPTypes
 import PorterDatabase
 
 /// The disk tier of `HTTPCache`: bodies as files (`PrivateFiles.writeAtomically`) and an
-/// index in SQLite (WAL) holding each entry's head, Vary values, body size and digest. A
+/// index in SQLite (WAL) holding each entry's head, Vary values, body size and digest;
+/// `capacity` bounds what both take (`costSQL`). A
 /// body that does not match its size and digest on read is dropped, never served; files
 /// no entry names (a crash between the rename and the index) are removed when the cache
 /// opens. Folder 0700, files 0600.
@@ -106,6 +107,19 @@ final class HTTPDiskCache: @unchecked Sendable {
 
     // MARK: - entries
 
+    /// What an entry costs on disk, in SQL over its row: the body file in whole 4 KiB
+    /// blocks (what the file system gives it), the stored head, the key and Vary text
+    /// twice (the table and its primary-key index), and 256 bytes for the row, the index
+    /// entry and the file's inode. `capacity` bounds the sum; `usage` reports it.
+    static let costSQL = """
+        (((size + 4095) / 4096) * 4096 + length(head) + 2 * (length(CAST(key AS BLOB)) + length(CAST(vary AS BLOB))) + 256)
+        """
+
+    /// The same cost before a row exists.
+    static func cost(key: String, vary: String, head: Data, size: Int) -> Int {
+        (size + 4095) / 4096 * 4096 + head.count + 2 * (key.utf8.count + vary.utf8.count) + 256
+    }
+
     deinit { close(bodies) }
 
     // MARK: - body files (relative to the held folder, never through a link)
@@ -160,17 +174,21 @@ final class HTTPDiskCache: @unchecked Sendable {
     }
 
     func store(key: String, vary: [String: String], cached: CachedResponse) {
+        let head = Self.encode(cached.response)
+        let varyText = Self.varyKey(vary)
+        // An entry bigger than the whole tier would only push everything else out and go.
+        guard Self.cost(key: key, vary: varyText, head: head, size: cached.data.count) <= capacity else { return }
         let name = UUID().uuidString
         guard writeBody(cached.data, name: name) else { return }
         let replaced: [String]
         do {
             replaced = try database.write { db -> [String] in
                 let old = try String.fetchAll(db, sql: "SELECT body FROM entry WHERE key = ? AND vary = ?",
-                                              arguments: [key, Self.varyKey(vary)])
+                                              arguments: [key, varyText])
                 try db.execute(sql: """
                     INSERT OR REPLACE INTO entry (key, vary, head, body, size, digest, stored, used)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                    """, arguments: [key, Self.varyKey(vary), Self.encode(cached.response), name, cached.data.count,
+                    """, arguments: [key, varyText, head, name, cached.data.count,
                                      Self.digest(cached.data), (cached.storedDate ?? Date()).timeIntervalSince1970,
                                      Date().timeIntervalSince1970])
                 return old
@@ -238,25 +256,25 @@ final class HTTPDiskCache: @unchecked Sendable {
         for b in bodies { removeBody(b) }
     }
 
-    /// Bytes and entries on disk.
+    /// Bytes (each entry's cost: body, head, key and Vary values, row) and entries on disk.
     var usage: (bytes: Int, entries: Int) {
         (try? database.read { db -> (Int, Int) in
-            let row = try Row.fetchOne(db, sql: "SELECT COALESCE(SUM(size), 0) AS bytes, COUNT(*) AS n FROM entry")
+            let row = try Row.fetchOne(db, sql: "SELECT COALESCE(SUM(\(Self.costSQL)), 0) AS bytes, COUNT(*) AS n FROM entry")
             return (row?["bytes"] ?? 0, row?["n"] ?? 0)
         }) ?? (0, 0)
     }
 
-    /// Least recently used first, until the bodies fit `capacity`.
+    /// Least recently used first, until the entries (heads and bodies) fit `capacity`.
     private func evict() {
         let victims = (try? database.write { db -> [String] in
-            var total: Int = try Int.fetchOne(db, sql: "SELECT COALESCE(SUM(size), 0) FROM entry") ?? 0
+            var total: Int = try Int.fetchOne(db, sql: "SELECT COALESCE(SUM(\(Self.costSQL)), 0) FROM entry") ?? 0
             guard total > capacity else { return [] }
             var gone: [String] = []
-            for row in try Row.fetchAll(db, sql: "SELECT key, vary, body, size FROM entry ORDER BY used") {
+            for row in try Row.fetchAll(db, sql: "SELECT key, vary, body, \(Self.costSQL) AS cost FROM entry ORDER BY used") {
                 guard total > capacity else { break }
                 try db.execute(sql: "DELETE FROM entry WHERE key = ? AND vary = ?",
                                arguments: [row["key"] as String, row["vary"] as String])
-                total -= row["size"] as Int
+                total -= row["cost"] as Int
                 gone.append(row["body"])
             }
             return gone

@@ -35,7 +35,7 @@ public final class PersistentCookieStore: CookieStore, @unchecked Sendable {
     public init(path: String, maximumPerDomain: Int = 180, maximumTotal: Int = 10_000,
                 clock: @escaping @Sendable () -> Date = Date.init) throws {
         self.path = path
-        try PrivateFiles.makeFolder((path as NSString).deletingLastPathComponent)
+        try PrivateFiles.makeFolder(PathText.parent(of: path))
         try PrivateFiles.refuseIfOthersCanRead(path, what: "the cookie store")
         database = try PrivateFiles.openDatabase(path, schema: """
             CREATE TABLE IF NOT EXISTS cookie (

@@ -21,5 +21,26 @@ public enum PathText {
         guard let slash = p.lastIndex(of: "/") else { return String(p) }
         return String(p[p.index(after: slash)...])
     }
+
+    /// The one rule for a file name that came from elsewhere (a server's Content-Disposition,
+    /// a URL's last path segment, a handler's suggestion) before Porter names a file with it:
+    /// its last component only (a backslash counts as a slash, so "..\\x" is "x"), control
+    /// characters (C0, DEL, C1) replaced by "_" so no escape sequence lands in a name a
+    /// terminal later shows; nil when nothing usable is left ("", ".", "..").
+    public static func fileName(from raw: String) -> String? {
+        let last = lastComponent(of: raw.replacingOccurrences(of: "\\", with: "/"))
+        var scalars = String.UnicodeScalarView()
+        for s in last.unicodeScalars {
+            scalars.append(isControl(s) ? "_" : s)
+        }
+        let name = String(scalars)
+        return name.isEmpty || name == "." || name == ".." ? nil : name
+    }
+
+    /// C0 controls, DEL and the C1 controls (U+0080–U+009F, which some terminals read as
+    /// escape sequences: U+009B is CSI).
+    public static func isControl(_ s: Unicode.Scalar) -> Bool {
+        s.value < 0x20 || (s.value >= 0x7F && s.value <= 0x9F)
+    }
 }
 

@@ -151,6 +151,32 @@ public struct Request: Sendable, CustomStringConvertible {
     }
 
     public var description: String { "\(method) \(url.maskingPassword)" }
+
+    /// RFC 9110 §9.1: a method is a token (§5.6.2: letters, digits and !#$%&'*+-.^_`|~).
+    /// A method with a space, CR or LF would be written into the request line as it is,
+    /// and a server would read the rest as a second, smuggled request.
+    public static func isValidMethod(_ method: String) -> Bool {
+        HTTPSyntax.isToken(method)
+    }
+
+    /// Why this request cannot be sent (`badURL`), or nil. The one check every request
+    /// passes before any handler sees it: the session runs it for each load and each
+    /// redirect, for tasks it hands to porterd (and porterd's own engine again), and the
+    /// CLI for `-X`.
+    public var validationError: PorterError? {
+        guard Request.isValidMethod(method) else {
+            return PorterError(.badURL, "the method \(method.debugDescription) is not a token (RFC 9110: letters, digits and !#$%&'*+-.^_`|~)", url: url)
+        }
+        return nil
+    }
+}
+
+/// RFC 9110's syntax rules that more than one place needs.
+public enum HTTPSyntax {
+    /// §5.6.2 token: one or more of letters, digits and !#$%&'*+-.^_`|~.
+    public static func isToken(_ s: String) -> Bool {
+        !s.isEmpty && s.utf8.allSatisfy(MIMEType.isTokenByte)
+    }
 }
 
 extension URL {

@@ -36,15 +36,15 @@ public struct Response: Sendable, CustomStringConvertible {
     }
 
     /// A name to save the body under: the handler's suggestion, a Content-Disposition
-    /// filename, the URL's last path component, or "Unknown".
+    /// filename, the URL's last path component, or "Unknown" — each through
+    /// `PathText.fileName(from:)` (the last component only, control characters replaced),
+    /// and never through Foundation's path methods, which trap on some names.
     public var suggestedFilename: String {
-        if let explicitFilename, !explicitFilename.isEmpty { return explicitFilename }
+        if let explicitFilename, let name = PathText.fileName(from: explicitFilename) { return name }
         if let cd = headerFields.combined(.contentDisposition), let name = Response.filename(fromContentDisposition: cd) {
             return name
         }
-        let last = url.lastPathComponent
-        if !last.isEmpty, last != "/" { return last }
-        return "Unknown"
+        return PathText.fileName(from: url.path) ?? "Unknown"
     }
 
     /// `length + offset` for lengths a server announced: -1 (unknown) when the sum does
@@ -59,16 +59,56 @@ public struct Response: Sendable, CustomStringConvertible {
         return headerFields.combined(n)
     }
 
-    static func filename(fromContentDisposition value: String) -> String? {
-        for part in value.split(separator: ";") {
-            let kv = part.trimmingCharacters(in: .whitespaces)
-            guard kv.lowercased().hasPrefix("filename=") else { continue }
-            var name = String(kv.dropFirst("filename=".count))
-            if name.hasPrefix("\""), name.hasSuffix("\""), name.count >= 2 { name = String(name.dropFirst().dropLast()) }
-            let base = (name as NSString).lastPathComponent
-            return base.isEmpty || base == "." || base == ".." ? nil : base
+    /// The file name a Content-Disposition value gives, through `PathText.fileName(from:)`:
+    /// `filename*=UTF-8''…` (RFC 6266, percent-encoded) before `filename=` (a token or a
+    /// quoted-string, whose backslash escapes are undone); nil when it names none.
+    public static func filename(fromContentDisposition value: String) -> String? {
+        var plain: String?
+        var extended: String?
+        for (name, v) in dispositionParameters(value) {
+            if name == "filename*", extended == nil {
+                // charset'language'percent-encoded; only UTF-8 (and ASCII) are read.
+                let parts = v.split(separator: "'", maxSplits: 2, omittingEmptySubsequences: false)
+                if parts.count == 3, ["utf-8", "us-ascii"].contains(parts[0].lowercased()) {
+                    extended = String(parts[2]).removingPercentEncoding
+                }
+            } else if name == "filename", plain == nil {
+                plain = v
+            }
         }
-        return nil
+        return (extended.flatMap(PathText.fileName(from:))) ?? plain.flatMap(PathText.fileName(from:))
+    }
+
+    /// The `name=value` parameters after the disposition type, names lower-cased, quoted
+    /// values unquoted (a `;` inside quotes does not end one).
+    static func dispositionParameters(_ value: String) -> [(String, String)] {
+        var result: [(String, String)] = []
+        var chars = Substring(value)
+        guard let first = chars.firstIndex(of: ";") else { return [] }
+        chars = chars[chars.index(after: first)...]
+        while !chars.isEmpty {
+            chars = chars.drop { $0 == " " || $0 == "\t" || $0 == ";" }
+            let name = chars.prefix { $0 != "=" && $0 != ";" }
+            chars = chars[name.endIndex...]
+            guard chars.first == "=" else { continue }
+            chars = chars.dropFirst().drop { $0 == " " || $0 == "\t" }
+            var v = ""
+            if chars.first == "\"" {
+                chars = chars.dropFirst()
+                var escaped = false
+                while let c = chars.first {
+                    chars = chars.dropFirst()
+                    if escaped { v.append(c); escaped = false } else if c == "\\" { escaped = true } else if c == "\"" { break } else { v.append(c) }
+                }
+                chars = chars.drop { $0 != ";" }
+            } else {
+                let token = chars.prefix { $0 != ";" }
+                v = token.trimmingCharacters(in: .whitespaces)
+                chars = chars[token.endIndex...]
+            }
+            result.append((name.trimmingCharacters(in: .whitespaces).lowercased(), v))
+        }
+        return result
     }
 
     public var description: String {

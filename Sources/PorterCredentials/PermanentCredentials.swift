@@ -38,7 +38,7 @@ final class CredentialFile: PermanentCredentials, @unchecked Sendable {
     /// Makes the folder; refuses a path that is a link or another user's file.
     init(path: String) throws {
         self.path = path
-        try PrivateFiles.makeFolder((path as NSString).deletingLastPathComponent)
+        try PrivateFiles.makeFolder(PathText.parent(of: path))
         try PrivateFiles.refuseIfNotOwnRegularFile(path, what: "the credential store")
     }
 

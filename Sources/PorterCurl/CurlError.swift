@@ -43,6 +43,13 @@ extension PorterError {
         if code == CURLE_UNSUPPORTED_PROTOCOL, let detail, detail.contains("HTTP/0.9") || detail.contains("HTTP version") {
             mapped = .badServerResponse
         }
+        // A response head over libcurl's 300 KiB in all (CVE-2023-38039's fix, in Debian's
+        // 7.88.1 too) comes back as CURLE_RECV_ERROR "Too large response headers: N > 307200":
+        // the server's fault, not a lost connection to retry. (One field over 100 KiB is
+        // CURLE_OUT_OF_MEMORY, which the HTTP handler maps while it waits for the head.)
+        if code == CURLE_RECV_ERROR, let detail, detail.contains("Too large response headers") {
+            mapped = .badServerResponse
+        }
 
         var message = text
         if let detail, !detail.isEmpty, detail != text { message += ": " + detail }

@@ -376,8 +376,9 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
                 client.didFail(with: PorterError(.badServerResponse, "the server sent a body without a response head",
                                                  url: request.url))
             } else if case .waiting = mode, code == CURLE_OUT_OF_MEMORY {
-                // libcurl's word for a response head over its limits (100 KiB a field,
-                // 300 KiB in all): the server's fault, not this machine's memory.
+                // libcurl's word for a response field over its 100 KiB limit: the server's
+                // fault, not this machine's memory (300 KiB in all is CURLE_RECV_ERROR,
+                // mapped in PorterError.curl).
                 client.didFail(with: PorterError(.badServerResponse, "the server's response head is too large",
                                                  url: request.url, cause: PorterError.curl(code, url: request.url, detail: t.errorText).cause))
             } else {

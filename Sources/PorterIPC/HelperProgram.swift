@@ -8,7 +8,7 @@ public enum HelperProgram {
                             environment env: [String: String] = ProcessInfo.processInfo.environment) -> String? {
         if let p = env[variable], access(p, X_OK) == 0 { return p }
         if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-            let beside = (exe as NSString).deletingLastPathComponent + "/" + name
+            let beside = PathText.parent(of: exe) + "/" + name
             if access(beside, X_OK) == 0 { return beside }
         }
         for dir in (env["PATH"] ?? "/usr/local/bin:/usr/bin").split(separator: ":") {

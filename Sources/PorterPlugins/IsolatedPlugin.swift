@@ -64,7 +64,7 @@ public struct PluginIsolation: Sendable {
     }
 
     func mode(for path: String) -> PluginMode {
-        if inProcess.contains(path) || inProcess.contains((path as NSString).lastPathComponent) { return .inProcess }
+        if inProcess.contains(path) || inProcess.contains(PathText.lastComponent(of: path)) { return .inProcess }
         return defaultMode
     }
 }

@@ -130,9 +130,9 @@ public final class PluginLoader: @unchecked Sendable {
     /// anywhere else (a build folder) or a relative path.
     public static func installedPluginFolder(executable: String?) -> String? {
         guard let executable, executable.hasPrefix("/") else { return nil }
-        let bin = (executable as NSString).deletingLastPathComponent
-        guard (bin as NSString).lastPathComponent == "bin" else { return nil }
-        let prefix = (bin as NSString).deletingLastPathComponent
+        let bin = PathText.parent(of: executable)
+        guard PathText.lastComponent(of: bin) == "bin" else { return nil }
+        let prefix = PathText.parent(of: bin)
         return (prefix == "/" ? "" : prefix) + "/lib/porter/plugins"
     }
 

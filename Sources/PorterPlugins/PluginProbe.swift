@@ -116,7 +116,7 @@ enum PluginProbe {
         }
         guard let f = cacheFile, let data = try? JSONEncoder().encode(all) else { return }
         do {
-            try PrivateFiles.makeFolder((f as NSString).deletingLastPathComponent)
+            try PrivateFiles.makeFolder(PathText.parent(of: f))
             _ = PrivateFiles.writeAtomically(data, to: f)
         } catch {
             // Without a cache the next start probes again: slower, never wrong.

@@ -131,6 +131,12 @@ public final class Session: @unchecked Sendable {
     /// A task porterd runs for this background session; a task that fails at once (with
     /// the reason) when the daemon cannot take it.
     private func backgroundTask<T: SessionTask>(_ spec: BackgroundTaskSpec, _ link: BackgroundLink, local: (Int) -> T) -> T {
+        // The same request check as every in-process load's, before porterd is asked.
+        var checked = Request(url: spec.url, method: spec.method)
+        checked.body = nil
+        if let invalid = checked.validationError {
+            return register(local, configure: { $0.driver.abortBeforeStart(invalid) })
+        }
         switch link.enqueue(spec) {
         case .success(let snapshot):
             if let task = link.task(for: snapshot) as? T {

@@ -32,6 +32,11 @@ extension TaskDriver {
             return run(.event(.startFailed(PorterError(.unsupportedConfiguration,
                 "a background session runs download tasks and upload tasks from a file (porterd runs them); data, stream and in-memory upload tasks need a .default or .ephemeral session", url: request.url))))
         }
+        // The one request check (a method that is not a token would smuggle a second
+        // request): every load and every redirect, before any handler sees it.
+        if let invalid = request.validationError {
+            return run(.event(.startFailed(invalid)))
+        }
         guard let scheme = request.url.scheme, !scheme.isEmpty else {
             return run(.event(.startFailed(PorterError(.unsupportedURL, "the URL has no scheme", url: request.url))))
         }

@@ -262,8 +262,7 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
             return finish(PorterError(.badURL, "the URL's host is not a host name or address", url: url), code: nil)
         }
         // Subprotocols are tokens (RFC 6455 §4.1, RFC 7230 §3.2.6).
-        let tokenBytes = Set("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz".utf8)
-        guard protocols.allSatisfy({ !$0.isEmpty && $0.utf8.allSatisfy(tokenBytes.contains) }) else {
+        guard protocols.allSatisfy(HTTPSyntax.isToken) else {
             return finish(PorterError(.unsupportedConfiguration, "a subprotocol name must be a token (letters, digits and !#$%&'*+-.^_`|~)", url: url), code: nil)
         }
         guard let session else { return finish(PorterError(.sessionInvalidated, "the session is gone", url: url), code: nil) }

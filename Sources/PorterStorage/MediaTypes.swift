@@ -27,7 +27,7 @@ public enum MediaTypes {
 
     /// The MIME type for a path's extension; `application/octet-stream` when unknown.
     public static func mimeType(forPath path: String) -> String {
-        let name = (path as NSString).lastPathComponent
+        let name = PathText.lastComponent(of: path)
         guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return "application/octet-stream" }
         let ext = name[name.index(after: dot)...].lowercased()
         return table[ext] ?? "application/octet-stream"

@@ -7,15 +7,21 @@ Paths: /reset (RST after 1000 of 100000 bytes), /stall (10 bytes then silence),
 /weird-status (status 999), /junk-headers (a line without a colon), /odd-headers
 (odd bytes, a bad field name, an empty value), /wrong-range (a 206 for bytes 0-9 whatever
 was asked), /huge-header (a 400 KiB header field), /bad-version (HTTP/4.2), /echo-head (the request head as the body), /retry-503?K (503 twice, then 200),
-/ignore-expect (never sends 100 Continue), /gzip-bomb?mib=N (a valid gzip of N MiB of zeros), /bad-gzip (a damaged
+/ignore-expect (never sends 100 Continue), /many-headers (six 52 KiB fields: over libcurl's 300 KiB
+for a whole head, each under its 100 KiB for one field), /escape-status (ESC and BEL in the reason
+phrase, a C1 CSI in a field), /disposition?cd=PCT (Content-Disposition: the percent-decoded bytes),
+/bighead?kb=N (a cacheable 1-byte body under N KiB of header fields), /record... (every byte the
+connection brings is logged once the client closes it) and /recorded (that log), /gzip-bomb?mib=N (a valid gzip of N MiB of zeros), /bad-gzip (a damaged
 gzip body), /half-gzip (half a gzip body), /brotli (a br body), /bad-cookies (cookies with an ESC,
 non-UTF-8 bytes and a BEL beside a good one), /ok.
 """
-import socket, socketserver, struct, sys, threading, time, zlib
+import socket, socketserver, struct, sys, threading, time, urllib.parse, zlib
 
 _counts = {}
 _counts_lock = threading.Lock()
 _bombs = {}
+_recorded = []
+_recorded_lock = threading.Lock()
 _bombs_lock = threading.Lock()
 
 def gzip_of_zeros(mib):
@@ -120,6 +126,41 @@ class Handler(socketserver.BaseRequestHandler):
         elif path.startswith("/bad-cookies"):
             s.sendall(b"HTTP/1.1 200 OK\r\nSet-Cookie: esc=a\x1bb\r\nSet-Cookie: bin=\xff\xfe\r\n"
                       b"Set-Cookie: bell=\x07\r\nSet-Cookie: fine=ok; Path=/\r\nContent-Length: 2\r\n\r\nok")
+        elif path.startswith("/many-headers"):
+            fields = b"".join(b"X-Big-%d: %s\r\n" % (i, b"b" * (52 * 1024)) for i in range(6))
+            s.sendall(b"HTTP/1.1 200 OK\r\n" + fields + b"Content-Length: 2\r\n\r\nok")
+        elif path.startswith("/escape-status"):
+            s.sendall(b"HTTP/1.1 200 OK\x1b]0;owned\x07\x1b[2J\x1b[31mred\r\nX-C1: a\xc2\x9b31mb\r\n"
+                      b"Content-Length: 2\r\n\r\nok")
+        elif path.startswith("/disposition"):
+            query = path.split("?", 1)[1] if "?" in path else ""
+            cd = urllib.parse.unquote_to_bytes(query[3:]) if query.startswith("cd=") else b""
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Disposition: " + cd + b"\r\nContent-Length: 2\r\n\r\nok")
+        elif path.startswith("/bighead"):
+            query = urllib.parse.parse_qs(path.split("?", 1)[1] if "?" in path else "")
+            kb = int(query.get("kb", ["1"])[0])
+            fields = b"".join(b"X-Pad-%d: %s\r\n" % (i, b"p" * 1000) for i in range(kb))
+            s.sendall(b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Type: text/plain\r\n" + fields +
+                      b"Content-Length: 1\r\n\r\nx")
+        elif path.startswith("/recorded"):
+            with _recorded_lock:
+                body = b"\n----\n".join(_recorded)
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+        elif path.startswith("/record"):
+            # Answers the first request, then logs everything the connection brought (a
+            # second request smuggled behind the first included) once the client closes it.
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+            s.settimeout(10)
+            try:
+                while True:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+            except OSError:
+                pass
+            with _recorded_lock:
+                _recorded.append(data)
         elif path.startswith("/bad-version"):
             s.sendall(b"HTTP/4.2 200 OK\r\nContent-Length: 2\r\n\r\nok")
         else:
