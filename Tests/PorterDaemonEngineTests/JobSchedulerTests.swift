@@ -246,6 +246,21 @@ final class JobSchedulerTests: XCTestCase {
         XCTAssertEqual(step(&s, .attemptEnded(1, attempt: 1, .failure(PorterError(.cancelled, "x")))), ["keepBytes(1)", "start(1#2)"])
     }
 
+    /// The old flags allowed this: a suspend and a resume while a changed resource's
+    /// attempt was stopping left `stopping` set, so the NEXT attempt's success was taken
+    /// for a suspend's stop and the download ran a third time. As a phase, the stop's
+    /// reason is replaced, never left behind.
+    func testSuspendAndResumeWhileRestartingLeaveNoStaleStop() {
+        var s = S(policy: Self.policy())
+        _ = step(&s, .add(Self.ticket(1), .suspended))
+        _ = step(&s, .resume(1))
+        _ = step(&s, .resourceChanged(1, attempt: 1))
+        XCTAssertEqual(step(&s, .suspend(1)), ["recordSuspended(1)"], "already stopping: no second cancel")
+        XCTAssertEqual(step(&s, .resume(1)), ["recordRunning(1)"])
+        XCTAssertEqual(step(&s, .attemptEnded(1, attempt: 1, .failure(PorterError(.cancelled, "x")))), ["keepBytes(1)", "start(1#2)"])
+        XCTAssertEqual(step(&s, .attemptEnded(1, attempt: 2, .success)), ["end(1,finished)"])
+    }
+
     func testAWriteFailureEndsTheJobOnceTheAttemptHasEnded() {
         var s = S(policy: Self.policy(perHost: 1))
         _ = step(&s, .add(Self.ticket(1), .suspended))
