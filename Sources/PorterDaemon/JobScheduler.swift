@@ -356,7 +356,9 @@ struct JobScheduler {
         if !job.listed {
             jobs[id]!.listed = true
             let t = job.ticket
-            var queue = waiting[t.session, default: [:]][t.host, default: []]
+            // Taken out of the tables while it changes, so the insert happens in place.
+            var hosts = waiting.removeValue(forKey: t.session) ?? [:]
+            var queue = hosts.removeValue(forKey: t.host) ?? []
             // Behind every entry of its priority or higher: equal priorities keep their order.
             var low = queue.startIndex, high = queue.endIndex
             while low < high {
@@ -364,7 +366,8 @@ struct JobScheduler {
                 if queue[mid].priority >= t.priority { low = mid + 1 } else { high = mid }
             }
             queue.insert(Entry(id: id, priority: t.priority), at: low)
-            waiting[t.session, default: [:]][t.host] = queue
+            hosts[t.host] = queue
+            waiting[t.session] = hosts
         }
         admitQueued(now: now, into: &out)
     }
