@@ -186,7 +186,7 @@ final class JobSequenceTests: XCTestCase {
 
     /// One job, every kind of event, every sequence of four from a new job, a running
     /// one, one stopping for a suspend and one waiting to retry; then every sequence of
-    /// six of the events that move it most.
+    /// five of the events that move it most.
     func testEveryJobSequenceEndsOnceAndLeavesNothingBehind() {
         let full = events(for: 1, full: true) + [{ _ in .networkChanged }]
         var count = 0
@@ -201,8 +201,8 @@ final class JobSequenceTests: XCTestCase {
         XCTAssertEqual(count, 4 * Int(pow(Double(full.count), 4)))
         count = 0
         let core = events(for: 1, full: false) + [{ _ in .networkChanged }]
-        walk(world(resumed: []), depth: 6, alphabet: core, trail: [], count: &count)
-        XCTAssertEqual(count, Int(pow(Double(core.count), 6)))
+        walk(world(resumed: []), depth: 5, alphabet: core, trail: [], count: &count)
+        XCTAssertEqual(count, Int(pow(Double(core.count), 5)))
     }
 
     /// Four jobs in two sessions over two hosts (limits 2 per session, 1 per host; two
