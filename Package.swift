@@ -177,6 +177,8 @@ let package = Package(
             dependencies: ["Porter", "PorterOpenAPI", "PorterTestSupport", .product(name: "OpenAPIRuntime", package: "swift-openapi-runtime"),
                            .product(name: "HTTPTypes", package: "swift-http-types")],
             exclude: ["openapi_server.py"], swiftSettings: strict),
+        // porterd's scheduler and job life cycle in process: no sockets, no sleeps.
+        .testTarget(name: "PorterDaemonEngineTests", dependencies: ["PorterDaemon"], swiftSettings: strict),
         .testTarget(name: "PorterDaemonTests", dependencies: ["Porter", "PorterIPC", "PorterStorage", "PorterTestSupport"], exclude: ["lyingserver.py"], swiftSettings: strict),
         // An application the background-session tests start and kill.
         .executableTarget(name: "BackgroundApp", dependencies: ["Porter"], path: "Tests/BackgroundApp", swiftSettings: strict),

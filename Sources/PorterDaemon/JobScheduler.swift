@@ -1,0 +1,459 @@
+import PorterCore
+
+/// porterd's jobs, decided in one place: the queues (per session and host, by priority),
+/// the limits, earliest-begin dates, back-off and retries, and each job's life cycle from
+/// `add` to its one end. A value without I/O or clocks (AsyncHTTPClient's
+/// `HTTPConnectionPool+StateMachine` is the model): an event goes in with the time, actions
+/// come out, and the daemon's job runner (`Daemon+Jobs.swift`) only performs them — opens
+/// and syncs the partial file, starts and cancels the engine's task, schedules timers,
+/// writes the journal, tells the holder.
+///
+/// The scheduler and the job life cycle are one machine, not two: a slot is released
+/// exactly when an attempt ends, a resume lands in a queue, a timer's end is an admission,
+/// and two machines would each have to keep the other's copy of those facts in step (the
+/// flags this replaces were such copies). Each job's state is one `Phase` with its
+/// payload; an ended job is forgotten, so any later event about it does nothing.
+struct JobScheduler {
+    struct Policy: Sendable {
+        /// Attempts at once per session and per host (a slow host does not hold up another's
+        /// tasks); discretionary jobs run one at a time per session.
+        var perSession = 8
+        var perHost = 6
+        /// A job retries network failures while its first attempt is younger than this.
+        var resourceTimeout: Double = 7 * 24 * 3600
+        /// How long a login waits for an app (for the error a timed-out login ends with).
+        var challengeWait: Double = 300
+        /// Errors retried: the network's, not the resource's.
+        var retryable: Set<PorterError.Code> = [.timedOut, .cannotFindHost, .cannotConnectToHost, .networkConnectionLost]
+        /// The jitter factor (0.8 ... 1.2) of a job's nth retry; injected so tests are exact.
+        var jitter: @Sendable (_ job: Int, _ retry: Int) -> Double = { _, _ in Double.random(in: 0.8...1.2) }
+    }
+
+    /// What the scheduler knows of a job (from its spec and journal row).
+    struct Ticket: Sendable, Equatable {
+        var id: Int
+        var session: String
+        var host: String
+        var priority: Float = 0.5
+        var discretionary = false
+        var earliestBegin: Double?
+        var retries = 0
+        var firstAttempt: Double?
+    }
+
+    /// One attempt (one engine task) of a job; `number` drops a stale report.
+    struct Attempt: Sendable, Equatable {
+        var number: Int
+        /// No app answered a login in time: a cancelled login ends as userAuthenticationRequired.
+        var loginTimedOut = false
+    }
+
+    /// Why a running attempt was asked to stop; what happens when it has ended.
+    enum Stop: Sendable, Equatable {
+        /// The job is suspended: keep the synced bytes.
+        case suspend
+        /// Start a new attempt (resumed before a suspend's stop ended, or the resource changed).
+        case restart
+        /// The job ends cancelled (with resume data when asked).
+        case cancel(resumeData: Bool)
+        /// The job ends with this error (the partial file could not be written).
+        case fail(PorterError)
+
+        static func == (a: Stop, b: Stop) -> Bool {
+            switch (a, b) {
+            case (.suspend, .suspend), (.restart, .restart): return true
+            case (.cancel(let x), .cancel(let y)): return x == y
+            case (.fail(let x), .fail(let y)): return x.code == y.code && x.message == y.message
+            default: return false
+            }
+        }
+    }
+
+    /// A job's state; illegal combinations (a retry timer while an attempt runs, a stop
+    /// reason without an attempt) cannot be written.
+    enum Phase: Sendable, Equatable {
+        case suspended
+        /// Resumed, waiting for its earliest-begin date (a timer is set).
+        case waitingToBegin(at: Double)
+        /// Waiting in its session's and host's queue for a slot.
+        case queued
+        case running(Attempt)
+        /// The attempt was cancelled; its end decides what follows.
+        case stopping(Attempt, for: Stop)
+        /// A network failure: the next attempt at `at` (a timer is set), or at once when
+        /// the network changes.
+        case waitingToRetry(at: Double)
+    }
+
+    /// How a job arrives: a new task (suspended, as a URLSession task starts), or one the
+    /// journal had (after a restart of the daemon).
+    enum Arrival: Sendable, Equatable {
+        case suspended
+        case running(nextAttempt: Double?)
+    }
+
+    /// What the engine's task ended with; the scheduler decides what it means (a retry,
+    /// the job's end, or nothing but a stop the job asked for).
+    enum Outcome: Sendable {
+        case success
+        case failure(PorterError)
+    }
+
+    enum Event: Sendable {
+        case add(Ticket, Arrival)
+        case resume(Int)
+        case suspend(Int)
+        case cancel(Int, resumeData: Bool)
+        case attemptEnded(Int, attempt: Int, Outcome)
+        /// The attempt could not start (no partial file); it never ran.
+        case startFailed(Int, attempt: Int, PorterError)
+        /// The partial file could not be written: the job ends with `error` once the attempt has.
+        case writeFailed(Int, attempt: Int, PorterError)
+        /// A 206 of another version: the attempt is cancelled (none of it is written) and
+        /// the job starts again without a range.
+        case resourceChanged(Int, attempt: Int)
+        case loginTimedOut(Int, attempt: Int)
+        case timerFired(Int, at: Double)
+        /// A link, an address or a route appeared: jobs waiting to retry try at once.
+        case networkChanged
+        case reschedule(Int, priority: Float, earliestBegin: Double?)
+    }
+
+    /// How a job ends (exactly once).
+    enum End: Sendable {
+        /// The last attempt's own outcome: nil is success (the response's status is kept).
+        case outcome(PorterError?)
+        case cancelled(resumeData: Bool)
+        /// Ended by porterd itself (the partial file), without a status.
+        case failed(PorterError)
+    }
+
+    enum Action: Sendable {
+        /// Open the partial file and start attempt `attempt` (journal: running, first attempt at `firstAttempt`).
+        case start(Int, attempt: Int, firstAttempt: Double)
+        case cancelAttempt(Int)
+        case scheduleTimer(Int, at: Double)
+        case cancelTimer(Int)
+        /// Journal: suspended, with the synced count.
+        case recordSuspended(Int)
+        /// Journal: running again (the job was resumed).
+        case recordRunning(Int)
+        /// The attempt is over: sync and close the partial file, keeping its bytes.
+        case keepBytes(Int)
+        /// Journal the failure and the next attempt's time (retry number `retries`).
+        case retryLater(Int, error: PorterError, retries: Int, at: Double, delay: Double)
+        /// The wait is over: forget the last error and the next-attempt time.
+        case clearRetry(Int)
+        case end(Int, End)
+    }
+
+    struct Job: Sendable {
+        var ticket: Ticket
+        var phase: Phase
+        /// Its id is in its queue (perhaps stale: dropped when admission reaches it).
+        var listed = false
+        var attempts = 0
+    }
+
+    private struct Entry: Sendable {
+        var id: Int
+        var priority: Float
+    }
+
+    let policy: Policy
+    private(set) var jobs: [Int: Job] = [:]
+    /// Per session, per host: ids by priority (higher first; equal ones in arrival order).
+    private var waiting: [String: [String: [Entry]]] = [:]
+    private(set) var activeBySession: [String: Int] = [:]
+    private(set) var activeByHost: [String: Int] = [:]
+    private(set) var activeDiscretionary: [String: Int] = [:]
+
+    init(policy: Policy = Policy()) { self.policy = policy }
+
+    func phase(of id: Int) -> Phase? { jobs[id]?.phase }
+
+    /// The delay before retry number `retries` (1, 2, ...): 1 s, 2 s, 4 s ... at most
+    /// 5 minutes, times the jitter factor.
+    static func backoff(retries: Int, jitter: Double) -> Double {
+        min(300, Double(1 << max(0, min(retries - 1, 9)))) * jitter
+    }
+
+    mutating func handle(_ event: Event, now: Double) -> [Action] {
+        var out: [Action] = []
+        switch event {
+        case .add(let ticket, let arrival):
+            guard jobs[ticket.id] == nil else { break }
+            jobs[ticket.id] = Job(ticket: ticket, phase: .suspended)
+            if case .running(let next) = arrival {
+                if let next, next > now {
+                    jobs[ticket.id]!.phase = .waitingToRetry(at: next)
+                    out.append(.scheduleTimer(ticket.id, at: next))
+                } else {
+                    admit(ticket.id, now: now, into: &out)
+                }
+            }
+
+        case .resume(let id):
+            guard let job = jobs[id] else { break }
+            switch job.phase {
+            case .suspended:
+                out.append(.recordRunning(id))
+                admit(id, now: now, into: &out)
+            case .stopping(let a, .suspend):
+                // Resumed before the suspend's stop ended: a new attempt follows it.
+                jobs[id]!.phase = .stopping(a, for: .restart)
+                out.append(.recordRunning(id))
+            default:
+                break
+            }
+
+        case .suspend(let id):
+            guard let job = jobs[id] else { break }
+            switch job.phase {
+            case .running(let a):
+                // The attempt stops (its slot goes to a waiting job); a resume starts a new
+                // one with a Range from the synced bytes.
+                jobs[id]!.phase = .stopping(a, for: .suspend)
+                out += [.recordSuspended(id), .cancelAttempt(id)]
+            case .stopping(let a, .restart):
+                jobs[id]!.phase = .stopping(a, for: .suspend)
+                out.append(.recordSuspended(id))
+            case .queued:
+                jobs[id]!.phase = .suspended
+                out.append(.recordSuspended(id))
+            case .waitingToBegin, .waitingToRetry:
+                jobs[id]!.phase = .suspended
+                out += [.cancelTimer(id), .recordSuspended(id)]
+            case .suspended, .stopping:
+                break
+            }
+
+        case .cancel(let id, let resumeData):
+            guard let job = jobs[id] else { break }
+            switch job.phase {
+            case .running(let a):
+                jobs[id]!.phase = .stopping(a, for: .cancel(resumeData: resumeData))
+                out.append(.cancelAttempt(id))
+            case .stopping(_, .fail):
+                break  // it ends with its failure
+            case .stopping(let a, _):
+                // Asked to end: it ends when the attempt has, whatever that attempt's outcome.
+                jobs[id]!.phase = .stopping(a, for: .cancel(resumeData: resumeData))
+            case .waitingToBegin, .waitingToRetry:
+                out.append(.cancelTimer(id))
+                end(id, .cancelled(resumeData: resumeData), into: &out)
+            case .suspended, .queued:
+                end(id, .cancelled(resumeData: resumeData), into: &out)
+            }
+
+        case .attemptEnded(let id, let number, let outcome):
+            guard let job = jobs[id], case let (a, stop)? = job.attempt, a.number == number else { break }
+            release(job.ticket)
+            switch stop {
+            case nil:
+                switch outcome {
+                case .success:
+                    end(id, .outcome(nil), into: &out)
+                case .failure(var error):
+                    if a.loginTimedOut, error.code == .userCancelledAuthentication {
+                        error = PorterError(.userAuthenticationRequired,
+                                            "the server asked for a login that the credential store does not have, and no app answered it in \(Int(policy.challengeWait)) s",
+                                            url: error.url)
+                    }
+                    if policy.retryable.contains(error.code), now - (job.ticket.firstAttempt ?? now) < policy.resourceTimeout {
+                        let retries = job.ticket.retries + 1
+                        let delay = JobScheduler.backoff(retries: retries, jitter: policy.jitter(id, retries))
+                        jobs[id]!.ticket.retries = retries
+                        jobs[id]!.phase = .waitingToRetry(at: now + delay)
+                        out += [.keepBytes(id), .retryLater(id, error: error, retries: retries, at: now + delay, delay: delay),
+                                .scheduleTimer(id, at: now + delay)]
+                    } else {
+                        end(id, .outcome(error), into: &out)
+                    }
+                }
+            case .suspend?:
+                jobs[id]!.phase = .suspended
+                out.append(.keepBytes(id))
+            case .restart?:
+                out.append(.keepBytes(id))
+                admit(id, now: now, into: &out)
+            case .cancel(let resumeData)?:
+                end(id, .cancelled(resumeData: resumeData), into: &out)
+            case .fail(let error)?:
+                end(id, .failed(error), into: &out)
+            }
+            admitQueued(now: now, into: &out)
+
+        case .startFailed(let id, let number, let error):
+            guard let job = jobs[id], case let (a, _)? = job.attempt, a.number == number else { break }
+            release(job.ticket)
+            end(id, .failed(error), into: &out)
+            admitQueued(now: now, into: &out)
+
+        case .writeFailed(let id, let number, let error):
+            guard let job = jobs[id], case let (a, stop)? = job.attempt, a.number == number else { break }
+            switch stop {
+            case nil:
+                jobs[id]!.phase = .stopping(a, for: .fail(error))
+                out.append(.cancelAttempt(id))
+            case .fail?:
+                break
+            case .suspend?, .restart?, .cancel?:
+                jobs[id]!.phase = .stopping(a, for: .fail(error))
+            }
+
+        case .resourceChanged(let id, let number):
+            guard let job = jobs[id], case .running(let a) = job.phase, a.number == number else { break }
+            jobs[id]!.phase = .stopping(a, for: .restart)
+            out.append(.cancelAttempt(id))
+
+        case .loginTimedOut(let id, let number):
+            guard let job = jobs[id], case let (a, stop)? = job.attempt, a.number == number else { break }
+            var timedOut = a
+            timedOut.loginTimedOut = true
+            jobs[id]!.phase = stop.map { .stopping(timedOut, for: $0) } ?? .running(timedOut)
+
+        case .timerFired(let id, let at):
+            guard let job = jobs[id] else { break }
+            switch job.phase {
+            case .waitingToBegin(at), .waitingToRetry(at):
+                out.append(.clearRetry(id))
+                admit(id, now: now, into: &out)
+            default:
+                break  // a timer of an earlier wait
+            }
+
+        case .networkChanged:
+            let waitingToRetry = jobs.values.filter {
+                if case .waitingToRetry = $0.phase { return true }
+                return false
+            }.map(\.ticket.id).sorted()
+            for id in waitingToRetry {
+                out += [.cancelTimer(id), .clearRetry(id)]
+                admit(id, now: now, into: &out)
+            }
+
+        case .reschedule(let id, let priority, let earliestBegin):
+            guard var job = jobs[id] else { break }
+            job.ticket.earliestBegin = earliestBegin
+            let moved = job.ticket.priority != priority
+            job.ticket.priority = priority
+            jobs[id] = job
+            if moved, job.listed { reposition(job.ticket) }
+        }
+        return out
+    }
+
+    /// The job goes to its queue (or waits for its earliest begin), and admission runs.
+    private mutating func admit(_ id: Int, now: Double, into out: inout [Action]) {
+        guard let job = jobs[id] else { return }
+        if let begin = job.ticket.earliestBegin, begin > now {
+            jobs[id]!.phase = .waitingToBegin(at: begin)
+            out.append(.scheduleTimer(id, at: begin))
+            return
+        }
+        jobs[id]!.phase = .queued
+        if !job.listed {
+            jobs[id]!.listed = true
+            let t = job.ticket
+            // Taken out of the tables while it changes, so the insert happens in place.
+            var hosts = waiting.removeValue(forKey: t.session) ?? [:]
+            var queue = hosts.removeValue(forKey: t.host) ?? []
+            // Behind every entry of its priority or higher: equal priorities keep their order.
+            var low = queue.startIndex, high = queue.endIndex
+            while low < high {
+                let mid = (low + high) / 2
+                if queue[mid].priority >= t.priority { low = mid + 1 } else { high = mid }
+            }
+            queue.insert(Entry(id: id, priority: t.priority), at: low)
+            hosts[t.host] = queue
+            waiting[t.session] = hosts
+        }
+        admitQueued(now: now, into: &out)
+    }
+
+    /// A listed job's priority changed: its queue is sorted again (stable).
+    private mutating func reposition(_ t: Ticket) {
+        guard var queue = waiting[t.session]?[t.host] else { return }
+        for i in queue.indices where queue[i].id == t.id { queue[i].priority = t.priority }
+        queue = queue.enumerated().sorted { $0.element.priority != $1.element.priority
+            ? $0.element.priority > $1.element.priority : $0.offset < $1.offset }.map(\.element)
+        waiting[t.session]![t.host] = queue
+    }
+
+    /// Starts queued jobs while the limits allow; the work is bounded by the number of
+    /// sessions and hosts with jobs waiting, not by the number of jobs (it stops at the
+    /// first full limit: a long queue costs nothing while it waits).
+    private mutating func admitQueued(now: Double, into out: inout [Action]) {
+        for session in Array(waiting.keys) {
+            guard var hosts = waiting[session] else { continue }
+            for host in Array(hosts.keys) {
+                guard let entries = hosts[host], !entries.isEmpty else { continue }
+                var kept: [Entry] = []
+                var i = 0
+                while i < entries.count, activeBySession[session, default: 0] < policy.perSession,
+                      activeByHost[host, default: 0] < policy.perHost {
+                    let entry = entries[i]
+                    i += 1
+                    guard let job = jobs[entry.id] else { continue }  // ended
+                    guard job.phase == .queued else {
+                        jobs[entry.id]!.listed = false  // stale: suspended or started since
+                        continue
+                    }
+                    if job.ticket.discretionary, activeDiscretionary[session, default: 0] > 0 {
+                        kept.append(entry)
+                        continue
+                    }
+                    jobs[entry.id]!.listed = false
+                    start(entry.id, now: now, into: &out)
+                }
+                if i == 0 { continue }
+                kept.append(contentsOf: entries[i...])
+                hosts[host] = kept.isEmpty ? nil : kept
+            }
+            waiting[session] = hosts.isEmpty ? nil : hosts
+        }
+    }
+
+    private mutating func start(_ id: Int, now: Double, into out: inout [Action]) {
+        var job = jobs[id]!
+        job.attempts += 1
+        let first = job.ticket.firstAttempt ?? now
+        job.ticket.firstAttempt = first
+        job.phase = .running(Attempt(number: job.attempts))
+        jobs[id] = job
+        activeBySession[job.ticket.session, default: 0] += 1
+        activeByHost[job.ticket.host, default: 0] += 1
+        if job.ticket.discretionary { activeDiscretionary[job.ticket.session, default: 0] += 1 }
+        out.append(.start(id, attempt: job.attempts, firstAttempt: first))
+    }
+
+    /// The attempt's slot is free again.
+    private mutating func release(_ t: Ticket) {
+        activeBySession[t.session, default: 0] -= 1
+        if activeBySession[t.session] == 0 { activeBySession[t.session] = nil }
+        activeByHost[t.host, default: 0] -= 1
+        if activeByHost[t.host] == 0 { activeByHost[t.host] = nil }
+        if t.discretionary {
+            activeDiscretionary[t.session, default: 0] -= 1
+            if activeDiscretionary[t.session] == 0 { activeDiscretionary[t.session] = nil }
+        }
+    }
+
+    /// The job's one end: it is forgotten, so nothing about it happens after.
+    private mutating func end(_ id: Int, _ how: End, into out: inout [Action]) {
+        jobs[id] = nil
+        out.append(.end(id, how))
+    }
+}
+
+extension JobScheduler.Job {
+    /// The live attempt and why it is stopping (nil: it runs), if there is one.
+    var attempt: (JobScheduler.Attempt, JobScheduler.Stop?)? {
+        switch phase {
+        case .running(let a): return (a, nil)
+        case .stopping(let a, let why): return (a, why)
+        default: return nil
+        }
+    }
+}
