@@ -37,6 +37,9 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
     private var bodyReadPending = false
     static let challengeLimit = 16
     private let bodyQueue = DispatchQueue(label: "porter.plugin.body")
+    /// A `connectService` of this load is being answered; how many were asked.
+    private var servicePending = false
+    private var servicesAsked = 0
 
     init(plugin: IsolatedPlugin, request: Request, cached: CachedResponse?, client: any ProtocolClient) {
         self.plugin = plugin
@@ -255,6 +258,44 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
                 answered()
                 logger.error("plugin \(plugin.name): reading the request body failed: \(error)")
                 worker.send(.bodyEnd(load: id, failure: "reading the request body failed: \(error)"))
+            }
+        }
+    }
+
+    /// The worker asks for a local service for this load (`connect_service`). Decided as
+    /// in process (`LocalService.connect`), from what the plugin declared when its probe
+    /// described it — never from the request, which names only the service — and with the
+    /// place of the service taken from this process's environment. One request of a load
+    /// at a time and `LocalService.perLoadLimit` in its life; every request is answered
+    /// (a connected descriptor passed with the answer, or a refusal), off the reader thread.
+    func workerConnectService(request: UInt64, service: Int32, worker: WorkerProcess) {
+        let refusal = condition.withLock { () -> PorterError? in
+            guard !silenced, self.worker === worker else { return PorterError(.cancelled, "the load is over") }
+            guard !servicePending else { return PorterError(.resourceUnavailable, "one local service connection at a time per load") }
+            guard servicesAsked < LocalService.perLoadLimit else {
+                return PorterError(.resourceUnavailable, "a load may ask for \(LocalService.perLoadLimit) local service connections at most")
+            }
+            servicePending = true
+            servicesAsked += 1
+            return nil
+        }
+        let id = condition.withLock { load }
+        if let refusal {
+            logger.debug("plugin \(plugin.name): connect_service(\(service)) refused: \(refusal.message)")
+            worker.send(.service(load: id, request: request, code: refusal.code.rawValue, message: refusal.message))
+            return
+        }
+        let plugin = self.plugin
+        // Not on the body's queue: a body read may block.
+        DispatchQueue.global().async { [self] in
+            let result = LocalService.connect(service, declared: plugin.description.needs, plugin: plugin.name)
+            condition.withLock { servicePending = false }
+            switch result {
+            case .success(let fd):
+                worker.send(.service(load: id, request: request, code: 0, message: ""), passing: fd)
+            case .failure(let e):
+                if e.code == .unsupportedConfiguration { logger.warning("\(e.message)") }
+                worker.send(.service(load: id, request: request, code: e.code.rawValue, message: e.message))
             }
         }
     }
