@@ -439,3 +439,24 @@ ssize_t porter_ipc_recv_with_fds(int sock, void *buf, size_t len, int *fds, int 
     }
     return n;
 }
+
+int porter_ipc_connect_now(const char *path) {
+    struct sockaddr_un a;
+    if (fill_address(&a, path) != 0) return -1;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return -1;
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}

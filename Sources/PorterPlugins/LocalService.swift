@@ -35,9 +35,9 @@ public enum LocalService: Int32, Sendable, CaseIterable {
     /// Connections one load may be handed in its life (one at a time).
     static let perLoadLimit = 16
 
-    /// A connected descriptor (close-on-exec; the caller owns it) for the service the
-    /// plugin `plugin` asked for by number, given what it declared; or why not.
-    static func connect(_ number: Int32, declared needs: UInt32, plugin: String) -> Result<Int32, PorterError> {
+    /// The service the plugin `plugin` asked for by number, if it may have it: known to
+    /// this host and declared in `needs`.
+    static func admit(_ number: Int32, declared needs: UInt32, plugin: String) -> Result<LocalService, PorterError> {
         guard let service = LocalService(rawValue: number) else {
             return .failure(PorterError(.unsupportedConfiguration,
                                         "plugin \(plugin) asked for local service \(number), which this host does not know"))
@@ -46,18 +46,30 @@ public enum LocalService: Int32, Sendable, CaseIterable {
             return .failure(PorterError(.unsupportedConfiguration,
                                         "plugin \(plugin) asked for the \(service.name) without declaring it in its descriptor's needs; refused"))
         }
-        switch service {
+        return .success(service)
+    }
+
+    /// A connected descriptor (close-on-exec, blocking; the caller owns it), made without
+    /// waiting (a service that does not accept now is not there), so the caller may be a
+    /// thread that must not block.
+    func connect() -> Result<Int32, PorterError> {
+        switch self {
         case .sshAgent:
             // This process's own environment, read now.
             guard let value = getenv("SSH_AUTH_SOCK"), let path = String(validatingCString: value), !path.isEmpty else {
                 return .failure(PorterError(.resourceUnavailable, "no ssh agent: SSH_AUTH_SOCK is not set"))
             }
-            let fd = porter_ipc_connect(path)
+            let fd = porter_ipc_connect_now(path)
             guard fd >= 0 else {
                 return .failure(PorterError(.resourceUnavailable,
                                             "cannot connect to the ssh agent at \(path): \(String(cString: strerror(errno)))"))
             }
             return .success(fd)
         }
+    }
+
+    /// Both steps, for a plugin in process.
+    static func connect(_ number: Int32, declared needs: UInt32, plugin: String) -> Result<Int32, PorterError> {
+        admit(number, declared: needs, plugin: plugin).flatMap { $0.connect() }
     }
 }

@@ -11,6 +11,9 @@
 int porter_ipc_listen(const char *path, int backlog);
 /* Connects to `path`. */
 int porter_ipc_connect(const char *path);
+/* Connects to `path` without waiting: a listener whose backlog is full fails at once
+ * (EAGAIN) instead of blocking the caller. The descriptor returned is blocking. */
+int porter_ipc_connect_now(const char *path);
 /* Accepts one connection (close-on-exec); -1 on error. */
 int porter_ipc_accept(int listener);
 /* The peer's pid, uid and gid (SO_PEERCRED); 0 on success, -1 on error. */
