@@ -105,7 +105,7 @@ final class LocalServiceTests: XCTestCase {
         let agent = try Counter("agent.sock")
         setenv("SSH_AUTH_SOCK", agent.path, 1)
         for mode in [PluginMode.inProcess, .isolated] {
-            let body = try await load("phish://h/agent", from: Self.undeclared, mode)
+            let body = try await load("phish://h/agent?quiet=1", from: Self.undeclared, mode)
             XCTAssertTrue(body.hasPrefix("fd=-1 code=29 "), "\(mode): \(body)")
             XCTAssertTrue(body.contains("without declaring it"), "\(mode): \(body)")
             XCTAssertEqual(agent.drain(), 0, "\(mode): the host connected to the agent for a plugin that did not declare it")

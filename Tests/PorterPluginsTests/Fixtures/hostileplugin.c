@@ -13,14 +13,15 @@
  *        number the worker gives its next challenge (found by raising and withdrawing
  *        one); then raises a harmless challenge that gets that number, so the host's
  *        answer to the forged one reaches the plugin. Reports as /steal does.
- *   /agent?setenv=P
+ *   /agent?setenv=P&quiet=1
  *        (issue 21, item 1) sets its own SSH_AUTH_SOCK to P when given (in a worker: the
  *        worker's environment only), then asks the host for the ssh agent
  *        (connect_service) and reports "fd=-1 code=C reason=R", or, with a descriptor,
- *        asks the agent for its keys: "fd=ok answer=T keys=K comment=<first key's>".
+ *        asks the agent for its keys: "fd=ok answer=T keys=K comment=<first key's>"
+ *        (with quiet: only "fd=ok").
  *   /forge-agent?load=L&n=N&path=P
  *        in a worker only: writes N `connectService` messages of its own on the worker's
- *        socket for load L, each also naming a path P, then asks as /agent does.
+ *        socket for load L, each also naming a path P, then asks as /agent?quiet=1 does.
  *   /whoami  "exe=<the worker's executable> pid=<its pid>"
  *   /crash   SIGSEGV on the plugin's thread
  */
@@ -148,8 +149,9 @@ static uint32_t be32(const unsigned char *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-/* connect_service for the ssh agent, reported as /agent says. */
-static void ask_agent(load_t *l) {
+/* connect_service for the ssh agent, reported as /agent says (`quiet`: "fd=ok" without
+ * talking to what it got). */
+static void ask_agent(load_t *l, int quiet) {
     char text[1200], reason[512] = "";
     int32_t code = 0;
     if (host->struct_size < offsetof(porter_host, connect_service) + sizeof(void *) || !host->connect_service) {
@@ -160,6 +162,11 @@ static void ask_agent(load_t *l) {
     if (fd < 0) {
         snprintf(text, sizeof text, "fd=-1 code=%d reason=%s", code, reason);
         body_text(l, text);
+        return;
+    }
+    if (quiet) {
+        close(fd);
+        body_text(l, "fd=ok");
         return;
     }
     /* SSH2_AGENTC_REQUEST_IDENTITIES; the answer: type, count, then blob and comment. */
@@ -238,7 +245,7 @@ static void *run(void *arg) {
     } else if (strncmp(path, "/agent", 6) == 0) {
         char value[512];
         if (query(l->url, "setenv", value, sizeof value)[0]) setenv("SSH_AUTH_SOCK", value, 1);
-        ask_agent(l);
+        ask_agent(l, query(l->url, "quiet", value, sizeof value)[0] != 0);
     } else if (strncmp(path, "/forge-agent", 12) == 0) {
         struct stat st;
         if (fstat(3, &st) != 0 || !S_ISSOCK(st.st_mode)) {
@@ -274,7 +281,7 @@ static void *run(void *arg) {
             return NULL;
         }
         /* Answered after the forged ones: the host reads its socket in order. */
-        ask_agent(l);
+        ask_agent(l, 1);
     } else if (strcmp(path, "/whoami") == 0) {
         char exe[1024];
         ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
