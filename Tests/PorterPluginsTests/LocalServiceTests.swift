@@ -133,7 +133,9 @@ final class LocalServiceTests: XCTestCase {
     /// SSH_AUTH_SOCK (set to another socket) changes nothing.
     func testADeclaredPluginGetsTheHostsAgentAndNothingElse() async throws {
         let (pid, socket) = try startAgent()
-        defer { stopDaemon(pid, signal: SIGTERM) }
+        // SIGKILL: started from a task's thread, the agent may inherit a mask that blocks
+        // SIGTERM (and nothing of it needs a clean exit).
+        defer { stopDaemon(pid, signal: SIGKILL) }
         setenv("SSH_AUTH_SOCK", socket, 1)
         for mode in [PluginMode.inProcess, .isolated] {
             let body = try await load("phish://h/agent", from: Self.declared, mode)
