@@ -30,6 +30,8 @@ let package = Package(
         .library(name: "PorterFoundation", targets: ["PorterFoundation"]),
         // A swift-openapi-runtime ClientTransport over Porter sessions.
         .library(name: "PorterOpenAPI", targets: ["PorterOpenAPI"]),
+        // Spans (swift-distributed-tracing) and metrics (swift-metrics) for every task.
+        .library(name: "PorterObservability", targets: ["PorterObservability"]),
         // The per-user daemon of background sessions.
         .executable(name: "porterd", targets: ["porterd"]),
         // Runs plugin code away from the host (today: the probe before a plugin is loaded).
@@ -43,6 +45,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-openapi-runtime", from: "1.13.4"),
         // `make docs` (swift package generate-documentation); a command plugin, built only when run.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
+        // Tracing and metrics (PorterObservability): no-ops until the app bootstraps a backend.
+        .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
+        .package(url: "https://github.com/apple/swift-service-context", from: "1.5.1"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
     ],
     targets: [
         .systemLibrary(name: "CPSL", path: "Sources/CPSL"),
@@ -55,32 +61,36 @@ let package = Package(
             ],
             swiftSettings: strict),
         // Sessions and tasks: the task state machine and the shell that performs it.
-        .target(name: "PorterSession", dependencies: ["PorterCore", "PorterIPC", "CPorterIPC"], swiftSettings: strict),
+        .target(name: "PorterSession", dependencies: ["PorterCore", "PorterStorage", "PorterIPC", "CPorterIPC"], swiftSettings: strict),
         // Versioned, bounded frames over Unix sockets; peer credentials.
         .target(name: "CPorterIPC"),
         .target(name: "PorterIPC", dependencies: ["CPorterIPC"], swiftSettings: strict),
-        .target(name: "PorterDaemon", dependencies: ["Porter", "PorterIPC", "CPorterIPC", "PorterStorage", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
+        .target(name: "PorterDaemon", dependencies: ["Porter", "PorterIPC", "CPorterIPC", "PorterStorage", "PorterDatabase", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
         .executableTarget(name: "porterd", dependencies: ["PorterDaemon", "PorterPlugins"], swiftSettings: strict),
         .executableTarget(name: "porter-plugin-worker", dependencies: ["PorterPlugins"], swiftSettings: strict),
         // The stores behind the protocols of PorterCore.
-        .target(name: "PorterStorage", dependencies: ["PorterCore", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
-        .target(name: "PorterCache", dependencies: ["PorterCore", "PorterStorage", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
-        .target(name: "PorterCookies", dependencies: ["PorterCore", "PorterStorage", "CPSL", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
+        // Private files, output files, the umask, the media-types table: the file I/O the
+        // contract (PorterCore) does not do. No SQLite.
+        .target(name: "PorterStorage", dependencies: ["PorterCore"], swiftSettings: strict),
+        // The SQLite side of the stores (GRDB): the cookie store, the disk cache, porterd's journal.
+        .target(name: "PorterDatabase", dependencies: ["PorterCore", "PorterStorage", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
+        .target(name: "PorterCache", dependencies: ["PorterCore", "PorterStorage", "PorterDatabase", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
+        .target(name: "PorterCookies", dependencies: ["PorterCore", "PorterStorage", "PorterDatabase", "CPSL", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
         // libsecret (Debian: libsecret-1-dev) and the C side of the Secret Service backend.
         .systemLibrary(name: "CSecret", path: "Sources/CSecret", pkgConfig: "libsecret-1", providers: [.apt(["libsecret-1-dev"])]),
         .target(name: "CPorterSecret", dependencies: ["CSecret"]),
-        .target(name: "PorterCredentials", dependencies: ["PorterCore", "CPorterSecret"], swiftSettings: strict),
+        .target(name: "PorterCredentials", dependencies: ["PorterCore", "PorterStorage", "CPorterSecret"], swiftSettings: strict),
         .target(name: "CCurl", linkerSettings: [.linkedLibrary("curl"), .linkedLibrary("ssl"), .linkedLibrary("crypto"), .linkedLibrary("z")]),
         .target(name: "PorterCurl", dependencies: ["PorterCore", "CCurl"], swiftSettings: strict),
         .target(name: "PorterHTTP", dependencies: ["PorterCore", "PorterCurl", "CCurl"], swiftSettings: strict),
-        .target(name: "PorterFTP", dependencies: ["PorterCore", "PorterCurl", "CCurl"], swiftSettings: strict),
+        .target(name: "PorterFTP", dependencies: ["PorterCore", "PorterStorage", "PorterCurl", "CCurl"], swiftSettings: strict),
         .target(name: "PorterData", dependencies: ["PorterCore"], swiftSettings: strict),
-        .target(name: "PorterFile", dependencies: ["PorterCore"], swiftSettings: strict),
+        .target(name: "PorterFile", dependencies: ["PorterCore", "PorterStorage"], swiftSettings: strict),
         .target(name: "CPorterPlugin"),
         .target(name: "CPorterHost", linkerSettings: [.linkedLibrary("ffi")]),
         .target(
             name: "PorterPlugins",
-            dependencies: ["PorterCore", "CPorterPlugin", "PorterPluginKit", "CPorterHost", "CPorterIPC", "PorterIPC", .product(name: "Logging", package: "swift-log"), .product(name: "HTTPTypes", package: "swift-http-types")],
+            dependencies: ["PorterCore", "PorterStorage", "CPorterPlugin", "PorterPluginKit", "CPorterHost", "CPorterIPC", "PorterIPC", .product(name: "Logging", package: "swift-log"), .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict),
         .target(name: "PorterPluginKit", dependencies: ["CPorterPlugin"], swiftSettings: strict),
         // URLRequest / HTTPURLResponse / URLError bridges (FoundationNetworking on Linux).
@@ -96,15 +106,24 @@ let package = Package(
         .target(name: "SFTPPluginEntry", dependencies: ["PorterSFTP", "PorterPluginKit"], path: "Plugins/SFTP/Entry", swiftSettings: strict),
         .target(name: "EchoPlugin", dependencies: ["PorterPluginKit"], path: "Examples/SwiftPlugin", swiftSettings: strict),
         .target(name: "GopherPlugin", dependencies: ["CPorterPlugin"], path: "Examples/CPlugin"),
+        // Spans and metrics per task, through the session's `TaskObserver` hook.
+        .target(
+            name: "PorterObservability",
+            dependencies: ["PorterCore", .product(name: "HTTPTypes", package: "swift-http-types"),
+                           .product(name: "Tracing", package: "swift-distributed-tracing"),
+                           .product(name: "ServiceContextModule", package: "swift-service-context"),
+                           .product(name: "CoreMetrics", package: "swift-metrics")],
+            swiftSettings: strict),
         // The umbrella: re-exports the modules an app names, HTTPTypes' field names included.
         .target(
             name: "Porter",
             dependencies: ["PorterCore", "PorterSession", "PorterCache", "PorterCookies", "PorterCredentials", "PorterData", "PorterFile",
-                           "PorterHTTP", "PorterFTP", "PorterPlugins", .product(name: "HTTPTypes", package: "swift-http-types")],
+                           "PorterHTTP", "PorterFTP", "PorterPlugins", "PorterObservability",
+                           .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict),
         .target(
             name: "PorterCLI",
-            dependencies: ["Porter", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["Porter", "PorterStorage", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strict),
         .executableTarget(name: "porter", dependencies: ["PorterCLI", "PorterPlugins", "CPorterHost"], swiftSettings: strict),
         .executableTarget(
@@ -120,16 +139,23 @@ let package = Package(
             swiftSettings: strict),
         .testTarget(
             name: "PorterStoresTests",
-            dependencies: ["PorterCache", "PorterCookies", "PorterCredentials", "PorterStorage", "PorterSession", "Porter",
+            dependencies: ["PorterCache", "PorterCookies", "PorterCredentials", "PorterStorage", "PorterDatabase", "PorterSession", "Porter",
                            .product(name: "HTTPTypes", package: "swift-http-types"), .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: strict),
         .target(name: "PorterTestSupport", dependencies: ["PorterCore", "PorterSession"], path: "Tests/PorterTestSupport", swiftSettings: strict),
-        .testTarget(name: "PorterDataTests", dependencies: ["PorterData", "PorterSession", .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),
-        .testTarget(name: "PorterFileTests", dependencies: ["Porter", "PorterFile", "PorterTestSupport"], swiftSettings: strict),
-        .testTarget(name: "PorterCLITests", dependencies: ["Porter", "PorterCLI", "PorterTestSupport"], swiftSettings: strict),
+        .testTarget(name: "PorterDataTests", dependencies: ["PorterData", "PorterSession", "PorterStorage", .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),
+        .testTarget(name: "PorterFileTests", dependencies: ["Porter", "PorterFile", "PorterStorage", "PorterTestSupport"], swiftSettings: strict),
+        .testTarget(name: "PorterCLITests", dependencies: ["Porter", "PorterCLI", "PorterStorage", "PorterTestSupport"], swiftSettings: strict),
         .testTarget(
             name: "PorterPluginsTests", dependencies: ["Porter", "PorterPlugins", "PorterTestSupport"],
             exclude: ["Fixtures"], swiftSettings: strict),
+        .testTarget(
+            name: "PorterObservabilityTests",
+            dependencies: ["Porter", "PorterObservability", "PorterTestSupport",
+                           .product(name: "Tracing", package: "swift-distributed-tracing"),
+                           .product(name: "Metrics", package: "swift-metrics"),
+                           .product(name: "MetricsTestKit", package: "swift-metrics")],
+            swiftSettings: strict),
         .testTarget(name: "PorterIPCTests", dependencies: ["PorterIPC"], swiftSettings: strict),
         .testTarget(name: "PorterCredentialsTests", dependencies: ["Porter", "PorterCredentials", "PorterTestSupport"], swiftSettings: strict),
         .testTarget(name: "PorterFoundationTests", dependencies: ["Porter", "PorterFoundation", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),
@@ -138,7 +164,7 @@ let package = Package(
             dependencies: ["Porter", "PorterOpenAPI", "PorterTestSupport", .product(name: "OpenAPIRuntime", package: "swift-openapi-runtime"),
                            .product(name: "HTTPTypes", package: "swift-http-types")],
             exclude: ["openapi_server.py"], swiftSettings: strict),
-        .testTarget(name: "PorterDaemonTests", dependencies: ["Porter", "PorterIPC", "PorterTestSupport"], exclude: ["lyingserver.py"], swiftSettings: strict),
+        .testTarget(name: "PorterDaemonTests", dependencies: ["Porter", "PorterIPC", "PorterStorage", "PorterTestSupport"], exclude: ["lyingserver.py"], swiftSettings: strict),
         // An application the background-session tests start and kill.
         .executableTarget(name: "BackgroundApp", dependencies: ["Porter"], path: "Tests/BackgroundApp", swiftSettings: strict),
         // An application with no plugin worker at all (the boundary tests copy it alone).
@@ -149,6 +175,8 @@ let package = Package(
             name: "ReadmeSnippets",
             dependencies: ["Porter", "PorterFoundation", "PorterPluginKit", "PorterOpenAPI",
                            .product(name: "OpenAPIRuntime", package: "swift-openapi-runtime"),
+                           .product(name: "Tracing", package: "swift-distributed-tracing"),
+                           .product(name: "Metrics", package: "swift-metrics"),
                            .product(name: "HTTPTypes", package: "swift-http-types")],
             path: "Tests/ReadmeSnippets", swiftSettings: strict),
         .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP", "PorterSession", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], exclude: ["misbehave.py", "ftpserver.py", "wsserver.py"], swiftSettings: strict),

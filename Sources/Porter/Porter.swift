@@ -8,6 +8,7 @@
 @_exported import PorterHTTP
 @_exported import PorterFTP
 @_exported import PorterPlugins
+@_exported import PorterObservability
 // What a program names to set a header (`HTTPField.Name`, `HTTPFields`, `.contentType`)
 // comes with `import Porter`: no `import HTTPTypes` of its own.
 @_exported import HTTPTypes
@@ -51,13 +52,20 @@ public enum Porter {
     /// plugin from inside this call and exits; it never returns into the program's code.
     /// Without any worker, plugin files are refused (logged, and said in the verdict),
     /// not run in process, unless `pluginIsolation.inProcessWithoutWorker` is set.
+    /// Also makes `PorterInstrumentation()` the `taskObserver` of new configurations:
+    /// tasks are traced and measured once the program bootstraps a tracing or metrics
+    /// backend (see the Observability article).
     public static func bootstrap(registry: HandlerRegistry = .shared, pluginPaths: [String] = [],
                                  loadPlugins: Bool = true, allowOverride: Set<String> = [],
                                  pluginIsolation: PluginIsolation = .default) {
         // First: in a worker this never returns.
         PluginWorker.runIfRequested()
         storesInstalled.withLock { installed in
-            if !installed { installDefaultStores() }
+            if !installed {
+                installDefaultStores()
+                // Spans and metrics for every task; idle until the program bootstraps a backend.
+                SessionConfiguration.installDefaultTaskObserver(PorterInstrumentation())
+            }
             installed = true
         }
         registry.performOnce(key: "porter.bootstrap") {

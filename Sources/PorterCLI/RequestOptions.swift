@@ -1,5 +1,6 @@
 import Foundation
 import Porter
+import PorterStorage
 
 /// How the command line becomes a `Request`: curl's URL guessing, bodies (-d, --data-binary,
 /// --data-urlencode, --json, -F, -G) and header options (-A, -e, -r, -u).

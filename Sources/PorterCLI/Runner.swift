@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import Porter
+import PorterStorage
 
 /// One URL's transfer as the CLI sees it.
 final class Transfer: @unchecked Sendable {

@@ -3,6 +3,7 @@ import PorterCore
 import GRDB
 import PorterStorage
 import HTTPTypes
+import PorterDatabase
 
 /// The disk tier of `HTTPCache`: bodies as files (`PrivateFiles.writeAtomically`) and an
 /// index in SQLite (WAL) holding each entry's head, Vary values, body size and digest. A

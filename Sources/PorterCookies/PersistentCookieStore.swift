@@ -2,6 +2,7 @@ import Foundation
 import PorterCore
 import GRDB
 import PorterStorage
+import PorterDatabase
 
 /// Cookies that survive the process: the rules and lookups of `MemoryCookieStore`, with
 /// every persistent cookie written through to SQLite (WAL) as it changes. Session

@@ -179,6 +179,10 @@ public struct SessionConfiguration: Sendable {
     public var isDiscretionary = false
     /// The cap of discretionary transfers (256 KiB/s by default).
     public var discretionaryBytesPerSecond: Int64 = 256 << 10
+    /// Tracing and metrics of this session's tasks (`TaskObserver`); nil: none. New
+    /// configurations get the one installed by `installDefaultTaskObserver` (with the
+    /// `Porter` module: `PorterInstrumentation()`, idle until a backend is bootstrapped).
+    public var taskObserver: (any TaskObserver)?
 
     init(kind: Kind) {
         self.kind = kind
@@ -186,6 +190,7 @@ public struct SessionConfiguration: Sendable {
         cookieStore = stores.cookieStore
         credentialStore = stores.credentialStore
         responseCache = stores.responseCache
+        taskObserver = SessionConfiguration.defaultTaskObserver
     }
 
     /// Shared persistent stores (when they exist).

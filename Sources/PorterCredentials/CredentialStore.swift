@@ -1,5 +1,6 @@
 import Foundation
 import PorterCore
+import PorterStorage
 
 /// Credentials per protection space (URLCredentialStorage): for the session (memory)
 /// or permanent, with a default per space. Permanent ones go to the Secret Service

@@ -1,5 +1,6 @@
 import Foundation
 import PorterCore
+import PorterStorage
 
 /// One permanent credential as a backend keeps it.
 struct StoredCredential: Equatable, Sendable {

@@ -5,6 +5,7 @@ import PorterCore
 import PorterIPC
 import PorterSession
 import Synchronization
+import PorterStorage
 
 /// porterd: runs the transfers of background sessions for one user, journals them, and
 /// hands their events to whichever process holds the session.

@@ -3,6 +3,7 @@ import GRDB
 import PorterCore
 import PorterSession
 import PorterStorage
+import PorterDatabase
 
 /// porterd's journal: every task and every undelivered event, in SQLite (WAL) at
 /// `$XDG_STATE_HOME/porter/porterd.sqlite` (0600, folder 0700). A state change is

@@ -2,6 +2,7 @@ import CCurl
 import Foundation
 import PorterCore
 import PorterCurl
+import PorterStorage
 
 /// The handler for `ftp:` and `ftps:` on libcurl, through the public contract only.
 ///

@@ -1,5 +1,6 @@
 import Foundation
 import PorterCore
+import PorterStorage
 
 /// The handler for `file:` URLs.
 ///

@@ -3,6 +3,7 @@ import CPorterPlugin
 import Foundation
 import Logging
 import PorterCore
+import PorterStorage
 import PorterIPC
 
 /// Where a plugin's code runs.

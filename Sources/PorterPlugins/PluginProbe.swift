@@ -2,6 +2,7 @@ import CPorterIPC
 import Foundation
 import PorterCore
 import PorterPluginKit
+import PorterStorage
 
 /// Before a plugin's code runs in this process, `porter-plugin-worker --probe` maps the
 /// same descriptor in a process of its own and calls the entry point: a plugin whose

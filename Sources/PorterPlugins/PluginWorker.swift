@@ -2,6 +2,8 @@ import CPorterPlugin
 import Foundation
 import Logging
 import PorterCore
+import PorterIPC
+import PorterStorage
 
 /// The plugin worker program, and which executable runs it.
 ///

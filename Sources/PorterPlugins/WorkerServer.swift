@@ -4,6 +4,7 @@ import Foundation
 import HTTPTypes
 import Logging
 import PorterCore
+import PorterStorage
 import PorterIPC
 import PorterPluginKit
 

@@ -2,6 +2,7 @@ import CPorterIPC
 import Foundation
 import PorterCore
 import PorterIPC
+import PorterStorage
 
 /// What a background session and `porterd` say to each other over PorterIPC (service
 /// "porterd", version 1): JSON messages in message frames. The daemon runs the transfers;

@@ -48,6 +48,7 @@ extension TaskDriver {
         // The partition only keys the cache: a session without one does not pay for it.
         if config.responseCache != nil { request.cachePartition = config.cachePartition }
         applyCookies(to: &request)
+        observation?.willLoad(&request)   // last: the observer sees (and adds to) the final headers
         currentRequest = request
         plannedFactory = factory
 

@@ -18,6 +18,9 @@ final class TaskDriver: @unchecked Sendable {
     let executor: any TaskExecutor
     /// Unique in the process, for `TaskEventCenter`.
     let eventID = TaskEventCenter.taskIDs.next()
+    /// The session's `TaskObserver` for this task (tracing, metrics), made here on the
+    /// creating thread so it sees the creator's task-local context. Called on the executor.
+    let observation: (any TaskObservation)?
 
     // Read from any thread.
     private let lifecycleMirror = Atomic<Int>(TaskState.suspended.rawValue)
@@ -88,6 +91,7 @@ final class TaskDriver: @unchecked Sendable {
         if case .background = config.kind { waits = false } else { waits = config.waitsForConnectivity }
         self.machine = TaskStateMachine(request: request, redirectPolicy: policy, asksResponseDisposition: asksResponseDisposition,
                                         waitsForConnectivity: waits)
+        self.observation = config.taskObserver?.observeTask(request)
         TaskEventCenter.shared.post(.created(taskID: eventID, url: request.url))
     }
 
@@ -230,6 +234,7 @@ final class TaskDriver: @unchecked Sendable {
         case .askRedirect(let newRequest, let redirectResponse):
             logger.debug("redirect \(currentRequest.url.maskingPassword) -> \(newRequest.url.maskingPassword)")
             TaskEventCenter.shared.post(.redirected(taskID: eventID, from: currentRequest.url, to: newRequest.url))
+            observation?.didReceive(redirectResponse)
             guard let delegate = session.taskDelegate(for: owner), let task = owner else {
                 run(.event(.redirectDecision(newRequest)))
                 return
@@ -287,6 +292,7 @@ final class TaskDriver: @unchecked Sendable {
     private func noteResponse(_ r: Response, _ policy: CacheStoragePolicy) {
         response = r
         storagePolicy = policy
+        observation?.didReceive(r)
         TaskEventCenter.shared.post(.response(taskID: eventID, url: r.url, statusCode: r.statusCode,
                                               expectedContentLength: r.expectedContentLength))
     }
@@ -317,6 +323,7 @@ final class TaskDriver: @unchecked Sendable {
         TaskEventCenter.shared.post(.completed(taskID: eventID, url: currentRequest.url,
                                                bytesReceived: task.countOfBytesReceived,
                                                bytesSent: task.countOfBytesSent, error: error))
+        observation?.didComplete(error: error, bytesSent: task.countOfBytesSent, bytesReceived: task.countOfBytesReceived)
         if let error { logger.debug("task \(task.taskIdentifier) failed: \(error)") } else {
             logger.debug("task \(task.taskIdentifier) finished")
         }

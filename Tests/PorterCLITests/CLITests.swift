@@ -1,5 +1,6 @@
 import XCTest
 import Foundation
+import PorterStorage
 
 /// Runs the built `porter` (and the CustomScheme example's embedded CLI) as a user would.
 final class CLITests: XCTestCase {

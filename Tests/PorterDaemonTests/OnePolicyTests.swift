@@ -2,6 +2,7 @@ import Foundation
 import Porter
 import PorterTestSupport
 import XCTest
+import PorterStorage
 
 /// The rules every writer shares (issue: a rule fixed in one place came back through a
 /// copy): the resume rule (ResumeCheck) and the partial-file rule (PartialFile) in the
@@ -193,7 +194,7 @@ final class OnePolicyTests: DaemonTestCase {
         defer { close(reader) }
         let (queued, id) = try background("fifo", fifo, nginx.http + "/index.html")
         XCTAssertEqual(queued.status, 0, queued.stderr)
-        let waited = try runProcess(porterBinary, ["jobs", "wait", String(try XCTUnwrap(id))], environment: cliEnv)
+        let waited = try runProcess(porterBinary, ["jobs", "fifo", "wait", String(try XCTUnwrap(id))], environment: cliEnv)
         XCTAssertEqual(waited.status, 0, waited.stderr + waited.stdout)
         var st = stat()
         XCTAssertEqual(lstat(fifo, &st), 0)
@@ -218,7 +219,7 @@ final class OnePolicyTests: DaemonTestCase {
         for output in [existing, fresh] {
             let (queued, id) = try background("modes", output, nginx.http + "/index.html")
             XCTAssertEqual(queued.status, 0, queued.stderr)
-            let waited = try runProcess(porterBinary, ["jobs", "wait", String(try XCTUnwrap(id))], environment: cliEnv)
+            let waited = try runProcess(porterBinary, ["jobs", "modes", "wait", String(try XCTUnwrap(id))], environment: cliEnv)
             XCTAssertEqual(waited.status, 0, waited.stderr + waited.stdout)
         }
         let body = try Data(contentsOf: URL(fileURLWithPath: nginx.dir + "/www/index.html"))

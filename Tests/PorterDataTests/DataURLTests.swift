@@ -3,6 +3,7 @@ import XCTest
 import PorterCore
 import PorterSession
 @testable import PorterData
+import PorterStorage
 
 final class DataURLTests: XCTestCase {
     private func decode(_ s: String) throws -> DataURL { try DataURL.decode(s) }

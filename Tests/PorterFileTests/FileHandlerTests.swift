@@ -2,6 +2,7 @@ import XCTest
 import PorterTestSupport
 @testable import Porter
 @testable import PorterFile
+import PorterStorage
 
 final class FileHandlerTests: XCTestCase {
     private var dir: String!

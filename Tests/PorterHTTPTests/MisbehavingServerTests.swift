@@ -118,7 +118,8 @@ final class MisbehavingServerTests: XCTestCase {
         let dir = NSTemporaryDirectory() + "porter-range-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let partial = dir + "/partial"
+        // Named as a download task names its partial files: resume data may name no other.
+        let partial = dir + "/.porter-download-Ab12Cd"
         let before = Data("ABCDEFGHIJKLMNO".utf8)
         XCTAssertTrue(FileManager.default.createFile(atPath: partial, contents: before))
         let url = URL(string: "http://127.0.0.1:\(MisbehavingServerTests.port)/wrong-range")!
@@ -136,7 +137,7 @@ final class MisbehavingServerTests: XCTestCase {
             XCTAssertEqual(e.resumeData.flatMap { try? ResumeData(data: $0) }?.bytesReceived, 15)
         }
         XCTAssertEqual(FileManager.default.contents(atPath: partial), before, "the partial file is untouched")
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), ["partial"])
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), [".porter-download-Ab12Cd"])
 
         // The CLI's -C - the same way: a clear error, the output untouched.
         let output = dir + "/out"

@@ -68,6 +68,8 @@ public final class NginxFixture: @unchecked Sendable {
             location = /headers { default_type text/plain;
                 echo "auth=$http_authorization cookie=$http_cookie ua=$http_user_agent x=$http_x_test"; }
             location = /via { default_type text/plain; echo "via=$http_via"; }
+            location = /trace { default_type text/plain; echo "traceparent=$http_traceparent tracestate=$http_tracestate"; }
+            location = /trace/hop { return 302 /trace; }
             location = /cookie/set { add_header Set-Cookie "hop=1; Path=/"; return 302 /headers; }
             location = /cookie/two { add_header Set-Cookie "first=1; Path=/; Max-Age=600"; add_header Set-Cookie "second=2; Path=/cookie"; return 200 "set\n"; }
             location = /cookie/cross { add_header Set-Cookie "only=127; Path=/"; return 302 http://localhost:\(httpPort)/headers; }

@@ -1,4 +1,5 @@
 import Foundation
+import PorterCore
 
 /// The one rule for putting a transfer's bytes at a path a user named: the CLI's `-o`,
 /// the file: handler's uploads, porterd's `--background -o` and anything else that writes

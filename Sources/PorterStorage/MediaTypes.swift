@@ -1,4 +1,5 @@
 import Foundation
+import PorterCore
 
 /// File-name extension → MIME type, from the system's table (`/etc/mime.types`,
 /// Debian's `media-types` package). Read once, on first use.

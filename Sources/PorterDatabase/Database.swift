@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import PorterCore
+import PorterStorage
 
 // The SQLite side of the stores' private files (the cookie store and the disk cache
 // share it); the contract module stays free of SQLite.
