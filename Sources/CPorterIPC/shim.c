@@ -385,3 +385,78 @@ int porter_ipc_probe_plugin(const char *worker, const char *marker, int plugin_f
     if (WIFSIGNALED(status)) return -WTERMSIG(status);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1000;
 }
+
+/* ---- descriptors over a Unix socket (SCM_RIGHTS) ---- */
+
+ssize_t porter_ipc_send_with_fd(int sock, const void *buf, size_t len, int pass, int flags) {
+    struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    union {
+        char bytes[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    if (pass >= 0) {
+        memset(&control, 0, sizeof control);
+        m.msg_control = control.bytes;
+        m.msg_controllen = sizeof control.bytes;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &pass, sizeof(int));
+    }
+    return sendmsg(sock, &m, flags);
+}
+
+ssize_t porter_ipc_recv_with_fds(int sock, void *buf, size_t len, int *fds, int max, int *nfds) {
+    struct iovec iov = { .iov_base = buf, .iov_len = len };
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    union {
+        char bytes[CMSG_SPACE(sizeof(int) * 8)];
+        struct cmsghdr align;
+    } control;
+    memset(&control, 0, sizeof control);
+    m.msg_control = control.bytes;
+    m.msg_controllen = sizeof control.bytes;
+    *nfds = 0;
+    ssize_t n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+    if (n < 0) return n;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS || c->cmsg_len < CMSG_LEN(0)) continue;
+        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            if (*nfds < max) fds[(*nfds)++] = fd;
+            else close(fd);
+        }
+    }
+    return n;
+}
+
+int porter_ipc_connect_now(const char *path) {
+    struct sockaddr_un a;
+    if (fill_address(&a, path) != 0) return -1;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return -1;
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}

@@ -108,6 +108,7 @@ struct Plugins: ParsableCommand {
                     s.flagNames.isEmpty ? s.name : "\(s.name) (\(s.flagNames.joined(separator: ", ")))"
                 }.joined(separator: ", "))
                 print("        mode: \(p.mode)\(p.modeNote.map { " (\($0))" } ?? "")")
+                print("        needs: \(p.needs.isEmpty ? "none" : p.needs.joined(separator: ", "))")
                 if p.mode == .isolated, let status = PluginLoader.isolatedPlugins.last(where: { $0.path == p.path }) {
                     func list(_ paths: [String]) -> String { paths.isEmpty ? "none" : paths.joined(separator: ", ") }
                     print("        profile: \(status.network ? "network" : "no network")")

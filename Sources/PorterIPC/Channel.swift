@@ -24,6 +24,16 @@ public final class Channel: @unchecked Sendable {
     private var chunk: [UInt8] = []
     /// The version agreed in the handshake (0 before it).
     public private(set) var version: UInt16 = 0
+    /// Descriptors that arrived with the bytes (SCM_RIGHTS), in order, not yet taken
+    /// (receiving thread only; see `receivesDescriptors`).
+    private var descriptors: [Int32] = []
+    /// At most this many unclaimed descriptors are kept; more are closed.
+    public static let descriptorLimit = 8
+
+    /// Whether `receive` keeps descriptors the peer passes (SCM_RIGHTS) for
+    /// `takeDescriptor`. Off (the default): the kernel drops any a peer sends, so a peer
+    /// cannot fill this process's descriptor table. Set before the first receive.
+    public var receivesDescriptors = false
 
     /// Takes ownership of `fd`, a connected stream socket.
     public init(fd: Int32, maximumPayload: Int = 1 << 20) {
@@ -36,6 +46,15 @@ public final class Channel: @unchecked Sendable {
     deinit {
         shutdown(fd, Int32(SHUT_RDWR))
         Glibc.close(fd)
+        for d in descriptors { Glibc.close(d) }
+    }
+
+    /// The oldest descriptor received and not yet taken (the caller owns it), or nil.
+    /// Receiving thread only: a frame that says a descriptor came with it takes it here
+    /// once `receive` returned that frame (the descriptor arrives with the frame's first
+    /// byte, so it is here by then).
+    public func takeDescriptor() -> Int32? {
+        descriptors.isEmpty ? nil : descriptors.removeFirst()
     }
 
     /// A receive that waits longer than `seconds` fails (0: wait for ever).
@@ -85,14 +104,26 @@ public final class Channel: @unchecked Sendable {
         try sendRaw(frame.encoded())
     }
 
+    /// Sends `frame` with `descriptor` attached to its first byte (SCM_RIGHTS), for a peer
+    /// that `receivesDescriptors`. The caller still owns (and closes) its copy.
+    public func send(_ frame: Frame, passing descriptor: Int32) throws(IPCError) {
+        try sendRaw(frame.encoded(), passing: descriptor)
+    }
+
     /// Sends bytes that are already frames (or the rest of one), blocking until all went.
-    public func sendRaw(_ bytes: [UInt8]) throws(IPCError) {
+    /// `passing`: a descriptor to hand the peer with the first byte (SCM_RIGHTS); the
+    /// caller keeps its own copy and closes it.
+    public func sendRaw(_ bytes: [UInt8], passing descriptor: Int32 = -1) throws(IPCError) {
         sendLock.lock()
         defer { sendLock.unlock() }
         if isClosed { throw IPCError(.closed, "the connection was closed") }
         var sent = 0
+        var pass = descriptor
         while sent < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL)) }
+            let n = bytes.withUnsafeBytes {
+                porter_ipc_send_with_fd(fd, $0.baseAddress! + sent, $0.count - sent, pass, Int32(MSG_NOSIGNAL))
+            }
+            if n > 0 { pass = -1 }
             if n < 0 {
                 if errno == EINTR { continue }
                 throw IPCError(errno == EPIPE || errno == ECONNRESET ? .closed : .system,
@@ -146,7 +177,17 @@ public final class Channel: @unchecked Sendable {
                 return frame
             }
             if chunk.isEmpty { chunk = [UInt8](repeating: 0, count: 256 << 10) }
-            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            let n: Int
+            if receivesDescriptors {
+                var passed = [Int32](repeating: -1, count: 8)
+                var count: Int32 = 0
+                n = chunk.withUnsafeMutableBytes { porter_ipc_recv_with_fds(fd, $0.baseAddress, $0.count, &passed, 8, &count) }
+                for d in passed.prefix(Int(max(0, count))) {
+                    if descriptors.count < Self.descriptorLimit { descriptors.append(d) } else { Glibc.close(d) }
+                }
+            } else {
+                n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            }
             if n < 0 {
                 if errno == EINTR { continue }
                 if errno == EAGAIN || errno == EWOULDBLOCK { throw IPCError(.closed, "the peer did not answer in time") }

@@ -226,6 +226,28 @@ public final class PluginClient: @unchecked Sendable {
 
     public func log(_ level: Int32, _ message: String) { host.pointee.log?(client, level, message) }
 
+    /// ABI 1.3: a connection to a local service the plugin declared in
+    /// `PluginDefinition.needs` (e.g. the user's ssh agent), made by the host: a connected
+    /// descriptor the caller owns and closes. Throws when the host is older than 1.3, the
+    /// need was not declared, or the service is not there. May block briefly: call it on
+    /// the plugin's own thread.
+    public func connect(to service: PluginService) throws(PluginError) -> Int32 {
+        let offset = MemoryLayout<porter_host>.offset(of: \.connect_service) ?? Int.max
+        guard Int(host.pointee.struct_size) >= offset + MemoryLayout<UnsafeRawPointer>.size,
+              let call = host.pointee.connect_service else {
+            throw PluginError(Int32(PORTER_ERR_UNSUPPORTED_CONFIGURATION), "this host hands over no local services (ABI before 1.3)")
+        }
+        var code: Int32 = 0
+        var reason = [CChar](repeating: 0, count: 512)
+        let capacity = reason.count
+        let fd = call(client, service.rawValue, &code, &reason, capacity)
+        guard fd >= 0 else {
+            let text = CErrorBuffer.read(reason)
+            throw PluginError(code != 0 ? code : Int32(PORTER_ERR_UNKNOWN), text.isEmpty ? "no \(service) connection" : text)
+        }
+        return fd
+    }
+
     /// Raises a challenge and blocks the calling (plugin-owned) thread until it is
     /// answered or `isCancelled` turns true (checked every 50 ms); nil when cancelled or
     /// the challenge could not be raised.
@@ -344,6 +366,21 @@ public struct PluginSchemeDefinition: Sendable {
     }
 }
 
+/// A local service the host can connect a plugin to (porter_plugin.h, PORTER_SERVICE_*).
+public enum PluginService: Int32, Sendable {
+    /// The user's ssh agent (the host's $SSH_AUTH_SOCK); the connection speaks the agent
+    /// protocol (draft-miller-ssh-agent).
+    case sshAgent = 1   // PORTER_SERVICE_SSH_AGENT
+}
+
+/// What a plugin declares it needs of the host (ABI 1.3 `needs`): without the declaration
+/// `PluginClient.connect(to:)` is refused.
+public struct PluginNeeds: OptionSet, Sendable {
+    public let rawValue: UInt32
+    public init(rawValue: UInt32) { self.rawValue = rawValue }
+    public static let sshAgent = PluginNeeds(rawValue: UInt32(PORTER_NEED_SSH_AGENT))
+}
+
 /// Everything the descriptor says, plus the factory for loads.
 public struct PluginDefinition: Sendable {
     public var name: String
@@ -354,11 +391,14 @@ public struct PluginDefinition: Sendable {
     /// isolated ("~/.ssh"; ABI 1.2 `read_paths` / `write_paths`).
     public var readPaths: [String]
     public var writePaths: [String]
+    /// The local services its loads may ask the host for (ABI 1.3 `needs`).
+    public var needs: PluginNeeds
     /// Makes the handler for one load, or throws to refuse it at once.
     public var makeHandler: @Sendable (PluginRequest, PluginClient) throws(PluginError) -> any PluginLoadHandler
     public init(name: String, version: String, schemes: [PluginSchemeDefinition], supportsPause: Bool = true,
-                readPaths: [String] = [], writePaths: [String] = [],
+                readPaths: [String] = [], writePaths: [String] = [], needs: PluginNeeds = [],
                 makeHandler: @escaping @Sendable (PluginRequest, PluginClient) throws(PluginError) -> any PluginLoadHandler) {
+        self.needs = needs
         self.name = name
         self.version = version
         self.schemes = schemes
@@ -475,6 +515,7 @@ public enum PluginKit {
         desc.read_path_count = definition.readPaths.count
         desc.write_paths = list(definition.writePaths)
         desc.write_path_count = definition.writePaths.count
+        desc.needs = definition.needs.rawValue
         let exported = Exported(definition: definition, host: host, descriptor: d)
         desc.plugin_context = Unmanaged.passRetained(exported).toOpaque()
         d.initialize(to: desc)

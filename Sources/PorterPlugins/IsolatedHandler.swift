@@ -37,6 +37,8 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
     private var bodyReadPending = false
     static let challengeLimit = 16
     private let bodyQueue = DispatchQueue(label: "porter.plugin.body")
+    /// How many local service connections the worker asked for on this load.
+    private var servicesAsked = 0
 
     init(plugin: IsolatedPlugin, request: Request, cached: CachedResponse?, client: any ProtocolClient) {
         self.plugin = plugin
@@ -256,6 +258,38 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
                 logger.error("plugin \(plugin.name): reading the request body failed: \(error)")
                 worker.send(.bodyEnd(load: id, failure: "reading the request body failed: \(error)"))
             }
+        }
+    }
+
+    /// The worker asks for a local service for this load (`connect_service`). Decided as
+    /// in process (`LocalService.admit`), from what the plugin declared when its probe
+    /// described it — never from the request, which names only the service — with the
+    /// place of the service taken from this process's environment. Handled whole on the
+    /// worker's reader thread, in order (the connection is made without waiting), so a
+    /// load has one request under way at most; `LocalService.perLoadLimit` in its life.
+    /// Every request is answered: a connected descriptor passed with the answer, or a
+    /// refusal.
+    func workerConnectService(request: UInt64, service: Int32, worker: WorkerProcess) {
+        let (id, refusal) = condition.withLock { () -> (UInt64, PorterError?) in
+            guard !silenced, self.worker === worker else { return (load, PorterError(.cancelled, "the load is over")) }
+            guard servicesAsked < LocalService.perLoadLimit else {
+                return (load, PorterError(.resourceUnavailable,
+                                          "a load may ask for \(LocalService.perLoadLimit) local service connections at most"))
+            }
+            servicesAsked += 1
+            return (load, nil)
+        }
+        if let refusal {
+            logger.debug("plugin \(plugin.name): connect_service(\(service)) refused: \(refusal.message)")
+            worker.send(.service(load: id, request: request, code: refusal.code.rawValue, message: refusal.message))
+            return
+        }
+        switch LocalService.admit(service, declared: plugin.description.needs, plugin: plugin.name).flatMap({ $0.connect() }) {
+        case .success(let fd):
+            worker.send(.service(load: id, request: request, code: 0, message: ""), passing: fd)
+        case .failure(let e):
+            if e.code == .unsupportedConfiguration { logger.warning("\(e.message)") }
+            worker.send(.service(load: id, request: request, code: e.code.rawValue, message: e.message))
         }
     }
 

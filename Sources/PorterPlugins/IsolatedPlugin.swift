@@ -88,6 +88,9 @@ public struct IsolatedPluginStatus: Sendable {
     /// Whether its workers may make TCP connections (a scheme declared
     /// PORTER_SCHEME_NEEDS_NETWORK, or a legacy plugin).
     public var network = false
+    /// The local services it declared (ABI 1.3 `needs`: "ssh-agent"), the only ones the
+    /// host connects it to.
+    public var needs: [String] = []
 }
 
 /// What a plugin's descriptor says, read in a probe process (so the host need not run the
@@ -102,6 +105,10 @@ struct PluginDescription: Codable, Sendable, Equatable {
     /// The ABI minor the plugin was built for: before 1.2 it could not declare paths or
     /// expect its flags to be enforced, so it runs under the legacy profile.
     var abiMinor: Int
+    /// The local services it may ask the host for (ABI 1.3 `needs`, PORTER_NEED_* bits
+    /// this host knows). What the host checks a worker's `connectService` against: the
+    /// request itself says only which service.
+    var needs: UInt32
 
     var isLegacy: Bool { abiMinor < 2 }
 
@@ -122,6 +129,7 @@ struct PluginDescription: Codable, Sendable, Equatable {
             }
         }
         if abiMinor < 0 || abiMinor > Int(PORTER_PLUGIN_ABI_MINOR) { return "ABI minor \(abiMinor)" }
+        if needs & ~LocalService.knownNeeds != 0 || (abiMinor < 3 && needs != 0) { return "needs \(needs)" }
         return nil
     }
 
@@ -292,7 +300,7 @@ final class IsolatedPlugin: @unchecked Sendable {
     /// through the registry): each of its loads fails with `unsupportedURL`.
     static let none = IsolatedPlugin(
         path: "", description: PluginDescription(name: "unknown", version: "?", schemes: [], readPaths: [], writePaths: [],
-                                                 subscriptions: [], abiMinor: Int(PORTER_PLUGIN_ABI_MINOR)),
+                                                 subscriptions: [], abiMinor: Int(PORTER_PLUGIN_ABI_MINOR), needs: 0),
         fd: -1, workerPath: "", isolation: PluginIsolation(),
         refusal: PorterError(.unsupportedURL, "a plugin handler made without its plugin's factory has no plugin to load with"))
 
@@ -334,7 +342,8 @@ final class IsolatedPlugin: @unchecked Sendable {
         lock.withLock {
             IsolatedPluginStatus(path: path, name: name, workerPID: current?.isAlive == true ? current?.pid : nil,
                                  workersStarted: workersStarted, disabledReason: disabledReason, sandbox: lastSandbox,
-                                 readPaths: profile.readPaths, writePaths: profile.writePaths, network: profile.network)
+                                 readPaths: profile.readPaths, writePaths: profile.writePaths, network: profile.network,
+                                 needs: LocalService.names(of: description.needs))
         }
     }
 
@@ -396,8 +405,9 @@ final class WorkerProcess: @unchecked Sendable {
     private var alive = true
     private var reaped = false
     private var killReason: String?
-    /// Encoded bytes waiting for the writer thread, and whether it is sending some now.
-    private var outbound: [[UInt8]] = []
+    /// Encoded bytes waiting for the writer thread (each with a descriptor to pass along
+    /// with its first byte, or -1), and whether it is sending some now.
+    private var outbound: [(bytes: [UInt8], descriptor: Int32)] = []
     private var outboundBytes = 0
     private var writing = false
     static let outboundLimit = 16 << 20
@@ -468,44 +478,72 @@ final class WorkerProcess: @unchecked Sendable {
 
     func detach(_ id: UInt64) { _ = lock.withLock { loads.removeValue(forKey: id) } }
 
-    func send(_ m: ToWorker) {
-        guard let data = try? JSONEncoder().encode(m) else { return }
-        send(Frame(kind: .message, payload: Array(data)))
+    func send(_ m: ToWorker, passing descriptor: Int32 = -1) {
+        guard let data = try? JSONEncoder().encode(m) else {
+            if descriptor >= 0 { Glibc.close(descriptor) }
+            return
+        }
+        send(Frame(kind: .message, payload: Array(data)), passing: descriptor)
     }
 
     /// Sends a frame without ever blocking: at once when nothing is queued and the socket
     /// takes it whole, else (what is left of it) through the writer thread's queue.
-    func send(_ frame: Frame) {
+    /// `passing`: a descriptor this process owns, handed to the worker with the frame's
+    /// first byte (SCM_RIGHTS) and closed here once sent (or once the worker is gone).
+    func send(_ frame: Frame, passing descriptor: Int32 = -1) {
         var bytes = frame.encoded()
+        var pass = descriptor
         let overflow = lock.withLock { () -> Bool in
             guard alive, killReason == nil else { return false }
             if outbound.isEmpty && !writing {
-                let n = bytes.withUnsafeBytes { Glibc.send(channel.fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
+                let n = bytes.withUnsafeBytes {
+                    porter_ipc_send_with_fd(channel.fd, $0.baseAddress, $0.count, pass, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
+                }
+                if n > 0, pass >= 0 { Glibc.close(pass); pass = -1 }   // it went with the first byte
                 if n == bytes.count { return false }
                 if n > 0 { bytes.removeFirst(n) }
             }
-            outbound.append(bytes)
+            outbound.append((bytes, pass))
+            pass = -1
             outboundBytes += bytes.count
             lock.broadcast()
             return outboundBytes > Self.outboundLimit
         }
+        if pass >= 0 { Glibc.close(pass) }   // not queued: the worker is gone
         if overflow { kill(reason: "its worker was killed: it stopped reading what the host sent it") }
     }
 
     private func writeLoop() {
         while true {
-            let batch = lock.withLock { () -> [[UInt8]]? in
+            let batch = lock.withLock { () -> [(bytes: [UInt8], descriptor: Int32)]? in
                 while outbound.isEmpty && alive && killReason == nil { lock.wait() }
                 guard alive, killReason == nil else { return nil }
                 defer { outbound.removeAll(keepingCapacity: true); outboundBytes = 0; writing = true }
                 return outbound
             }
-            guard let batch else { return }
-            for bytes in batch {
-                do { try channel.sendRaw(bytes) } catch { return }   // the reader sees the end
+            guard let batch else { dropOutbound(); return }
+            for (i, item) in batch.enumerated() {
+                do {
+                    try channel.sendRaw(item.bytes, passing: item.descriptor)
+                    if item.descriptor >= 0 { Glibc.close(item.descriptor) }
+                } catch {
+                    // The reader sees the end; what was not sent is not leaked.
+                    for rest in batch[i...] where rest.descriptor >= 0 { Glibc.close(rest.descriptor) }
+                    dropOutbound()
+                    return
+                }
             }
             lock.withLock { writing = false }
         }
+    }
+
+    /// Closes the descriptors of what will never be sent now.
+    private func dropOutbound() {
+        let left = lock.withLock { () -> [Int32] in
+            defer { outbound.removeAll(); outboundBytes = 0 }
+            return outbound.map(\.descriptor).filter { $0 >= 0 }
+        }
+        for d in left { Glibc.close(d) }
     }
 
     /// Ends the worker now (SIGKILL); its loads fail with `reason`.
@@ -571,6 +609,14 @@ final class WorkerProcess: @unchecked Sendable {
         case .destroyed(let id):
             let h = lock.withLock { loads.removeValue(forKey: id) }
             h?.workerDestroyed()
+        case .connectService(let id, let request, let service):
+            if let h = handler(id) {
+                h.workerConnectService(request: request, service: service, worker: self)
+            } else {
+                // No such load (over, or never): refused, and nothing is connected.
+                send(.service(load: id, request: request, code: PorterError.Code.cancelled.rawValue,
+                              message: "no load \(id) in flight"))
+            }
         }
     }
 
@@ -584,6 +630,7 @@ final class WorkerProcess: @unchecked Sendable {
             return (killReason, Array(loads.values))
         }
         channel.close()
+        dropOutbound()
         // The exit status says why; wait for it briefly (a worker that closed its socket
         // is exiting), then make sure.
         var status: Int32 = 0

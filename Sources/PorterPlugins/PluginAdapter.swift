@@ -57,9 +57,12 @@ public struct PluginHandlerFactory: ProtocolHandlerFactory, @unchecked Sendable 
     let pluginContext: UnsafeMutableRawPointer?
     /// The ABI minor the plugin was built for (flags are enforced from 1.2 on).
     let abiMinor: Int
+    /// The local services it declared (ABI 1.3 `needs`, checked by the loader).
+    let needs: UInt32
 
-    init(descriptor d: porter_plugin_descriptor, schemes: [PluginScheme]) {
+    init(descriptor d: porter_plugin_descriptor, schemes: [PluginScheme], needs: UInt32) {
         abiMinor = Int(d.abi_minor)
+        self.needs = needs
         name = d.name.flatMap { String(validatingCString: $0) } ?? "plugin"
         version = d.version.flatMap { String(validatingCString: $0) } ?? "?"
         pluginSchemes = schemes
@@ -83,9 +86,11 @@ public struct PluginHandlerFactory: ProtocolHandlerFactory, @unchecked Sendable 
 
     public func makeHandler(request: Request, cachedResponse: CachedResponse?,
                             client: any ProtocolClient) -> any ProtocolHandler {
-        PluginHandler(load: PluginLoad(client: client, request: request, vtable: vtable, pluginName: name,
-                                       pluginContext: pluginContext, cached: cachedResponse,
-                                       refusal: PluginScheme.refusal(of: request, by: name, schemes: pluginSchemes, abiMinor: abiMinor)))
+        let (needs, name) = (self.needs, self.name)
+        return PluginHandler(load: PluginLoad(client: client, request: request, vtable: vtable, pluginName: name,
+                                              pluginContext: pluginContext, cached: cachedResponse,
+                                              refusal: PluginScheme.refusal(of: request, by: name, schemes: pluginSchemes, abiMinor: abiMinor),
+                                              connectService: { LocalService.connect($0, declared: needs, plugin: name) }))
     }
 }
 

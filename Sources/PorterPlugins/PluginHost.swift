@@ -98,6 +98,17 @@ enum PluginHost {
         h.cached_response_is_valid = { client, revalidated in
             PluginLoad.from(client)?.cachedResponseIsValid(revalidated: revalidated != 0)
         }
+        h.connect_service = { client, service, code, error, capacity in
+            let result = PluginLoad.from(client).map { $0.service(service) }
+                ?? .failure(PorterError(.cancelled, "connect_service: no live load behind this client"))
+            switch result {
+            case .success(let fd): return fd
+            case .failure(let e):
+                code?.pointee = Int32(e.code.rawValue)
+                CErrorBuffer.write(e.message, to: error, capacity: capacity)
+                return -1
+            }
+        }
         t.initialize(to: h)
         return UnsafePointer(t)
     }()

@@ -32,6 +32,9 @@ final class PluginLoad: @unchecked Sendable {
         var challenges: [UInt64: AuthenticationChallenge] = [:]
         var body: (any BodyStream)?
         var bodyOpened = false
+        /// A `connect_service` call is under way; how many were made.
+        var serviceBusy = false
+        var servicesAsked = 0
     }
     private let state = Locked(State())
 
@@ -47,11 +50,18 @@ final class PluginLoad: @unchecked Sendable {
     /// Fail at start with this instead of calling the plugin (e.g. an upload to a scheme
     /// that cannot take one).
     let refusal: PorterError?
+    /// How this load reaches a local service (`connect_service`): in process,
+    /// `LocalService.connect` with what the plugin declared; in a worker, a round trip to
+    /// the host, which decides. nil: none is ever handed over.
+    let connectService: (@Sendable (Int32) -> Result<Int32, PorterError>)?
 
     init(client: any ProtocolClient, request: Request, vtable: porter_handler_vtable, pluginName: String,
          pluginContext: UnsafeMutableRawPointer?, cached: CachedResponse? = nil, bodyLength: Int64? = nil,
-         checkCanHandle: Bool = false, refusal: PorterError? = nil, onDestroyed: (@Sendable () -> Void)? = nil) {
+         checkCanHandle: Bool = false, refusal: PorterError? = nil,
+         connectService: (@Sendable (Int32) -> Result<Int32, PorterError>)? = nil,
+         onDestroyed: (@Sendable () -> Void)? = nil) {
         self.refusal = refusal
+        self.connectService = connectService
         self.client = client
         self.request = request
         self.vtable = vtable
@@ -247,6 +257,35 @@ final class PluginLoad: @unchecked Sendable {
     func cancelChallenge(_ id: UInt64) {
         let challenge = state.withLock { $0.challenges.removeValue(forKey: id) }
         if let challenge { client.didCancel(challenge) }
+    }
+
+    /// `connect_service` (ABI 1.3), on the plugin's thread: a connected descriptor the
+    /// plugin owns, or why not. One call of a load at a time, `LocalService.perLoadLimit`
+    /// in its life, none once the load ended or was stopped.
+    func service(_ number: Int32) -> Result<Int32, PorterError> {
+        let admitted = state.withLock { s -> PorterError? in
+            guard !s.silenced, !s.destroyed else {
+                return PorterError(.cancelled, "the load of \(request.url.maskingPassword) is over")
+            }
+            guard !s.serviceBusy else {
+                return PorterError(.resourceUnavailable, "plugin \(pluginName): one local service connection at a time per load")
+            }
+            guard s.servicesAsked < LocalService.perLoadLimit else {
+                return PorterError(.resourceUnavailable,
+                                   "plugin \(pluginName): a load may ask for \(LocalService.perLoadLimit) local service connections at most")
+            }
+            s.serviceBusy = true
+            s.servicesAsked += 1
+            return nil
+        }
+        if let admitted { return .failure(admitted) }
+        defer { state.withLock { $0.serviceBusy = false } }
+        guard let connectService else {
+            return .failure(PorterError(.unsupportedConfiguration, "plugin \(pluginName): no local services here"))
+        }
+        let result = connectService(number)
+        if case .failure(let e) = result { logger.debug("plugin \(pluginName): connect_service(\(number)): \(e.message)") }
+        return result
     }
 
     /// The request body, read on the plugin's thread.

@@ -53,6 +53,8 @@ public struct LoadedPlugin: Sendable, CustomStringConvertible {
     public var mode: PluginMode = .inProcess
     /// Why a plugin meant to be isolated runs in process (no worker program was found).
     public var modeNote: String?
+    /// The local services it declared (ABI 1.3 `needs`, e.g. "ssh-agent").
+    public var needs: [String] = []
     public var description: String {
         "\(path): \(name) \(version) [\(mode)\(modeNote.map { ": \($0)" } ?? "")] — " + schemes.map { s in
             s.flagNames.isEmpty ? s.name : "\(s.name) (\(s.flagNames.joined(separator: ", ")))"
@@ -212,7 +214,8 @@ public final class PluginLoader: @unchecked Sendable {
             let id = registry.register(factory: IsolatedPluginFactory(plugin: plugin), origin: .plugin(path: path),
                                        version: description.version)
             let loaded = LoadedPlugin(path: path, name: description.name, version: description.version,
-                                      schemes: description.schemes, registrationID: id, mode: .isolated)
+                                      schemes: description.schemes, registrationID: id, mode: .isolated,
+                                      needs: LocalService.names(of: description.needs))
             Self.loadedPaths.withLock { $0[loadedKey(opened.identity)] = loaded }
             Self.isolated.withLock { $0.append(plugin) }
             return .loaded(loaded)
@@ -275,7 +278,7 @@ public final class PluginLoader: @unchecked Sendable {
         }
         let id = registry.register(factory: factory, origin: origin, version: factory.version)
         return .loaded(LoadedPlugin(path: path, name: factory.name, version: factory.version, schemes: schemes,
-                                    registrationID: id))
+                                    registrationID: id, needs: LocalService.names(of: factory.needs)))
     }
 
     /// Isolated plugins by registration.
@@ -347,10 +350,15 @@ public final class PluginLoader: @unchecked Sendable {
             ?? writes.first(where: { !PluginDescription.acceptable($0, write: true) }) {
             return refuse(.descriptor, "declared path '\(bad)' is not allowed (reads: \"~/x\" or absolute; writes: \"~/x/y\" or under /tmp; no \"..\")")
         }
-        let factory = PluginHandlerFactory(descriptor: d, schemes: schemes)
+        // 1.3's `needs`: 0 unless the plugin's struct reaches it (the copy above left it 0
+        // otherwise); bits this host does not know are dropped.
+        let needsEnd = MemoryLayout<porter_plugin_descriptor>.offset(of: \.needs)! + MemoryLayout<UInt32>.size
+        let needs = minor >= 3 && size >= needsEnd ? d.needs & LocalService.knownNeeds : 0
+        let factory = PluginHandlerFactory(descriptor: d, schemes: schemes, needs: needs)
         let description = PluginDescription(name: factory.name, version: factory.version, schemes: schemes,
                                             readPaths: reads, writePaths: writes,
-                                            subscriptions: PluginEvents.shared.subscribedEvents, abiMinor: Int(minor))
+                                            subscriptions: PluginEvents.shared.subscribedEvents, abiMinor: Int(minor),
+                                            needs: needs)
         return .success((factory, description))
     }
 

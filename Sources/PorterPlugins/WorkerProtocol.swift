@@ -235,6 +235,9 @@ enum ToWorker: Codable, Sendable {
     /// The request body ended (after the data frames answering a `readBody`), or failed.
     case bodyEnd(load: UInt64, failure: String?)
     case event(WireTaskEvent)
+    /// The answer to a worker's `connectService`: `code` 0 means a connected descriptor
+    /// came with this frame (SCM_RIGHTS); otherwise a PorterError code and why.
+    case service(load: UInt64, request: UInt64, code: Int, message: String)
 }
 
 /// Worker to host.
@@ -255,4 +258,8 @@ enum FromWorker: Codable, Sendable {
     case log(load: UInt64?, level: Int, text: String)
     /// The plugin's `destroy` returned for this load (after an end or a stop).
     case destroyed(load: UInt64)
+    /// The plugin called `connect_service` (ABI 1.3): it names a service and nothing
+    /// else; the host decides from the plugin's probed description and connects from its
+    /// own environment (keys a worker adds, such as a path, are not read).
+    case connectService(load: UInt64, request: UInt64, service: Int32)
 }

@@ -33,6 +33,8 @@ public enum PluginWorkerServer {
             i += 1
         }
         let channel = Channel(fd: 3, maximumPayload: WorkerProcess.maximumPayload)
+        // The host hands over connected descriptors for local services (connect_service).
+        channel.receivesDescriptors = true
         do {
             try channel.answer(WorkerWire.hello)
         } catch {
@@ -156,6 +158,11 @@ public enum PluginWorkerServer {
         private let loads = Locked<[UInt64: Load]>([:])
         /// Event hooks run here, in order, off the reading thread.
         private let events = DispatchQueue(label: "porter.worker.events")
+        /// `connect_service` calls waiting for the host's answer, by request number.
+        private let serviceWaiters = Locked<[UInt64: ServiceWaiter]>([:])
+        private let serviceRequests = Locked<UInt64>(0)
+        /// How long a plugin's thread waits for the host's answer to a service request.
+        static let serviceTimeout: TimeInterval = 60
 
         init(channel: Channel, factory: PluginHandlerFactory) {
             self.channel = channel
@@ -214,7 +221,31 @@ public enum PluginWorkerServer {
                 loads.withLock { $0[id] }?.body?.finish(failure)
             case .event(let e):
                 if let event = e.event { events.async { TaskEventCenter.shared.post(event) } }
+            case .service(_, let request, let code, let message):
+                // The descriptor came with this frame's first byte: it is here now.
+                let fd = code == 0 ? channel.takeDescriptor() ?? -1 : -1
+                let result: Result<Int32, PorterError> = fd >= 0 ? .success(fd)
+                    : .failure(PorterError(PorterError.Code(rawValue: code) ?? .unknown,
+                                           code == 0 ? "the host's answer came without a descriptor" : message))
+                let waiter = serviceWaiters.withLock { $0.removeValue(forKey: request) }
+                if waiter?.deliver(result) != true, fd >= 0 { close(fd) }
             }
+        }
+
+        /// A plugin's `connect_service` in this worker: the host decides and connects; this
+        /// side only asks and waits (its own answer would mean nothing: the plugin's code
+        /// runs here).
+        func connectService(load: UInt64, service: Int32) -> Result<Int32, PorterError> {
+            let request = serviceRequests.withLock { n -> UInt64 in n += 1; return n }
+            let waiter = ServiceWaiter()
+            serviceWaiters.withLock { $0[request] = waiter }
+            send(.connectService(load: load, request: request, service: service))
+            if let result = waiter.wait(timeout: Self.serviceTimeout) { return result }
+            _ = serviceWaiters.withLock { $0.removeValue(forKey: request) }
+            // An answer that arrives after this is closed by the reader (or here, should it
+            // have slipped in between).
+            if case .success(let fd)? = waiter.abandon() { close(fd) }
+            return .failure(PorterError(.timedOut, "the host did not answer a local service request"))
         }
 
         private func start(_ id: UInt64, _ wire: WireRequest) {
@@ -243,6 +274,10 @@ public enum PluginWorkerServer {
             let pluginLoad = PluginLoad(client: client, request: request, vtable: factory.vtable, pluginName: factory.name,
                                         pluginContext: factory.pluginContext, cached: cached,
                                         bodyLength: wire.bodyLength, checkCanHandle: true,
+                                        connectService: { [weak self] service in
+                                            guard let self else { return .failure(PorterError(.cancelled, "the worker is ending")) }
+                                            return self.connectService(load: id, service: service)
+                                        },
                                         onDestroyed: { [weak self] in
                                             guard let self else { return }
                                             _ = self.loads.withLock { $0.removeValue(forKey: id) }
@@ -251,6 +286,37 @@ public enum PluginWorkerServer {
             load.pluginLoad = pluginLoad
             loads.withLock { $0[id] = load }
             load.queue.async { pluginLoad.start() }
+        }
+    }
+
+    /// Where the host's answer to one `connect_service` lands.
+    final class ServiceWaiter: @unchecked Sendable {
+        private let condition = NSCondition()
+        private var result: Result<Int32, PorterError>?
+        private var abandoned = false
+
+        /// False when nobody waits any more (the caller closes the descriptor then).
+        func deliver(_ r: Result<Int32, PorterError>) -> Bool {
+            condition.lock(); defer { condition.unlock() }
+            guard !abandoned, result == nil else { return false }
+            result = r
+            condition.broadcast()
+            return true
+        }
+
+        func wait(timeout: TimeInterval) -> Result<Int32, PorterError>? {
+            let deadline = Date().addingTimeInterval(timeout)
+            condition.lock(); defer { condition.unlock() }
+            while result == nil, condition.wait(until: deadline) {}
+            return result
+        }
+
+        /// Gives up waiting; returns what arrived meanwhile, if anything.
+        func abandon() -> Result<Int32, PorterError>? {
+            condition.lock(); defer { condition.unlock() }
+            abandoned = true
+            defer { result = nil }
+            return result
         }
     }
 

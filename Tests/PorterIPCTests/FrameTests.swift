@@ -93,6 +93,50 @@ final class FrameTests: XCTestCase {
         XCTAssertThrowsError(try e.receive(), "the bad peer is told and closed") { XCTAssertEqual(($0 as? IPCError)?.code, .closed) }
     }
 
+    /// Descriptors cross only to a side that asked for them (a plugin worker, for the
+    /// host's local-service answers): the host's side of a worker keeps none a hostile
+    /// worker passes (the kernel drops them), and a passed descriptor arrives with its
+    /// own frame, in order.
+    func testDescriptorsArriveOnlyWhereAskedAndInOrder() throws {
+        func pipeWith(_ text: String) throws -> (read: Int32, write: Int32) {
+            var fds: [Int32] = [-1, -1]
+            XCTAssertEqual(pipe(&fds), 0)
+            _ = Array(text.utf8).withUnsafeBytes { write(fds[1], $0.baseAddress, $0.count) }
+            close(fds[1])
+            return (fds[0], -1)
+        }
+        func readAll(_ fd: Int32) -> String {
+            var buffer = [UInt8](repeating: 0, count: 64)
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            close(fd)
+            return String(decoding: buffer.prefix(max(0, n)), as: UTF8.self)
+        }
+        // Not asked for: dropped, and the frames still arrive.
+        let (a, b) = try Channel.pair()
+        let hostile = try pipeWith("secret")
+        try a.send(Frame(kind: .message, payload: Array("{}".utf8)), passing: hostile.read)
+        close(hostile.read)
+        XCTAssertEqual(try b.receive().payload, Array("{}".utf8))
+        XCTAssertNil(b.takeDescriptor(), "a side that did not ask keeps no descriptor")
+        // Asked for: each with its frame, in order, between frames without one.
+        let (c, d) = try Channel.pair()
+        d.receivesDescriptors = true
+        let one = try pipeWith("one"), two = try pipeWith("two")
+        try c.send(Frame(kind: .message, payload: [1]), passing: one.read)
+        try c.send(Frame(kind: .message, payload: [2]))
+        try c.send(Frame(kind: .message, payload: [3]), passing: two.read)
+        close(one.read)
+        close(two.read)
+        XCTAssertEqual(try d.receive().payload, [1])
+        let first = try XCTUnwrap(d.takeDescriptor())
+        XCTAssertEqual(try d.receive().payload, [2])
+        XCTAssertEqual(try d.receive().payload, [3])
+        let second = try XCTUnwrap(d.takeDescriptor())
+        XCTAssertNil(d.takeDescriptor())
+        XCTAssertEqual(readAll(first), "one")
+        XCTAssertEqual(readAll(second), "two")
+    }
+
     func testAMessageThatDoesNotDecodeIsMalformed() throws {
         let (a, b) = try Channel.pair()
         try a.send(Frame(kind: .message, payload: Array("{\"n\":\"x\"}".utf8)))

@@ -5,12 +5,12 @@ import XCTest
 /// the host runs none of the plugin's code, so this is where a forged one stops.
 final class DescriptionTests: XCTestCase {
     private func description(schemes: [String] = ["pok"], reads: [String] = [], writes: [String] = [],
-                             minor: Int = 2) -> PluginDescription {
+                             minor: Int = 2, needs: UInt32 = 0) -> PluginDescription {
         let list = schemes.map { name in
             PluginScheme(name: name, needsNetwork: false, mayBeRedirectTarget: false, credentialsPerRequest: false, canUpload: false)
         }
         return PluginDescription(name: "p", version: "1", schemes: list, readPaths: reads, writePaths: writes,
-                                 subscriptions: [], abiMinor: minor)
+                                 subscriptions: [], abiMinor: minor, needs: needs)
     }
 
     func testAForgedDescriptionIsRefused() {
@@ -23,5 +23,9 @@ final class DescriptionTests: XCTestCase {
         XCTAssertNotNil(description(reads: ["~/../etc"]).problem)
         XCTAssertNotNil(description(minor: 99).problem)
         XCTAssertNil(description(reads: ["~/.ssh"], writes: ["~/.ssh/known_hosts", "/tmp/x/y"]).problem)
+        // Needs (ABI 1.3): only bits this host knows, and only from a 1.3 plugin.
+        XCTAssertNil(description(minor: 3, needs: UInt32(PORTER_NEED_SSH_AGENT)).problem)
+        XCTAssertNotNil(description(minor: 3, needs: 1 << 7).problem)
+        XCTAssertNotNil(description(minor: 2, needs: UInt32(PORTER_NEED_SSH_AGENT)).problem)
     }
 }

@@ -94,7 +94,7 @@ final class LoaderTests: XCTestCase {
         try PluginFixture.build("major.so", in: folder, defines: ["ABI_MAJOR=2"])
         let d = try refusal(in: folder, named: "major.so")
         XCTAssertEqual(d?.stage, .abi)
-        XCTAssertTrue(d?.reason.contains("built for ABI 2.2; this host has 1.2") == true, "\(String(describing: d))")
+        XCTAssertTrue(d?.reason.contains("built for ABI 2.3; this host has 1.3") == true, "\(String(describing: d))")
     }
 
     func testNewerMinor() throws {
@@ -102,16 +102,18 @@ final class LoaderTests: XCTestCase {
         try PluginFixture.build("minor.so", in: folder, defines: ["ABI_MINOR=7"])
         let d = try refusal(in: folder, named: "minor.so")
         XCTAssertEqual(d?.stage, .abi)
-        XCTAssertTrue(d?.reason.contains("1.7, newer than this host's 1.2") == true, "\(String(describing: d))")
+        XCTAssertTrue(d?.reason.contains("1.7, newer than this host's 1.3") == true, "\(String(describing: d))")
     }
 
-    /// ABI 1.1 and 1.2 only appended fields: a plugin built against 1.0 or 1.1 — with the
-    /// descriptor as it was then, ending before 1.2's `read_paths` — loads and works, in
-    /// process and isolated.
+    /// ABI 1.1, 1.2 and 1.3 only appended fields: a plugin built against 1.0 or 1.1 — with
+    /// the descriptor as it was then, ending before 1.2's `read_paths` — or against 1.2
+    /// (ending before 1.3's `needs`) loads and works, in process and isolated.
     func testAnOlderMinorStillLoads() async throws {
-        for (minor, mode) in [(0, PluginMode.inProcess), (1, .inProcess), (0, .isolated), (1, .isolated)] {
+        for (minor, mode) in [(0, PluginMode.inProcess), (1, .inProcess), (2, .inProcess), (0, .isolated), (1, .isolated),
+                              (2, .isolated)] {
             let folder = try PluginFixture.folder()
-            let path = try PluginFixture.build("old.so", in: folder, defines: ["ABI_MINOR=\(minor)", "ABI11_SIZE"])
+            let path = try PluginFixture.build("old.so", in: folder,
+                                               defines: ["ABI_MINOR=\(minor)", minor < 2 ? "ABI11_SIZE" : "ABI12_SIZE"])
             let registry = HandlerRegistry()
             var isolation = PluginIsolation.default
             isolation.defaultMode = mode

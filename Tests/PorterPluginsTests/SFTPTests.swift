@@ -324,7 +324,7 @@ class SFTPTests: XCTestCase {
         // The agent's key.
         let socket = home.path + "/agent.sock"
         // In the foreground (-D) under posix_spawn: a forking agent would hold a pipe open.
-        let agentPID = try spawnDaemon("/usr/bin/ssh-agent", ["-D", "-a", socket])
+        var agentPID = try spawnDaemon("/usr/bin/ssh-agent", ["-D", "-a", socket])
         defer { stopDaemon(agentPID, signal: SIGTERM) }
         XCTAssertTrue(eventually { FileManager.default.fileExists(atPath: socket) }, "ssh-agent did not start")
         let add = Process()
@@ -337,11 +337,17 @@ class SFTPTests: XCTestCase {
         let (agent, agentText) = try porter(["HOME": home.path, "SSH_AUTH_SOCK": socket], inProcess: true)
         XCTAssertEqual(agent, 0, agentText)
         XCTAssertEqual(agentText, "Hello over SFTP.\n")
-        // In a worker the agent's socket is out of reach (socket(AF_UNIX) is refused there,
-        // issue 21; handing a connected agent descriptor over is to come): the same clear
-        // authentication error as with no key.
+        // In a worker, where socket(AF_UNIX) is refused (issue 21), the same login: the host
+        // connects to its own $SSH_AUTH_SOCK and hands the plugin the descriptor
+        // (connect_service; the plugin declares PORTER_NEED_SSH_AGENT).
         let (isolatedAgent, isolatedText) = try porter(["HOME": home.path, "SSH_AUTH_SOCK": socket])
-        XCTAssertEqual(isolatedAgent, 8, isolatedText)
+        XCTAssertEqual(isolatedAgent, 0, isolatedText)
+        XCTAssertEqual(isolatedText, "Hello over SFTP.\n")
+        // The agent gone (stopDaemon reaps it): a clear authentication error again.
+        stopDaemon(agentPID, signal: SIGTERM)
+        agentPID = 0
+        let (gone, goneText) = try porter(["HOME": home.path, "SSH_AUTH_SOCK": socket])
+        XCTAssertEqual(gone, 8, goneText)
         // The default key file.
         try FileManager.default.copyItem(atPath: sshd.userKey, toPath: home.path + "/.ssh/id_ed25519")
         let (file, fileText) = try porter(["HOME": home.path])

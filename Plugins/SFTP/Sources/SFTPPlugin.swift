@@ -27,6 +27,8 @@ public enum SFTPPlugin {
         // Keys and known_hosts (read only: an unknown host key is a challenge, never
         // written down here).
         readPaths: ["~/.ssh"],
+        // The user's ssh agent, connected by the host (the plugin never opens its socket).
+        needs: [.sshAgent],
         makeHandler: { request, client throws(PluginError) in
             try SFTPLoad(request: request, client: client)
         })

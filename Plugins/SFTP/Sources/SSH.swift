@@ -182,19 +182,42 @@ final class SSHConnection {
         }
     }
 
+    /// The keys of the user's ssh agent, through a connection the host makes and hands
+    /// over (`connect_service`, ABI 1.3; the plugin declares PORTER_NEED_SSH_AGENT): the
+    /// same path in process and isolated, where the sandbox would refuse the agent's
+    /// socket. Each key the server accepts is signed for by the agent
+    /// (`libssh2_userauth_publickey` with `SSHAgentSigner.callback`).
     private func tryAgent(_ user: String) -> Bool {
-        guard ProcessInfo.processInfo.environment["SSH_AUTH_SOCK"] != nil, let agent = libssh2_agent_init(session) else {
+        let fd: Int32
+        do {
+            fd = try load.client.connect(to: .sshAgent)
+        } catch {
+            load.client.log(Int32(PORTER_LOG_DEBUG), "no ssh agent: \(error.message)")
             return false
         }
-        defer { libssh2_agent_disconnect(agent); libssh2_agent_free(agent) }
-        guard libssh2_agent_connect(agent) == 0, libssh2_agent_list_identities(agent) == 0 else { return false }
-        var previous: UnsafeMutablePointer<libssh2_agent_publickey>?
-        while true {
-            var identity: UnsafeMutablePointer<libssh2_agent_publickey>?
-            guard libssh2_agent_get_identity(agent, &identity, previous) == 0, let identity else { return false }
-            if libssh2_agent_userauth(agent, user, identity) == 0 { return true }
-            previous = identity
+        let agent = SSHAgentConnection(fd: fd, timeout: load.request.timeoutInterval)
+        let identities: [SSHAgentConnection.Identity]
+        do {
+            identities = try agent.identities()
+        } catch {
+            load.client.log(Int32(PORTER_LOG_WARNING), error.message)
+            return false
         }
+        for identity in identities where !identity.blob.isEmpty {
+            if load.isStopped { return false }
+            let signer = SSHAgentSigner(agent: agent, blob: identity.blob)
+            var abstract: UnsafeMutableRawPointer? = Unmanaged.passUnretained(signer).toOpaque()
+            let rc = withExtendedLifetime(signer) {
+                user.withCString { u in
+                    identity.blob.withUnsafeBufferPointer { key in
+                        libssh2_userauth_publickey(session, u, key.baseAddress, key.count, SSHAgentSigner.callback, &abstract)
+                    }
+                }
+            }
+            if rc == 0 { return true }
+            if let failure = signer.failure { load.client.log(Int32(PORTER_LOG_WARNING), failure.message) }
+        }
+        return false
     }
 
     /// Password from the URL, then keys (the request's, the agent's, the user's

@@ -11,6 +11,9 @@
 int porter_ipc_listen(const char *path, int backlog);
 /* Connects to `path`. */
 int porter_ipc_connect(const char *path);
+/* Connects to `path` without waiting: a listener whose backlog is full fails at once
+ * (EAGAIN) instead of blocking the caller. The descriptor returned is blocking. */
+int porter_ipc_connect_now(const char *path);
 /* Accepts one connection (close-on-exec); -1 on error. */
 int porter_ipc_accept(int listener);
 /* The peer's pid, uid and gid (SO_PEERCRED); 0 on success, -1 on error. */
@@ -39,6 +42,15 @@ int porter_ipc_self_confinement(porter_ipc_confinement *out);
 /* The program the process behind `pidfd` runs (/proc/PID/exe, resolved by the kernel),
  * NUL-ended in `out`; checked after reading as above. 0, or -1 with errno. */
 int porter_ipc_pidfd_exe(int pidfd, char *out, size_t cap);
+
+/* Sends up to `len` bytes of `buf` on the Unix socket `sock` with one sendmsg, with the
+ * descriptor `pass` attached (SCM_RIGHTS) when it is >= 0; `flags` as for sendmsg. The
+ * descriptor travels with the first byte sent. Returns the bytes sent or -1 (errno). */
+ssize_t porter_ipc_send_with_fd(int sock, const void *buf, size_t len, int pass, int flags);
+/* Receives up to `len` bytes (one recvmsg); descriptors that came with them (SCM_RIGHTS,
+ * made close-on-exec) go to `fds`, at most `max` (any more are closed), their number to
+ * `*nfds`. Returns the bytes received (0: end of stream) or -1 (errno). */
+ssize_t porter_ipc_recv_with_fds(int sock, void *buf, size_t len, int *fds, int max, int *nfds);
 
 /* A connected pair of stream sockets, both close-on-exec; 0 or -1. */
 int porter_ipc_socketpair(int fds[2]);

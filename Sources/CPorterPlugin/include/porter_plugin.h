@@ -1,12 +1,16 @@
 /*
  * porter_plugin.h — the C ABI between Porter and a protocol-handler plugin.
  *
- * ABI version 1.2. 1.1 appended `porter_request.cached_response` and
+ * ABI version 1.3. 1.1 appended `porter_request.cached_response` and
  * `porter_host.cached_response_is_valid`; 1.2 appended the descriptor's `read_paths` /
  * `write_paths` (what a plugin may touch in its sandbox) and PORTER_ERR_PLUGIN_CRASHED,
  * made PORTER_SCHEME_REDIRECT_TARGET count per scheme, made the host enforce
  * PORTER_SCHEME_NEEDS_NETWORK and PORTER_SCHEME_CAN_UPLOAD, and retired
- * PORTER_SCHEME_CREDENTIALS_PER_REQUEST. A 1.0 or 1.1 plugin loads unchanged.
+ * PORTER_SCHEME_CREDENTIALS_PER_REQUEST; 1.3 appended the descriptor's `needs`
+ * (PORTER_NEED_*), `porter_host.connect_service` (a connection to a local service such as
+ * the user's ssh agent, made by the host and handed over as a descriptor: an isolated
+ * plugin cannot open a Unix socket itself) and PORTER_ERR_UNSUPPORTED_CONFIGURATION.
+ * A 1.0, 1.1 or 1.2 plugin loads unchanged.
  *
  * ----------------------------------------------------------------------------------
  * Where a plugin runs
@@ -85,7 +89,7 @@ extern "C" {
 #endif
 
 #define PORTER_PLUGIN_ABI_MAJOR 1
-#define PORTER_PLUGIN_ABI_MINOR 2
+#define PORTER_PLUGIN_ABI_MINOR 3
 
 /* The name of the one exported function. */
 #define PORTER_PLUGIN_ENTRY_SYMBOL "porter_plugin_entry"
@@ -115,6 +119,9 @@ enum {
     PORTER_ERR_CANNOT_CREATE_FILE = 21,
     PORTER_ERR_RESOURCE_UNAVAILABLE = 26,
     PORTER_ERR_CANNOT_PARSE_RESPONSE = 27,
+    /* 1.3. Raised by the host: e.g. `connect_service` for a service the descriptor did
+     * not declare in `needs`, or one the host does not know. */
+    PORTER_ERR_UNSUPPORTED_CONFIGURATION = 29,
     PORTER_ERR_CANNOT_OPEN_FILE = 32,
     PORTER_ERR_RESUME_FAILED = 33,
     PORTER_ERR_PROTOCOL_VIOLATION = 34,
@@ -153,6 +160,22 @@ enum {
  * with a body to a scheme without this flag fails with PORTER_ERR_UNSUPPORTED_URL before
  * `start` is called. */
 #define PORTER_SCHEME_CAN_UPLOAD             (1u << 3)
+
+/* ---------------------------------------------------------------------------------
+ * Local services (1.3): what a plugin may ask the host to connect it to with
+ * `porter_host.connect_service`, each only when its need is declared in the descriptor's
+ * `needs`. The host finds and connects to the service itself (from its own environment,
+ * never from anything the plugin says) and hands over a connected descriptor; an
+ * isolated plugin's sandbox refuses Unix sockets of its own (socket(AF_UNIX) fails), so
+ * this is the only way it reaches one.
+ * --------------------------------------------------------------------------------- */
+enum {
+    /* The user's ssh agent: the Unix socket named by the HOST's $SSH_AUTH_SOCK. The
+     * descriptor speaks the agent protocol (draft-miller-ssh-agent). */
+    PORTER_SERVICE_SSH_AGENT = 1
+};
+/* porter_plugin_descriptor.needs: bit (1 << (service - 1)) for each service. */
+#define PORTER_NEED_SSH_AGENT                (1u << 0)
 
 /* ---------------------------------------------------------------------------------
  * Values the host hands to the plugin
@@ -365,6 +388,24 @@ typedef struct porter_host {
      * "revalidated"), 0 when it decided alone ("localCache"). Ignored (logged) when the
      * request had no cached response. */
     void (*cached_response_is_valid)(porter_client *client, int32_t revalidated);
+
+    /* --- ABI 1.3 (check struct_size, or abi_minor >= 3, before calling) --- */
+
+    /* A connection to the local service `service` (PORTER_SERVICE_*), for the load
+     * behind `client`: returns a connected descriptor (close-on-exec) that the plugin
+     * owns and must close, or -1 when there is none — the plugin did not declare the
+     * service's PORTER_NEED_* in its descriptor (PORTER_ERR_UNSUPPORTED_CONFIGURATION, and
+     * the host never connects), the host knows no such service (the same), the service is
+     * not there (e.g. $SSH_AUTH_SOCK unset or nobody listening:
+     * PORTER_ERR_RESOURCE_UNAVAILABLE), the client is dead or the load stopped
+     * (PORTER_ERR_CANCELLED). On -1 the code goes to `*error_code` and a reason (NUL
+     * terminated, truncated to `error_capacity`) to `error`, each when not NULL. Where
+     * the service is is the host's to know: a plugin names only the service. The host
+     * answers one call of a load at a time and a bounded number in a load's life (16);
+     * may block briefly (a round trip to the host when isolated): call it on the
+     * plugin's own thread. */
+    int32_t (*connect_service)(porter_client *client, int32_t service, int32_t *error_code, char *error,
+                               size_t error_capacity);
 } porter_host;
 
 /* ---------------------------------------------------------------------------------
@@ -456,6 +497,12 @@ typedef struct porter_plugin_descriptor {
     size_t read_path_count;
     const char *const *write_paths;
     size_t write_path_count;
+
+    /* --- ABI 1.3 (an older, smaller descriptor declares no needs) --- */
+
+    /* The local services the plugin may ask for with `connect_service`: PORTER_NEED_*
+     * bits (unknown bits are ignored). Shown by `porter plugins`. */
+    uint32_t needs;
 } porter_plugin_descriptor;
 
 /* The entry point every plugin exports under PORTER_PLUGIN_ENTRY_SYMBOL.

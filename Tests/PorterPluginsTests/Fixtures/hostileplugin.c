@@ -1,6 +1,7 @@
 /*
  * A hostile plugin for the boundary tests (issue 21, items 3, 4 and 14), built by the
- * tests with `cc -shared`. Scheme "phish" (-DSCHEME="x" for another).
+ * tests with `cc -shared`. Scheme "phish" (-DSCHEME="x" for another); -DNEEDS=... sets the
+ * descriptor's needs (none by default).
  *
  *   /steal?host=H&port=P&realm=R&method=M
  *        raises one challenge naming host H, port P, realm R and PORTER_AUTH_* method M
@@ -12,6 +13,15 @@
  *        number the worker gives its next challenge (found by raising and withdrawing
  *        one); then raises a harmless challenge that gets that number, so the host's
  *        answer to the forged one reaches the plugin. Reports as /steal does.
+ *   /agent?setenv=P&quiet=1
+ *        (issue 21, item 1) sets its own SSH_AUTH_SOCK to P when given (in a worker: the
+ *        worker's environment only), then asks the host for the ssh agent
+ *        (connect_service) and reports "fd=-1 code=C reason=R", or, with a descriptor,
+ *        asks the agent for its keys: "fd=ok answer=T keys=K comment=<first key's>"
+ *        (with quiet: only "fd=ok").
+ *   /forge-agent?load=L&n=N&path=P
+ *        in a worker only: writes N `connectService` messages of its own on the worker's
+ *        socket for load L, each also naming a path P, then asks as /agent?quiet=1 does.
  *   /whoami  "exe=<the worker's executable> pid=<its pid>"
  *   /crash   SIGSEGV on the plugin's thread
  */
@@ -23,11 +33,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #ifndef SCHEME
 #define SCHEME "phish"
+#endif
+#ifndef NEEDS
+#define NEEDS 0
 #endif
 
 static const porter_host *host;
@@ -120,6 +135,67 @@ static void report(load_t *l) {
     body_text(l, text);
 }
 
+static int read_full(int fd, unsigned char *p, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, p + got, n - got);
+        if (r <= 0) return -1;
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+static uint32_t be32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* connect_service for the ssh agent, reported as /agent says (`quiet`: "fd=ok" without
+ * talking to what it got). */
+static void ask_agent(load_t *l, int quiet) {
+    char text[1200], reason[512] = "";
+    int32_t code = 0;
+    if (host->struct_size < offsetof(porter_host, connect_service) + sizeof(void *) || !host->connect_service) {
+        body_text(l, "no connect_service in this host");
+        return;
+    }
+    int fd = host->connect_service(l->client, PORTER_SERVICE_SSH_AGENT, &code, reason, sizeof reason);
+    if (fd < 0) {
+        snprintf(text, sizeof text, "fd=-1 code=%d reason=%s", code, reason);
+        body_text(l, text);
+        return;
+    }
+    if (quiet) {
+        close(fd);
+        body_text(l, "fd=ok");
+        return;
+    }
+    /* SSH2_AGENTC_REQUEST_IDENTITIES; the answer: type, count, then blob and comment. */
+    static const unsigned char ask[5] = {0, 0, 0, 1, 11};
+    unsigned char head[4], *body = NULL;
+    uint32_t n = 0;
+    if (write(fd, ask, sizeof ask) != (ssize_t)sizeof ask || read_full(fd, head, 4) != 0 || (n = be32(head)) < 5
+        || n > 65536 || !(body = malloc(n)) || read_full(fd, body, n) != 0) {
+        snprintf(text, sizeof text, "fd=ok no answer from it");
+    } else {
+        char comment[256] = "";
+        uint32_t keys = be32(body + 1);
+        if (keys > 0 && n >= 9) {
+            uint32_t blob = be32(body + 5);
+            if (blob <= n - 9 && n - 9 - blob >= 4) {
+                uint32_t c = be32(body + 9 + blob);
+                if (c <= n - 13 - blob && c < sizeof comment) {
+                    memcpy(comment, body + 13 + blob, c);
+                    comment[c] = 0;
+                }
+            }
+        }
+        snprintf(text, sizeof text, "fd=ok answer=%d keys=%u comment=%s", body[0], keys, comment);
+    }
+    free(body);
+    close(fd);
+    body_text(l, text);
+}
+
 static void *run(void *arg) {
     load_t *l = arg;
     const char *path = path_of(l->url);
@@ -166,6 +242,46 @@ static void *run(void *arg) {
         /* This one gets number probe + 1: the host's answer to the forged one lands here. */
         if (raise_challenge(l, PORTER_AUTH_DEFAULT, "", 0, "decoy") == 0 || !wait_answer(l)) return NULL;
         report(l);
+    } else if (strncmp(path, "/agent", 6) == 0) {
+        char value[512];
+        if (query(l->url, "setenv", value, sizeof value)[0]) setenv("SSH_AUTH_SOCK", value, 1);
+        ask_agent(l, query(l->url, "quiet", value, sizeof value)[0] != 0);
+    } else if (strncmp(path, "/forge-agent", 12) == 0) {
+        struct stat st;
+        if (fstat(3, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+            body_text(l, "no worker socket");
+            return NULL;
+        }
+        char count[16], where[512];
+        query(l->url, "load", load, sizeof load);
+        query(l->url, "n", count, sizeof count);
+        query(l->url, "path", where, sizeof where);
+        int many = atoi(count);
+        if (many < 1 || many > 64) many = 1;
+        static unsigned char frames[64 * 700];
+        size_t used = 0;
+        for (int i = 0; i < many; i++) {
+            char json[680];
+            int len = snprintf(json, sizeof json,
+                               "{\"connectService\":{\"load\":%s,\"request\":%d,\"service\":%d,\"path\":\"%s\"}}",
+                               load, 1000 + i, PORTER_SERVICE_SSH_AGENT, where);
+            if (len <= 0 || len >= (int)sizeof json) break;
+            uint32_t flen = (uint32_t)len + 1;
+            unsigned char *f = frames + used;
+            f[0] = (unsigned char)(flen >> 24);
+            f[1] = (unsigned char)(flen >> 16);
+            f[2] = (unsigned char)(flen >> 8);
+            f[3] = (unsigned char)flen;
+            f[4] = 2; /* a message */
+            memcpy(f + 5, json, (size_t)len);
+            used += (size_t)len + 5;
+        }
+        if (write(3, frames, used) != (ssize_t)used) {
+            body_text(l, "the forged messages could not be written");
+            return NULL;
+        }
+        /* Answered after the forged ones: the host reads its socket in order. */
+        ask_agent(l, 1);
     } else if (strcmp(path, "/whoami") == 0) {
         char exe[1024];
         ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -227,7 +343,7 @@ static const porter_scheme schemes[] = {{SCHEME, PORTER_SCHEME_REDIRECT_TARGET}}
 
 static const porter_plugin_descriptor descriptor = {
     sizeof(porter_plugin_descriptor), PORTER_PLUGIN_ABI_MAJOR, PORTER_PLUGIN_ABI_MINOR,
-    "hostile plugin (" SCHEME ")", "1.0.0", schemes, 1, &vtable, NULL, NULL, 0, NULL, 0,
+    "hostile plugin (" SCHEME ")", "1.0.0", schemes, 1, &vtable, NULL, NULL, 0, NULL, 0, NEEDS,
 };
 
 __attribute__((visibility("default")))

@@ -743,6 +743,8 @@ static const char *const write_paths[] = { WRITE_PATH };
 static const porter_plugin_descriptor descriptor = {
 #ifdef ABI11_SIZE
     offsetof(porter_plugin_descriptor, read_paths),
+#elif defined(ABI12_SIZE)
+    offsetof(porter_plugin_descriptor, needs),
 #else
     sizeof(porter_plugin_descriptor),
 #endif
