@@ -8,7 +8,10 @@ public enum HelperProgram {
                             environment env: [String: String] = ProcessInfo.processInfo.environment) -> String? {
         if let p = env[variable], access(p, X_OK) == 0 { return p }
         if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
-            let beside = PathText.parent(of: exe) + "/" + name
+            // The kernel's /proc/self/exe is an absolute path: its folder is what precedes
+            // the last slash (no Foundation path methods, which trap on some names).
+            let folder = exe.lastIndex(of: "/").map { String(exe[..<$0]) } ?? "."
+            let beside = (folder.isEmpty ? "" : folder) + "/" + name
             if access(beside, X_OK) == 0 { return beside }
         }
         for dir in (env["PATH"] ?? "/usr/local/bin:/usr/bin").split(separator: ":") {
