@@ -68,6 +68,9 @@ let package = Package(
         // Versioned, bounded frames over Unix sockets; peer credentials.
         .target(name: "CPorterIPC"),
         .target(name: "PorterIPC", dependencies: ["CPorterIPC"], swiftSettings: strict),
+        // Task life cycles as machines without I/O: an event in, actions out (the engine
+        // family every shell performs; today the isolated plugin load's).
+        .target(name: "PorterEngine", dependencies: ["PorterCore"], swiftSettings: strict),
         .target(name: "PorterDaemon", dependencies: ["Porter", "PorterIPC", "CPorterIPC", "PorterStorage", "PorterDatabase", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
         .executableTarget(name: "porterd", dependencies: ["PorterDaemon", "PorterPlugins"], swiftSettings: strict),
         .executableTarget(name: "porter-plugin-worker", dependencies: ["PorterPlugins"], swiftSettings: strict),
@@ -93,7 +96,7 @@ let package = Package(
         .target(name: "CPorterHost", linkerSettings: [.linkedLibrary("ffi")]),
         .target(
             name: "PorterPlugins",
-            dependencies: ["PorterCore", "PorterStorage", "CPorterPlugin", "PorterPluginKit", "CPorterHost", "CPorterIPC", "PorterIPC", .product(name: "Logging", package: "swift-log"), .product(name: "HTTPTypes", package: "swift-http-types")],
+            dependencies: ["PorterCore", "PorterEngine", "PorterStorage", "CPorterPlugin", "PorterPluginKit", "CPorterHost", "CPorterIPC", "PorterIPC", .product(name: "Logging", package: "swift-log"), .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict),
         .target(name: "PorterPluginKit", dependencies: ["CPorterPlugin"], swiftSettings: strict),
         // URLRequest / HTTPURLResponse / URLError bridges (FoundationNetworking on Linux).
@@ -170,6 +173,7 @@ let package = Package(
                            .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict),
         .testTarget(name: "PorterIPCTests", dependencies: ["PorterIPC"], swiftSettings: strict),
+        .testTarget(name: "PorterEngineTests", dependencies: ["PorterEngine"], swiftSettings: strict),
         .testTarget(name: "PorterCredentialsTests", dependencies: ["Porter", "PorterCredentials", "PorterTestSupport"], swiftSettings: strict),
         .testTarget(name: "PorterFoundationTests", dependencies: ["Porter", "PorterFoundation", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),
         .testTarget(

@@ -1,11 +1,14 @@
 import Foundation
 import Logging
 import PorterCore
+import PorterEngine
 import PorterIPC
 
 /// The `ProtocolHandler` of one load of an isolated plugin: it forwards the load to the
 /// plugin's worker and the worker's reports to its client, and keeps the promises the
-/// header makes (one end, nothing after a stop) whatever the worker does.
+/// header makes (one end, nothing after a stop) whatever the worker does. What the load
+/// may do next is decided by `WorkerLoadMachine` (PorterEngine), held under `condition`;
+/// this shell performs its actions.
 ///
 /// Flow control crosses the process boundary twice: a pause is sent to the plugin, and a
 /// plugin that keeps sending anyway is read no further once `floodAllowance` bytes have
@@ -24,11 +27,9 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
     private let condition = NSCondition()
     private var worker: WorkerProcess?
     private var load: UInt64 = 0
-    /// The client hears nothing more (a stop, or the end was reported).
-    private var silenced = false
-    private var stopSent = false
-    private var destroyed = false
-    private var paused = false
+    /// The load's life: live, paused, silenced, destroyed (under `condition`).
+    private var machine = WorkerLoadMachine()
+    private var stopTimer: DispatchWorkItem?
     private var sincePause = 0
     private var challenges: [UInt64: AuthenticationChallenge] = [:]
     private var body: (any BodyStream)?
@@ -57,56 +58,67 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
     func startLoading() {
         if let refusal = PluginScheme.refusal(of: request, by: plugin.name, schemes: plugin.description.schemes,
                                                 abiMinor: plugin.description.abiMinor) {
-            end { $0.didFail(with: refusal) }
-            return
+            return fail(refusal)
         }
         let worker: WorkerProcess
         switch plugin.worker() {
         case .failure(var e):
             e.url = request.url
-            end { $0.didFail(with: e) }
-            return
+            return fail(e)
         case .success(let w): worker = w
         }
         guard let id = worker.attach(self) else {
-            end { $0.didFail(with: PorterError(.pluginCrashed, "plugin \(plugin.name): its worker ended", url: request.url)) }
-            return
-        }
-        let pausedNow = condition.withLock { () -> Bool in
-            self.worker = worker
-            self.load = id
-            return paused
+            return fail(PorterError(.pluginCrashed, "plugin \(plugin.name): its worker ended", url: request.url))
         }
         let wire = WireRequest(request, insecure: client.context.configuration.tlsVerificationDisabled,
                                cached: cached?.response)
         guard let start = try? JSONEncoder().encode(ToWorker.start(load: id, request: wire)),
               start.count <= WorkerProcess.maximumPayload else {
             worker.detach(id)
-            end { $0.didFail(with: PorterError(.unsupportedURL, "the request is too large to hand to plugin \(plugin.name)",
-                                              url: request.url)) }
-            return
+            return fail(PorterError(.unsupportedURL, "the request is too large to hand to plugin \(plugin.name)", url: request.url))
         }
-        worker.send(Frame(kind: .message, payload: Array(start)))
-        if pausedNow { worker.send(.pause(load: id)) }
+        let actions = step(.attached) {
+            self.worker = worker
+            self.load = id
+        }
+        for action in actions {
+            guard case .sendStart(let paused) = action else { continue }
+            worker.send(Frame(kind: .message, payload: Array(start)))
+            if paused { worker.send(.pause(load: id)) }
+        }
+    }
+
+    /// The load could not be handed to a worker: it fails (once, as the machine allows).
+    private func fail(_ error: PorterError) {
+        if step(.attachFailed).contains(.deliverDeath) { client.didFail(with: error) }
+    }
+
+    /// Runs `event` through the machine under the lock (with `also`, state the shell keeps
+    /// beside it); returns the actions, to perform after unlocking.
+    private func step(_ event: WorkerLoadMachine.Event, also: () -> Void = {}) -> [WorkerLoadMachine.Action] {
+        condition.withLock {
+            also()
+            let actions = machine.handle(event)
+            condition.broadcast()
+            return actions
+        }
     }
 
     func stopLoading() {
-        let target = condition.withLock { () -> (WorkerProcess, UInt64)? in
-            let wasSilenced = silenced
-            silenced = true
+        let (actions, target) = condition.withLock { () -> ([WorkerLoadMachine.Action], (WorkerProcess, UInt64)?) in
+            let actions = machine.handle(.stop)
             condition.broadcast()
-            guard let worker, !stopSent, !destroyed, !wasSilenced else { return nil }
-            stopSent = true
-            return (worker, load)
+            return (actions, worker.map { ($0, load) })
         }
-        guard let (worker, id) = target else { return }
+        guard actions.contains(.sendStopAndScheduleTimer), let (worker, id) = target else { return }
         let timeout = plugin.isolation.stopTimeout
-        DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [self] in
-            let done = condition.withLock { destroyed }
-            if !done {
+        let timer = DispatchWorkItem { [self] in
+            if step(.stopTimerFired).contains(.killWorker) {
                 worker.kill(reason: "its worker was killed: a load did not stop within \(timeout) s of being asked")
             }
         }
+        condition.withLock { stopTimer = timer }
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: timer)
         worker.send(.stop(load: id))
     }
 
@@ -114,28 +126,40 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
     func resumeDelivery() { setPaused(false) }
 
     private func setPaused(_ p: Bool) {
-        let target = condition.withLock { () -> (WorkerProcess, UInt64)? in
-            guard paused != p else { return nil }
-            paused = p
-            sincePause = 0
+        let (actions, target) = condition.withLock { () -> ([WorkerLoadMachine.Action], (WorkerProcess, UInt64)?) in
+            let actions = machine.handle(p ? .pause : .resume)
+            if !actions.isEmpty { sincePause = 0 }
             condition.broadcast()
-            guard let worker, !silenced else { return nil }
-            return (worker, load)
+            return (actions, worker.map { ($0, load) })
         }
         guard let (worker, id) = target else { return }
-        worker.send(p ? .pause(load: id) : .resume(load: id))
+        for action in actions {
+            switch action {
+            case .sendPause: worker.send(.pause(load: id))
+            case .sendResume: worker.send(.resume(load: id))
+            default: break
+            }
+        }
+    }
+
+    /// Performs the timer actions the destroy or the death of the worker led to.
+    private func cancelTimer(_ actions: [WorkerLoadMachine.Action]) {
+        guard actions.contains(.cancelStopTimer) else { return }
+        let timer = condition.withLock { () -> DispatchWorkItem? in
+            let t = stopTimer
+            stopTimer = nil
+            return t
+        }
+        timer?.cancel()
     }
 
     // MARK: - the worker's side (its reader thread)
 
-    /// Runs `body` with the client unless silenced; `end: true` silences for good.
+    /// Runs `body` with the client when the machine lets the report through; `end: true`
+    /// for the last one.
     private func report(end: Bool = false, _ body: (any ProtocolClient) -> Void) {
-        let live = condition.withLock { () -> Bool in
-            guard !silenced else { return false }
-            if end { silenced = true; condition.broadcast() }
-            return true
-        }
-        if live { body(client) }
+        let actions = step(.report(isEnd: end))
+        if actions.contains(.deliver) || actions.contains(.deliverEnd) { body(client) }
     }
 
     private func end(_ body: (any ProtocolClient) -> Void) { report(end: true, body) }
@@ -145,10 +169,10 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
         guard count > 0 else { return }
         condition.lock()
         // A plugin that keeps sending while paused is read no further (see the type's note).
-        while paused && !silenced && sincePause >= Self.floodAllowance && worker.isAlive {
+        while machine.paused && machine.isLive && sincePause >= Self.floodAllowance && worker.isAlive {
             _ = condition.wait(until: Date().addingTimeInterval(0.25))
         }
-        if paused { sincePause += count }
+        if machine.paused { sincePause += count }
         condition.unlock()
         report { $0.didLoad(Data(payload[8...])) }
     }
@@ -199,14 +223,14 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
         let challenge = wire.request.challenge(loading: request.url) { [weak self] disposition in
             guard let self else { return }
             let target = self.condition.withLock { () -> (WorkerProcess, UInt64)? in
-                guard self.challenges.removeValue(forKey: workerID) != nil, !self.silenced, let w = self.worker else { return nil }
+                guard self.challenges.removeValue(forKey: workerID) != nil, self.machine.isLive, let w = self.worker else { return nil }
                 return (w, self.load)
             }
             guard let (worker, id) = target else { return }
             worker.send(.reply(load: id, challenge: workerID, answer: WireDisposition(disposition)))
         }
         let live = condition.withLock { () -> Bool in
-            guard !silenced, challenges.count < Self.challengeLimit, challenges[workerID] == nil else { return false }
+            guard machine.isLive, challenges.count < Self.challengeLimit, challenges[workerID] == nil else { return false }
             challenges[workerID] = challenge
             return true
         }
@@ -223,7 +247,7 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
     /// stream may block) and send what there is.
     func workerReadBody(_ capacity: Int) {
         let queued = condition.withLock { () -> Bool in
-            guard !bodyReadPending, !silenced else { return false }
+            guard !bodyReadPending, machine.isLive else { return false }
             bodyReadPending = true
             return true
         }
@@ -236,7 +260,7 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
                     bodyOpened = true
                     body = PluginLoad.openBody(request.body)
                 }
-                return (self.worker, load, body, silenced)
+                return (self.worker, load, body, !machine.isLive)
             }
             guard let worker, !ended else { answered(); return }
             guard let stream else {
@@ -271,7 +295,7 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
     /// refusal.
     func workerConnectService(request: UInt64, service: Int32, worker: WorkerProcess) {
         let (id, refusal) = condition.withLock { () -> (UInt64, PorterError?) in
-            guard !silenced, self.worker === worker else { return (load, PorterError(.cancelled, "the load is over")) }
+            guard machine.isLive, self.worker === worker else { return (load, PorterError(.cancelled, "the load is over")) }
             guard servicesAsked < LocalService.perLoadLimit else {
                 return (load, PorterError(.resourceUnavailable,
                                           "a load may ask for \(LocalService.perLoadLimit) local service connections at most"))
@@ -294,18 +318,13 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
     }
 
     func workerDestroyed() {
-        condition.withLock {
-            destroyed = true
-            condition.broadcast()
-        }
+        cancelTimer(step(.destroyed))
     }
 
     /// The worker died with this load in flight.
     func workerDied(_ why: String) {
-        condition.withLock {
-            destroyed = true
-            condition.broadcast()
-        }
-        end { $0.didFail(with: PorterError(.pluginCrashed, why, url: request.url)) }
+        let actions = step(.died)
+        cancelTimer(actions)
+        if actions.contains(.deliverDeath) { client.didFail(with: PorterError(.pluginCrashed, why, url: request.url)) }
     }
 }
