@@ -76,7 +76,10 @@ let package = Package(
         .systemLibrary(name: "CSecret", path: "Sources/CSecret", pkgConfig: "libsecret-1", providers: [.apt(["libsecret-1-dev"])]),
         .target(name: "CPorterSecret", dependencies: ["CSecret"]),
         .target(name: "PorterCredentials", dependencies: ["PorterCore", "CPorterSecret"], swiftSettings: strict),
-        .target(name: "CCurl", linkerSettings: [.linkedLibrary("curl"), .linkedLibrary("ssl"), .linkedLibrary("crypto"), .linkedLibrary("z")]),
+        // libcurl, and the content codings Porter decodes itself: zlib, libbrotlidec, libzstd
+        // (Debian: zlib1g-dev, libbrotli-dev, libzstd-dev).
+        .target(name: "CCurl", linkerSettings: [.linkedLibrary("curl"), .linkedLibrary("ssl"), .linkedLibrary("crypto"), .linkedLibrary("z"),
+                                                .linkedLibrary("brotlidec"), .linkedLibrary("zstd")]),
         .target(name: "PorterCurl", dependencies: ["PorterCore", "CCurl"], swiftSettings: strict),
         .target(name: "PorterHTTP", dependencies: ["PorterCore", "PorterCurl", "CCurl"], swiftSettings: strict),
         .target(name: "PorterFTP", dependencies: ["PorterCore", "PorterCurl", "CCurl"], swiftSettings: strict),

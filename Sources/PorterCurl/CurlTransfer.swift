@@ -18,6 +18,10 @@ public final class CurlTransfer: @unchecked Sendable {
     /// A connect-only transfer: its connection stays in the loop once connected, until
     /// `closeConnection()` (set before `start`).
     public var keepsConnection = false
+    /// The handle carries state libcurl writes out only when it is closed (an alt-svc
+    /// cache, CURLOPT_ALTSVC): it is cleaned up, not reset for the next transfer, so the
+    /// file is written and no other transfer inherits the handle's alternatives.
+    public var closesHandle = false
 
     /// One header line as received, CRLF included. Return false to abort.
     public var onHeader: (UnsafeRawBufferPointer) -> Bool = { _ in true }
@@ -88,7 +92,7 @@ public final class CurlTransfer: @unchecked Sendable {
     deinit {
         // The handle is out of the multi handle by now (finish, cancel, or never started):
         // reset, it serves the next transfer. Lists go after it, as it pointed at them.
-        loop.recycle(easy)
+        if closesHandle { curl_easy_cleanup(easy) } else { loop.recycle(easy) }
         for l in lists { curl_slist_free_all(l) }
         errorBuffer.deallocate()
     }
