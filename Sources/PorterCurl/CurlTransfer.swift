@@ -215,13 +215,24 @@ public final class CurlTransfer: @unchecked Sendable {
     /// Lets a paused upload flow again; the download side stays paused if `keepReceivePaused`.
     public func resumeUpload(keepReceivePaused: Bool) {
         guard started, !ended else { return }
-        curl_easy_pause(easy, keepReceivePaused ? porter_curlpause_recv : porter_curlpause_cont)
+        unpause(keepReceivePaused ? porter_curlpause_recv : porter_curlpause_cont)
     }
 
     /// Lets paused data (and uploads) flow again.
     public func resume() {
         guard started, !ended else { return }
-        curl_easy_pause(easy, porter_curlpause_cont)
+        unpause(porter_curlpause_cont)
+    }
+
+    /// Unpausing delivers the data libcurl held back, through the write callback, from
+    /// inside curl_easy_pause: a callback that fails it (a decoding error, a bomb past its
+    /// ratio) fails there, and libcurl reports it nowhere else. It ends the transfer.
+    private func unpause(_ action: Int32) {
+        let rc = curl_easy_pause(easy, action)
+        if rc != CURLE_OK, !ended {
+            loop.remove(self)
+            finish(rc)
+        }
     }
 
     func finish(_ code: CURLcode) {

@@ -55,6 +55,9 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     /// Decodes the current response's body (gzip, deflate, br, zstd); nil: delivered as it came.
     private var decoder: ContentDecoder?
     private var decodeError: PorterError?
+    /// A response brought an Alt-Svc field for the session's cache (libcurl writes the file
+    /// when the handle closes).
+    private var altSvcLearned = false
     private var tlsFacts: (version: String, cipher: String)?
     private var started = Date()
 
@@ -337,8 +340,9 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         let response = makeResponse()
         let status = head.status
         noteStrictTransportSecurity()
-        if head.fields[HTTPField.Name("Alt-Svc")!] != nil, let transfer {
+        if client.context.configuration.altSvcCache != nil, head.fields[HTTPField.Name("Alt-Svc")!] != nil, let transfer {
             CurlOptions.altSvcFieldArrived(transfer, configuration: client.context.configuration)
+            altSvcLearned = true
         }
         decoder = client.context.configuration.decodesContentEncoding
             ? ContentDecoder(contentEncoding: head.fields.combined(.contentEncoding),
@@ -449,6 +453,24 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             }
             return
         }
+        if altSvcLearned {
+            // libcurl writes the alt-svc cache file when the handle closes: let it close
+            // (the loop drops its last reference once this returns), then report the end,
+            // so the next load, or the next process, finds the alternative.
+            altSvcLearned = false
+            let target = t.info(string: CURLINFO_REDIRECT_URL)
+            transfer = nil
+            loop.enqueue { [self] in
+                guard !isStopped else { return }
+                finishLoad(redirectTarget: target)
+            }
+            return
+        }
+        finishLoad(redirectTarget: t.info(string: CURLINFO_REDIRECT_URL))
+    }
+
+    /// The transfer ended well: the response's end, a redirect, a challenge, or another try.
+    private func finishLoad(redirectTarget: String?) {
         switch mode {
         case .waiting:
             client.didFail(with: PorterError(.badServerResponse, "no response from the server", url: request.url))
@@ -460,7 +482,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             }
             client.didFinishLoading()
         case .redirect(let response):
-            redirect(response, target: t.info(string: CURLINFO_REDIRECT_URL))
+            redirect(response, target: redirectTarget)
         case .challenge(let response, let kept):
             challenge(response, body: kept)
         case .restart:
