@@ -159,7 +159,8 @@ public final class HSTSStore: @unchecked Sendable {
         var h = host.lowercased()
         if h.hasPrefix("[") || h.contains(":") { return nil }  // IPv6
         while h.hasSuffix(".") { h.removeLast() }
-        guard !h.isEmpty, h.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") }) else { return nil }
+        guard !h.isEmpty, !h.hasPrefix("."), !h.contains(".."),
+              h.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") }) else { return nil }
         var v4 = in_addr()
         if inet_pton(AF_INET, h, &v4) == 1 { return nil }
         // "1.2.3" and other short numeric forms URL parsers take as IPv4 addresses.
