@@ -202,8 +202,10 @@ int porter_decoder_run(porter_decoder *d, const void *in, size_t in_len, size_t 
         *in_used = ib.pos;
         *out_len = ob.pos;
         /* 0: a frame ended and everything is flushed; another frame may follow
-           (concatenated frames are one zstd stream). */
-        d->finished = (r == 0);
+           (concatenated frames are one zstd stream). A call that took and gave nothing
+           (asked again after the end, for more output) leaves the state as it was: after
+           a frame, zstd asks for the next one's header. */
+        if (ib.pos > 0 || ob.pos > 0) d->finished = (r == 0);
         return 0;
     }
     default:

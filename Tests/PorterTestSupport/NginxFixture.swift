@@ -223,6 +223,8 @@ public final class NginxFixture: @unchecked Sendable {
         for n in bombMiB {
             try shell("head -c \(n)M /dev/zero | brotli -q 1 -c > zeros-\(n).br && head -c \(n)M /dev/zero | zstd -q -1 -c > zeros-\(n).zst")
         }
+        // 16 MiB of zeros from a pipe: a valid zstd body larger than one callback's budget.
+        try shell("head -c 16M /dev/zero | zstd -q -1 -c > piped.zst")
         // From a pipe (size unknown), the frame keeps the 128 MiB window it is told to use.
         try shell("head -c 16M /dev/zero | zstd -q -1 --long=27 -c > wide.zst")
     }
