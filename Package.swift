@@ -86,7 +86,10 @@ let package = Package(
         .systemLibrary(name: "CSecret", path: "Sources/CSecret", pkgConfig: "libsecret-1", providers: [.apt(["libsecret-1-dev"])]),
         .target(name: "CPorterSecret", dependencies: ["CSecret"]),
         .target(name: "PorterCredentials", dependencies: ["PorterCore", "PorterStorage", "CPorterSecret"], swiftSettings: strict),
-        .target(name: "CCurl", linkerSettings: [.linkedLibrary("curl"), .linkedLibrary("ssl"), .linkedLibrary("crypto"), .linkedLibrary("z")]),
+        // libcurl, and the content codings Porter decodes itself: zlib, libbrotlidec, libzstd
+        // (Debian: zlib1g-dev, libbrotli-dev, libzstd-dev).
+        .target(name: "CCurl", linkerSettings: [.linkedLibrary("curl"), .linkedLibrary("ssl"), .linkedLibrary("crypto"), .linkedLibrary("z"),
+                                                .linkedLibrary("brotlidec"), .linkedLibrary("zstd")]),
         .target(name: "PorterCurl", dependencies: ["PorterCore", "CCurl"], swiftSettings: strict),
         .target(name: "PorterHTTP", dependencies: ["PorterCore", "PorterCurl", "CCurl"], swiftSettings: strict),
         .target(name: "PorterFTP", dependencies: ["PorterCore", "PorterStorage", "PorterCurl", "CCurl"], swiftSettings: strict),
@@ -128,7 +131,7 @@ let package = Package(
         // The umbrella: re-exports the modules an app names, HTTPTypes' field names included.
         .target(
             name: "Porter",
-            dependencies: ["PorterCore", "PorterSession", "PorterCache", "PorterCookies", "PorterCredentials", "PorterData", "PorterFile",
+            dependencies: ["PorterCore", "PorterStorage", "PorterSession", "PorterCache", "PorterCookies", "PorterCredentials", "PorterData", "PorterFile",
                            "PorterHTTP", "PorterFTP", "PorterPlugins", "PorterObservability",
                            .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict),
@@ -198,6 +201,6 @@ let package = Package(
                            .product(name: "Metrics", package: "swift-metrics"),
                            .product(name: "HTTPTypes", package: "swift-http-types")],
             path: "Tests/ReadmeSnippets", swiftSettings: strict),
-        .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP", "PorterSession", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], exclude: ["misbehave.py", "ftpserver.py", "wsserver.py"], swiftSettings: strict),
+        .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP", "PorterSession", "PorterStorage", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], exclude: ["misbehave.py", "ftpserver.py", "wsserver.py"], swiftSettings: strict),
     ]
 )

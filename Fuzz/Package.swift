@@ -23,6 +23,7 @@ let harnesses: [String] = [
     "FuzzIPCFrames",
     "FuzzWorkerMessages",
     "FuzzWebSocketFrames",
+    "FuzzContentDecoding",
 ]
 
 let package = Package(

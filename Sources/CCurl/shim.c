@@ -119,6 +119,110 @@ void porter_inflater_free(porter_inflater *z) {
     free(z);
 }
 
+/* ---- every content coding Porter decodes, behind one interface ---- */
+#include <brotli/decode.h>
+#include <zstd.h>
+
+struct porter_decoder {
+    int coding;
+    int finished;
+    porter_inflater *z;
+    BrotliDecoderState *br;
+    ZSTD_DStream *zs;
+};
+
+porter_decoder *porter_decoder_new(int coding) {
+    porter_decoder *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    d->coding = coding;
+    switch (coding) {
+    case PORTER_CODING_DEFLATE:
+    case PORTER_CODING_GZIP:
+        d->z = porter_inflater_new(coding == PORTER_CODING_GZIP);
+        if (!d->z) { free(d); return NULL; }
+        return d;
+    case PORTER_CODING_BROTLI:
+        /* The large-window extension stays off: windows of at most 16 MiB (RFC 7932). */
+        d->br = BrotliDecoderCreateInstance(NULL, NULL, NULL);
+        if (!d->br) { free(d); return NULL; }
+        return d;
+    case PORTER_CODING_ZSTD:
+        d->zs = ZSTD_createDStream();
+        if (!d->zs) { free(d); return NULL; }
+        /* RFC 9659 §3: a zstd content coding's window is at most 8 MiB; a frame that asks
+           for more is refused (it would make the decoder allocate up to 2 GiB). */
+        if (ZSTD_isError(ZSTD_DCtx_setParameter(d->zs, ZSTD_d_windowLogMax, 23))) {
+            ZSTD_freeDStream(d->zs);
+            free(d);
+            return NULL;
+        }
+        return d;
+    default:
+        free(d);
+        return NULL;
+    }
+}
+
+int porter_decoder_run(porter_decoder *d, const void *in, size_t in_len, size_t *in_used,
+                       void *out, size_t out_cap, size_t *out_len) {
+    *in_used = 0;
+    *out_len = 0;
+    switch (d->coding) {
+    case PORTER_CODING_DEFLATE:
+    case PORTER_CODING_GZIP: {
+        int rc = porter_inflater_run(d->z, in, in_len, in_used, out, out_cap, out_len);
+        if (rc == 1) d->finished = 1;
+        return rc;
+    }
+    case PORTER_CODING_BROTLI: {
+        if (d->finished) { *in_used = in_len; return 1; }
+        size_t avail_in = in_len, avail_out = out_cap;
+        const uint8_t *next_in = (const uint8_t *)in;
+        uint8_t *next_out = (uint8_t *)out;
+        BrotliDecoderResult r = BrotliDecoderDecompressStream(d->br, &avail_in, &next_in, &avail_out, &next_out, NULL);
+        *in_used = in_len - avail_in;
+        *out_len = out_cap - avail_out;
+        switch (r) {
+        case BROTLI_DECODER_RESULT_SUCCESS:
+            d->finished = 1;
+            *in_used = in_len;   /* trailing bytes are ignored, as after gzip */
+            return 1;
+        case BROTLI_DECODER_RESULT_NEEDS_MORE_INPUT:
+        case BROTLI_DECODER_RESULT_NEEDS_MORE_OUTPUT:
+            return 0;
+        default:
+            return -1;
+        }
+    }
+    case PORTER_CODING_ZSTD: {
+        ZSTD_inBuffer ib = { in, in_len, 0 };
+        ZSTD_outBuffer ob = { out, out_cap, 0 };
+        size_t r = ZSTD_decompressStream(d->zs, &ob, &ib);
+        if (ZSTD_isError(r)) return -1;
+        *in_used = ib.pos;
+        *out_len = ob.pos;
+        /* 0: a frame ended and everything is flushed; another frame may follow
+           (concatenated frames are one zstd stream). A call that took and gave nothing
+           (asked again after the end, for more output) leaves the state as it was: after
+           a frame, zstd asks for the next one's header. */
+        if (ib.pos > 0 || ob.pos > 0) d->finished = (r == 0);
+        return 0;
+    }
+    default:
+        return -1;
+    }
+}
+
+int porter_decoder_finished(const porter_decoder *d) { return d->finished; }
+
+void porter_decoder_free(porter_decoder *d) {
+    if (!d) return;
+    if (d->z) porter_inflater_free(d->z);
+    if (d->br) BrotliDecoderDestroyInstance(d->br);
+    if (d->zs) ZSTD_freeDStream(d->zs);
+    free(d);
+}
+
 /* ---- TLS facts of a finished transfer ---- */
 #include <openssl/ssl.h>
 #include <stdio.h>

@@ -13,6 +13,7 @@
 // comes with `import Porter`: no `import HTTPTypes` of its own.
 @_exported import HTTPTypes
 import Foundation
+@_exported import PorterStorage
 
 /// Porter's entry point: registers the built-in handlers and loads plugins.
 public enum Porter {
@@ -22,16 +23,18 @@ public enum Porter {
     private static let storesInstalled = Locked(false)
 
     /// The stores new configurations start with: `.default` ones share
-    /// `PersistentCookieStore.shared`, `CredentialStore.shared` and `HTTPCache.shared`
-    /// (each opened on first use); every `.ephemeral` one gets memory stores of its own.
+    /// `PersistentCookieStore.shared`, `CredentialStore.shared`, `HTTPCache.shared`,
+    /// `HSTSStore.shared` and `AltSvcCache.shared` (each opened on first use); every
+    /// `.ephemeral` one gets memory stores of its own (and no alt-svc cache).
     public static func installDefaultStores() {
         SessionConfiguration.installDefaultStores { kind in
             switch kind {
             case .ephemeral:
-                return .init(cookieStore: MemoryCookieStore(), credentialStore: CredentialStore(), responseCache: HTTPCache())
+                return .init(cookieStore: MemoryCookieStore(), credentialStore: CredentialStore(), responseCache: HTTPCache(),
+                             hstsStore: HSTSStore())
             default:
                 return .init(cookieStore: PersistentCookieStore.shared, credentialStore: CredentialStore.shared,
-                             responseCache: HTTPCache.shared)
+                             responseCache: HTTPCache.shared, hstsStore: HSTSStore.shared, altSvcCache: AltSvcCache.shared)
             }
         }
     }

@@ -227,6 +227,12 @@ struct Fetch: ParsableCommand {
     @Option(name: [.customShort("c"), .customLong("cookie-jar")], help: "Write every cookie to FILE (Netscape format, mode 0600) at the end.")
     var cookieJar: String?
 
+    @Option(name: .long, help: "Keep HSTS hosts in FILE (curl's HSTS cache format): http:// URLs of hosts that asked for https only load over https. '': in memory for this run.")
+    var hsts: String?
+
+    @Option(name: .customLong("alt-svc"), help: "Keep alternative services (Alt-Svc) in FILE (curl's alt-svc cache format) and connect to them.")
+    var altSvc: String?
+
     @Option(name: .long, help: "Trust the CA certificates in this PEM file (instead of the system's).")
     var cacert: String?
 

@@ -177,3 +177,25 @@ extension Fetch {
     }
 }
 
+
+/// HTTP state and content codings as curl has them: no HSTS and no alt-svc cache unless
+/// `--hsts FILE` / `--alt-svc FILE`; a request that sets its own Accept-Encoding (-H)
+/// gets the body as the server sent it, unless `--compressed` asks for decoding.
+extension Fetch {
+    /// The run's HSTS store: `--hsts FILE` (curl's format, read now, written through as
+    /// it changes), `--hsts ''` (memory), or none.
+    func openHSTSStore() throws -> HSTSStore? {
+        guard let hsts else { return nil }
+        return hsts.isEmpty ? HSTSStore() : try HSTSStore(path: hsts, requirePrivate: false)
+    }
+
+    func applyHTTPState(to config: inout SessionConfiguration, hsts store: HSTSStore?) throws {
+        config.hstsStore = store
+        config.altSvcCache = try altSvc.flatMap { $0.isEmpty ? nil : try AltSvcCache(path: $0, requirePrivate: false) }
+        let ownAcceptEncoding = header.contains { h in
+            guard let o = HeaderOption(h), o.name.lowercased() == "accept-encoding", case .add = o.action else { return false }
+            return true
+        }
+        if ownAcceptEncoding && !compressed { config.decodesContentEncoding = false }
+    }
+}

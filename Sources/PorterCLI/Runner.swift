@@ -164,6 +164,12 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
                 throw ExitCode(PorterExit(e.code).rawValue)
             }
         }
+        do {
+            hstsStore = try options.openHSTSStore()
+        } catch let e as PorterError {
+            note("porter: \(e.message)")
+            throw ExitCode(PorterExit(e.code).rawValue)
+        }
         if options.cookieStore {
             do {
                 cookieStore = try PersistentCookieStore(path: PersistentCookieStore.defaultPath())
@@ -192,6 +198,8 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
     /// One store for every session of this run: -b fills it, -c writes it out;
     /// `--cookie-store` makes it the persistent default store.
     let cookieStore: any CookieStore
+    /// --hsts: one store for every session of this run.
+    let hstsStore: HSTSStore?
     private var literalCookie: String?
 
     /// `-c FILE`: every cookie of the run, written atomically, readable by the owner only.
@@ -226,6 +234,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             config.pinnedPublicKey = options.pinnedpubkey
             if options.http11 { config.http2Enabled = false }
             config.cookieStore = cookieStore
+            try? options.applyHTTPState(to: &config, hsts: hstsStore)
             config.responseCache = options.cache ? HTTPCache.shared : nil
             config.hostOverrides = options.resolve.compactMap(HostOverride.init(parsing:))
             // --concurrency N means N transfers at once, to one host too (as curl --parallel).
@@ -629,6 +638,12 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
 
     func task(_ task: SessionTask, willPerformRedirection response: Response, newRequest: Request,
               completion: @escaping @Sendable (Request?) -> Void) {
+        // An HSTS upgrade is no redirect of the server's: curl neither shows it nor needs -L.
+        if response.isInternalRedirect {
+            if hot.verbose { note("* HSTS: \(newRequest.url.maskingPassword)") }
+            completion(newRequest)
+            return
+        }
         if let t = transfer(for: task), !showHead(response) { t.writeFailed = true }
         if hot.noLocation {
             completion(nil)  // the 3xx is the answer

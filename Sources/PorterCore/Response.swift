@@ -19,6 +19,12 @@ public struct Response: Sendable, CustomStringConvertible {
     /// The status line as the server sent it ("HTTP/1.1 200 OK", "HTTP/2 200"), for
     /// protocols that have one; nil otherwise.
     public var statusLine: String?
+    /// A redirect the handler made up without the network, as a browser's "307 Internal
+    /// Redirect": today the HSTS upgrade of `http://` to `https://`. The session follows
+    /// it with the request's fields kept (the same host, now over TLS) and without
+    /// counting it against `maximumRedirects`; the delegate still hears of it. Never set
+    /// from anything a server sent.
+    public var isInternalRedirect = false
     private var explicitFilename: String?
 
     public init(url: URL, mimeType: String?, expectedContentLength: Int64, textEncodingName: String? = nil,

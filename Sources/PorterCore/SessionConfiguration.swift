@@ -143,6 +143,17 @@ public struct SessionConfiguration: Sendable {
     /// XDG data home); each `.ephemeral` configuration has a memory store of its own.
     /// nil: none.
     public var credentialStore: (any CredentialStorage)?
+    /// Hosts that asked for https only (RFC 6797): with the `Porter` module's defaults,
+    /// `.default` sessions share `HSTSStore.shared` (curl's HSTS file format, 0600, under
+    /// the XDG data home); each `.ephemeral` configuration has a memory store of its own.
+    /// A load of `http://` for a known host becomes a "307 Internal Redirect" to
+    /// `https://` before anything is sent. nil: no HSTS (curl's default).
+    public var hstsStore: (any StrictTransportStore)?
+    /// Alternative services (RFC 7838), kept by libcurl in curl's alt-svc file: with the
+    /// `Porter` module's defaults, `.default` sessions share `AltSvcCache.shared` (under
+    /// the XDG cache home); `.ephemeral` ones have none (libcurl keeps alternatives in
+    /// files only). nil: Alt-Svc fields are ignored (curl's default).
+    public var altSvcCache: (any AlternativeServiceCache)?
     public var requestCachePolicy: CachePolicy = .useProtocolCachePolicy
     /// The cache (nil: none): with the `Porter` module's defaults, `.default` sessions
     /// share `HTTPCache.shared` (memory and disk); each `.ephemeral` configuration has a
@@ -161,8 +172,17 @@ public struct SessionConfiguration: Sendable {
     /// A guard against decompression bombs, off by default (as in curl and browsers: a
     /// large body decodes with flat memory either way). When set, a gzip or deflate body
     /// whose decoded size passes this many times its encoded size (after its first MiB)
-    /// fails with `dataLengthExceedsMaximum`.
+    /// fails with `dataLengthExceedsMaximum`. The same for br and zstd, and whatever the ratio,
+    /// one read of the socket decodes to at most 1 MiB before the transfer pauses for the
+    /// consumer: brotli and zstd have no worst ratio.
     public var maximumDecodingRatio: Double? = nil
+    /// Decode gzip, deflate, br and zstd bodies (and offer them in `Accept-Encoding` when a
+    /// request names none), as URLSession does: the response keeps its Content-Encoding
+    /// and Content-Length (the encoded length), the body arrives decoded, whoever wrote
+    /// the request's `Accept-Encoding`. false: no Accept-Encoding is added and every body
+    /// arrives as the server sent it (the CLI's rule for a request that sets its own
+    /// Accept-Encoding, as curl without `--compressed`).
+    public var decodesContentEncoding: Bool = true
     /// Where download tasks write their temporary files (nil: `$TMPDIR` or /tmp). Put it
     /// on the destination's file system so the final move is a rename.
     public var downloadDirectory: String? = nil
@@ -193,6 +213,8 @@ public struct SessionConfiguration: Sendable {
         cookieStore = stores.cookieStore
         credentialStore = stores.credentialStore
         responseCache = stores.responseCache
+        hstsStore = stores.hstsStore
+        altSvcCache = stores.altSvcCache
         taskObserver = SessionConfiguration.defaultTaskObserver
     }
 
@@ -212,11 +234,15 @@ public struct SessionConfiguration: Sendable {
         public var cookieStore: (any CookieStore)?
         public var credentialStore: (any CredentialStorage)?
         public var responseCache: (any ResponseCache)?
+        public var hstsStore: (any StrictTransportStore)?
+        public var altSvcCache: (any AlternativeServiceCache)?
         public init(cookieStore: (any CookieStore)? = nil, credentialStore: (any CredentialStorage)? = nil,
-                    responseCache: (any ResponseCache)? = nil) {
+                    responseCache: (any ResponseCache)? = nil, hstsStore: (any StrictTransportStore)? = nil, altSvcCache: (any AlternativeServiceCache)? = nil) {
             self.cookieStore = cookieStore
             self.credentialStore = credentialStore
             self.responseCache = responseCache
+            self.hstsStore = hstsStore
+            self.altSvcCache = altSvcCache
         }
     }
 

@@ -68,4 +68,25 @@ public enum CurlOptions {
         }
         t.set(CURLOPT_SSLVERSION, sslVersion)
     }
+
+    /// The alt-svc cache of an http(s) load (RFC 7838): libcurl reads `config.altSvcCache`'s
+    /// file now, uses an alternative it lists for an https origin, and learns from the
+    /// Alt-Svc fields of https responses. The file is read-only for this handle until
+    /// `altSvcFieldArrived` (most responses carry none: no rewrite of the file per load).
+    public static func applyAltSvc(to t: CurlTransfer, configuration config: SessionConfiguration) {
+        guard let cache = config.altSvcCache else { return }
+        t.set(CURLOPT_ALTSVC_CTRL, altSvcVersions | Int(porter_altsvc_readonlyfile))
+        t.set(CURLOPT_ALTSVC, cache.path)
+        t.closesHandle = true
+    }
+
+    /// A response brought an Alt-Svc field: libcurl writes its cache file back when the
+    /// handle closes.
+    public static func altSvcFieldArrived(_ t: CurlTransfer, configuration config: SessionConfiguration) {
+        guard config.altSvcCache != nil else { return }
+        t.set(CURLOPT_ALTSVC_CTRL, altSvcVersions)
+    }
+
+    /// Every HTTP version an alternative may offer (h3 is ignored by a libcurl without it).
+    private static var altSvcVersions: Int { Int(porter_altsvc_h1 | porter_altsvc_h2 | porter_altsvc_h3) }
 }

@@ -18,6 +18,10 @@ public final class CurlTransfer: @unchecked Sendable {
     /// A connect-only transfer: its connection stays in the loop once connected, until
     /// `closeConnection()` (set before `start`).
     public var keepsConnection = false
+    /// The handle carries state libcurl writes out only when it is closed (an alt-svc
+    /// cache, CURLOPT_ALTSVC): it is cleaned up, not reset for the next transfer, so the
+    /// file is written and no other transfer inherits the handle's alternatives.
+    public var closesHandle = false
 
     /// One header line as received, CRLF included. Return false to abort.
     public var onHeader: (UnsafeRawBufferPointer) -> Bool = { _ in true }
@@ -88,7 +92,7 @@ public final class CurlTransfer: @unchecked Sendable {
     deinit {
         // The handle is out of the multi handle by now (finish, cancel, or never started):
         // reset, it serves the next transfer. Lists go after it, as it pointed at them.
-        loop.recycle(easy)
+        if closesHandle { curl_easy_cleanup(easy) } else { loop.recycle(easy) }
         for l in lists { curl_slist_free_all(l) }
         errorBuffer.deallocate()
     }
@@ -211,13 +215,24 @@ public final class CurlTransfer: @unchecked Sendable {
     /// Lets a paused upload flow again; the download side stays paused if `keepReceivePaused`.
     public func resumeUpload(keepReceivePaused: Bool) {
         guard started, !ended else { return }
-        curl_easy_pause(easy, keepReceivePaused ? porter_curlpause_recv : porter_curlpause_cont)
+        unpause(keepReceivePaused ? porter_curlpause_recv : porter_curlpause_cont)
     }
 
     /// Lets paused data (and uploads) flow again.
     public func resume() {
         guard started, !ended else { return }
-        curl_easy_pause(easy, porter_curlpause_cont)
+        unpause(porter_curlpause_cont)
+    }
+
+    /// Unpausing delivers the data libcurl held back, through the write callback, from
+    /// inside curl_easy_pause: a callback that fails it (a decoding error, a bomb past its
+    /// ratio) fails there, and libcurl reports it nowhere else. It ends the transfer.
+    private func unpause(_ action: Int32) {
+        let rc = curl_easy_pause(easy, action)
+        if rc != CURLE_OK, !ended {
+            loop.remove(self)
+            finish(rc)
+        }
     }
 
     func finish(_ code: CURLcode) {

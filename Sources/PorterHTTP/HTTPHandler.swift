@@ -52,9 +52,12 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     private var trustedKeyPin: String?
     private var trustAsked = false
     private var failures = 0
-    /// Decodes the current response's body (gzip, deflate); nil: delivered as it came.
+    /// Decodes the current response's body (gzip, deflate, br, zstd); nil: delivered as it came.
     private var decoder: ContentDecoder?
     private var decodeError: PorterError?
+    /// A response brought an Alt-Svc field for the session's cache (libcurl writes the file
+    /// when the handle closes).
+    private var altSvcLearned = false
     private var tlsFacts: (version: String, cipher: String)?
     private var started = Date()
 
@@ -93,6 +96,12 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     private var isStopped: Bool { state.isStopped }
 
     public func startLoading() {
+        // RFC 6797 §8.3: a known HSTS host is never loaded over plain http, not even from
+        // the cache: the load becomes https before anything else happens.
+        if let upgraded = client.context.configuration.hstsStore?.upgradedURL(for: request.url) {
+            upgradeForHSTS(to: upgraded)
+            return
+        }
         // RFC 9111 §4: a fresh stored response is served without the network (unless the
         // request's policy is to revalidate); a stale one with validators is revalidated.
         let now = Date()
@@ -158,6 +167,40 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         client.cachedResponseIsValid(serving: served, revalidated: false)
     }
 
+    /// The HSTS upgrade, as browsers report it: a "307 Internal Redirect" made up here,
+    /// without the network (`Response.isInternalRedirect`; its metrics' fetch type is
+    /// "local"), that the session follows to the https URL with the request's method,
+    /// body and fields.
+    private func upgradeForHSTS(to upgraded: URL) {
+        var fields = HTTPFields()
+        fields[.location] = upgraded.absoluteString
+        fields[HTTPField.Name("Non-Authoritative-Reason")!] = "HSTS"
+        fields[.contentLength] = "0"
+        var r = Response(url: request.url, mimeType: nil, expectedContentLength: 0, statusCode: 307, headerFields: fields)
+        r.statusLine = "HTTP/1.1 307 Internal Redirect"
+        r.isInternalRedirect = true
+        var next = request
+        next.url = upgraded
+        var m = TransactionMetrics(request: request, fetchType: "local")
+        m.response = r
+        let now = Date()
+        (m.fetchStartDate, m.responseEndDate) = (now, now)
+        client.didCollect(m)
+        client.wasRedirected(to: next, redirectResponse: r)
+    }
+
+    /// RFC 6797 §8.1: the first Strict-Transport-Security field of a response over https
+    /// whose certificate verified is noted for its host (an IP address never is). Not
+    /// over plain http, not with verification off, not from a server the delegate trusted
+    /// by hand (trustedKeyPin): a certificate error means no HSTS.
+    private func noteStrictTransportSecurity() {
+        let config = client.context.configuration
+        guard let store = config.hstsStore, request.url.scheme?.lowercased() == "https",
+              !config.tlsVerificationDisabled, trustedKeyPin == nil,
+              let value = head.fields[values: .strictTransportSecurity].first, let host = request.url.host else { return }
+        store.noteHeader(value, host: host)
+    }
+
     public func stopLoading() { state.stopLoading(on: loop, stager: stager) }
     public func pauseDelivery() { state.setPaused(true) }
     public func resumeDelivery() { state.resumeDelivery(on: loop) }
@@ -175,7 +218,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
 
         t.set(CURLOPT_URL, request.url.absoluteString)
         t.set(CURLOPT_FOLLOWLOCATION, 0)
-        // Porter decodes gzip and deflate itself (ContentDecoder): libcurl passes the
+        // Porter decodes gzip, deflate, br and zstd itself (ContentDecoder): libcurl passes the
         // bytes as they came, so a paused transfer holds compressed bytes only.
         t.set(CURLOPT_HTTP_CONTENT_DECODING, 0)
         t.set(CURLOPT_BUFFERSIZE, HTTPHandler.receiveBufferSize)
@@ -184,6 +227,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         // multiplexes (HTTP/2) instead of each opening a connection of its own.
         if config.http2Enabled { t.set(CURLOPT_PIPEWAIT, 1) }
         CurlOptions.apply(to: t, request: request, configuration: config, protocols: "http,https", pinnedKey: trustedKeyPin)
+        CurlOptions.applyAltSvc(to: t, configuration: config)
 
         if let credential, let user = credential.user, let password = credential.password {
             t.set(CURLOPT_USERNAME, user)
@@ -202,7 +246,8 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         t.set(CURLOPT_EXPECT_100_TIMEOUT_MS, 250)
 
         let bodyLength: Int64? = state.body.map { $0.length ?? -1 }.map { $0 < 0 ? Int64.max : $0 }
-        let lines = RequestHead.lines(for: request, bodyLength: bodyLength, userAgent: HTTPHandler.defaultUserAgent)
+        let lines = RequestHead.lines(for: request, bodyLength: bodyLength, userAgent: HTTPHandler.defaultUserAgent,
+                                      decodes: config.decodesContentEncoding)
         t.set(CURLOPT_HTTPHEADER, list: lines)
 
         t.onHeader = { [unowned self] line in header(line) }
@@ -294,8 +339,15 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         if tlsFacts == nil, request.url.scheme?.lowercased() == "https" { tlsFacts = transfer?.tlsInfo() }
         let response = makeResponse()
         let status = head.status
-        decoder = ContentDecoder(contentEncoding: head.fields.combined(.contentEncoding),
-                                 maximumRatio: client.context.configuration.maximumDecodingRatio)
+        noteStrictTransportSecurity()
+        if client.context.configuration.altSvcCache != nil, head.fields[HTTPField.Name("Alt-Svc")!] != nil, let transfer {
+            CurlOptions.altSvcFieldArrived(transfer, configuration: client.context.configuration)
+            altSvcLearned = true
+        }
+        decoder = client.context.configuration.decodesContentEncoding
+            ? ContentDecoder(contentEncoding: head.fields.combined(.contentEncoding),
+                             maximumRatio: client.context.configuration.maximumDecodingRatio)
+            : nil
         decodeError = nil
         if [301, 302, 303, 307, 308].contains(status), head.fields.combined(.location) != nil {
             mode = .redirect(response)
@@ -339,7 +391,18 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
                 break
             }
             do {
-                try decoder.decode(bytes) { stager.stage($0, transfer: transfer) }
+                if try decoder.decode(bytes, { stager.stage($0, transfer: transfer) }) == .budgetSpent {
+                    // A chunk that decodes to more than the budget (brotli and zstd have no
+                    // worst ratio): hand over what is decoded, pause, and let the loop turn
+                    // (the consumer's back-pressure gets its say) before going on with the
+                    // same chunk, which libcurl delivers again.
+                    stager.handOver()
+                    loop.enqueue { [self] in
+                        guard !isStopped, !state.wantsPause else { return }
+                        self.transfer?.resume()
+                    }
+                    return .pause
+                }
             } catch {
                 decodeError = decodingFailure(error)
                 return .abort
@@ -353,7 +416,12 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             func keep(_ b: UnsafeRawBufferPointer) {
                 if kept.count < 64 * 1024 { kept.append(contentsOf: b.prefix(64 * 1024 - kept.count)) }
             }
-            if let decoder { try? decoder.decode(bytes, keep) } else { keep(bytes) }
+            // The kept body is at most 64 KiB: once it is full, nothing more is decoded.
+            if let decoder {
+                if kept.count < 64 * 1024 { _ = try? decoder.decode(bytes, budget: 64 * 1024 - kept.count, keep) }
+            } else {
+                keep(bytes)
+            }
             mode = .challenge(r, kept)
         }
         return .consumed
@@ -386,18 +454,36 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             }
             return
         }
+        if altSvcLearned {
+            // libcurl writes the alt-svc cache file when the handle closes: let it close
+            // (the loop drops its last reference once this returns), then report the end,
+            // so the next load, or the next process, finds the alternative.
+            altSvcLearned = false
+            let target = t.info(string: CURLINFO_REDIRECT_URL)
+            transfer = nil
+            loop.enqueue { [self] in
+                guard !isStopped else { return }
+                finishLoad(redirectTarget: target)
+            }
+            return
+        }
+        finishLoad(redirectTarget: t.info(string: CURLINFO_REDIRECT_URL))
+    }
+
+    /// The transfer ended well: the response's end, a redirect, a challenge, or another try.
+    private func finishLoad(redirectTarget: String?) {
         switch mode {
         case .waiting:
             client.didFail(with: PorterError(.badServerResponse, "no response from the server", url: request.url))
         case .body:
             if let decoder, decoder.consumed > 0, !decoder.isFinished {
                 client.didFail(with: PorterError(.cannotDecodeContentData,
-                    "the \(head.fields.combined(.contentEncoding) ?? "encoded") body ends before its compressed stream does", url: request.url))
+                    "the \(decoder.coding) body ends before its compressed stream does", url: request.url))
                 return
             }
             client.didFinishLoading()
         case .redirect(let response):
-            redirect(response, target: t.info(string: CURLINFO_REDIRECT_URL))
+            redirect(response, target: redirectTarget)
         case .challenge(let response, let kept):
             challenge(response, body: kept)
         case .restart:

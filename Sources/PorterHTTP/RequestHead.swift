@@ -6,12 +6,14 @@ import PorterCore
 /// syntax: "Name: value" adds, "Name:" removes a header libcurl would add itself, and
 /// "Name;" sends one with an empty value.
 enum RequestHead {
-    static let defaultAcceptEncoding = "gzip, deflate"
+    /// Every coding ContentDecoder decodes, most compact first in the server's eyes (it
+    /// picks; the order carries no weight without q-values).
+    static let defaultAcceptEncoding = "gzip, deflate, br, zstd"
     /// Bodies from this size on (or of unknown size) may ask `Expect: 100-continue`, as
     /// curl does; smaller ones never wait for a "100 Continue".
     static let expectThreshold: Int64 = 1 << 20
 
-    static func lines(for request: Request, bodyLength: Int64?, userAgent: String) -> [String] {
+    static func lines(for request: Request, bodyLength: Int64?, userAgent: String, decodes: Bool = true) -> [String] {
         var lines: [String] = []
         if let range = request.resumeRange, range.offset > 0 {
             // Resume: ask for the rest, only if the resource is unchanged. A 200 instead of
@@ -38,7 +40,8 @@ enum RequestHead {
         if let cookieLine { lines[cookieLine] = "Cookie: " + cookies.joined(separator: "; ") }
         func present(_ name: HTTPField.Name) -> Bool { request.headerFields[name] != nil }
         if !present(.userAgent), !suppressed.contains("user-agent") { lines.append("User-Agent: \(userAgent)") }
-        if !present(.acceptEncoding), !suppressed.contains("accept-encoding") {
+        // Offered only when Porter decodes what comes back (decodesContentEncoding).
+        if !present(.acceptEncoding), !suppressed.contains("accept-encoding"), decodes {
             lines.append("Accept-Encoding: \(defaultAcceptEncoding)")
         }
         // A small body never waits on a server that ignores Expect (curl: only large uploads ask).

@@ -404,12 +404,15 @@ struct TaskStateMachine: Sendable {
             guard redirectPolicy.allows(from: request, to: proposed) else {
                 return end(.stopAndComplete(.error(.redirectNotAllowed, "redirect to a scheme this session does not allow")))
             }
-            guard redirectCount < redirectPolicy.maximumRedirects else {
+            // An internal redirect (an HSTS upgrade) is no server's hop: not counted, and the
+            // request keeps its fields (same host, now over TLS).
+            guard redirectResponse.isInternalRedirect || redirectCount < redirectPolicy.maximumRedirects else {
                 return end(.stopAndComplete(.error(.tooManyRedirects, "more than \(redirectPolicy.maximumRedirects) redirects")))
             }
             wait = .redirectDecision
             pendingRedirect = redirectResponse
-            return .askRedirect(RedirectPolicy.prepare(proposed, from: request), redirectResponse)
+            return .askRedirect(redirectResponse.isInternalRedirect ? proposed : RedirectPolicy.prepare(proposed, from: request),
+                                redirectResponse)
         case .finish:
             guard responseReceived else {
                 return end(.stopAndComplete(.error(.protocolViolation, "the handler finished without a response")))

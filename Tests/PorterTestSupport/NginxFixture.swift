@@ -9,6 +9,9 @@ public final class NginxFixture: @unchecked Sendable {
     public let httpPort: Int
     public let httpsPort: Int
     public let caFile: String
+    /// HTTPS with HTTP/2 on a third port: the alternative service /alt/who names
+    /// (`Alt-Svc: h2=":altPort"`); its /alt/who answers "alt".
+    public let altPort: Int
     private let pid: pid_t
 
     public var http: String { "http://127.0.0.1:\(httpPort)" }
@@ -37,6 +40,7 @@ public final class NginxFixture: @unchecked Sendable {
         chmod(dir, 0o755)
         httpPort = try NginxFixture.freePort()
         httpsPort = try NginxFixture.freePort()
+        altPort = try NginxFixture.freePort()
         caFile = dir + "/ca.pem"
 
         let fm = FileManager.default
@@ -53,6 +57,9 @@ public final class NginxFixture: @unchecked Sendable {
         for i in big.indices { big[i] = NginxFixture.bigByte(i) }
         try Data(big).write(to: URL(fileURLWithPath: dir + "/www/big.bin"))
         try Data(big.prefix(NginxFixture.mediumSize)).write(to: URL(fileURLWithPath: dir + "/www/medium.bin"))
+        // Content codings nginx has no module for, served as files with their
+        // Content-Encoding (/coded/...): text.txt in br and zstd, and bombs of zeros.
+        try NginxFixture.compressFixtures(in: dir + "/www")
         // alice:secret
         try "alice:\(try NginxFixture.run("/usr/bin/openssl", ["passwd", "-apr1", "secret"]).trimmingCharacters(in: .whitespacesAndNewlines))\n"
             .write(toFile: dir + "/htpasswd", atomically: true, encoding: .utf8)
@@ -116,6 +123,14 @@ public final class NginxFixture: @unchecked Sendable {
             location = /throttled.bin { alias \(dir)/www/big.bin; limit_rate 2m; }
             location /dav/ { alias \(dir)/www/dav/; dav_methods PUT; create_full_put_path on; client_max_body_size 64m; }
             location /slow/ { alias \(dir)/www/; limit_rate 1m; access_log \(dir)/logs/range.log rangelog; }
+            location = /accept-encoding { default_type text/plain; echo "ae=$http_accept_encoding"; }
+            location ~ ^/coded/(?<name>.+)\\.br$ { gzip off; alias \(dir)/www/$name.br; default_type text/plain; add_header Content-Encoding br; }
+            location ~ ^/coded/(?<name>.+)\\.zst$ { gzip off; alias \(dir)/www/$name.zst; default_type text/plain; add_header Content-Encoding zstd; }
+            location = /hsts/set { add_header Strict-Transport-Security "max-age=3600"; echo "hsts"; }
+            location = /hsts/sub { add_header Strict-Transport-Security "max-age=3600; includeSubDomains"; echo "hsts"; }
+            location = /hsts/clear { add_header Strict-Transport-Security "max-age=0"; echo "cleared"; }
+            location = /hsts/bad { add_header Strict-Transport-Security "max-age=3600; max-age=5"; echo "bad"; }
+            location = /alt/who { add_header Alt-Svc 'h2=":\(altPort)"; ma=3600'; default_type text/plain; echo "origin"; }
             """
         let conf = """
             daemon off;
@@ -140,13 +155,17 @@ public final class NginxFixture: @unchecked Sendable {
                     location = /whoami { default_type text/plain; echo "$ssl_client_verify $ssl_client_s_dn"; }
             \(routes)
                 }
+                server { listen 127.0.0.1:\(altPort) ssl http2; server_name localhost 127.0.0.1;
+                    ssl_certificate \(dir)/leaf.pem; ssl_certificate_key \(dir)/leaf.key;
+                    location = /alt/who { default_type text/plain; echo "alt"; }
+                }
             }
             """
         try conf.write(toFile: dir + "/nginx.conf", atomically: true, encoding: .utf8)
 
         pid = try spawnDaemon("/usr/sbin/nginx", ["-p", dir, "-c", dir + "/nginx.conf", "-e", dir + "/logs/stderr.log"])
         let deadline = Date().addingTimeInterval(10)
-        while !(NginxFixture.accepts(httpPort) && NginxFixture.accepts(httpsPort)) {
+        while !(NginxFixture.accepts(httpPort) && NginxFixture.accepts(httpsPort) && NginxFixture.accepts(altPort)) {
             if !isRunning(pid) || Date() > deadline {
                 stopDaemon(pid, signal: SIGKILL)
                 let log = (try? String(contentsOfFile: dir + "/logs/stderr.log", encoding: .utf8)) ?? ""
@@ -191,6 +210,23 @@ public final class NginxFixture: @unchecked Sendable {
         _ = try run(o, ["req", "-new", "-key", "client.key", "-subj", "/CN=porter-client", "-out", "client.csr"], in: dir)
         _ = try run(o, ["x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
                         "-days", "2", "-extfile", "client.ext", "-out", "client.pem"], in: dir)
+    }
+
+    /// Sizes of the zero bombs under /coded/ (zeros-N.br, zeros-N.zst, N in MiB).
+    public static let bombMiB = [64, 256]
+
+    /// text.txt.br / .zst; zeros-N.br / .zst (N MiB of zeros: a few hundred bytes each);
+    /// wide.zst, a zstd frame that asks for a 128 MiB window (RFC 9659 allows 8 MiB).
+    static func compressFixtures(in www: String) throws {
+        func shell(_ script: String) throws { _ = try run("/bin/sh", ["-c", script], in: www) }
+        try shell("brotli -q 5 -c text.txt > text.txt.br && zstd -q -3 -c text.txt > text.txt.zst")
+        for n in bombMiB {
+            try shell("head -c \(n)M /dev/zero | brotli -q 1 -c > zeros-\(n).br && head -c \(n)M /dev/zero | zstd -q -1 -c > zeros-\(n).zst")
+        }
+        // 16 MiB of zeros from a pipe: a valid zstd body larger than one callback's budget.
+        try shell("head -c 16M /dev/zero | zstd -q -1 -c > piped.zst")
+        // From a pipe (size unknown), the frame keeps the 128 MiB window it is told to use.
+        try shell("head -c 16M /dev/zero | zstd -q -1 --long=27 -c > wide.zst")
     }
 
     public static func freePort() throws -> Int {

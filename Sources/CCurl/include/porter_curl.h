@@ -46,6 +46,19 @@ int porter_inflater_run(porter_inflater *z, const void *in, size_t in_len, size_
                         void *out, size_t out_cap, size_t *out_len);
 void porter_inflater_free(porter_inflater *z);
 
+/* Every content coding Porter decodes (gzip and deflate on zlib, br on libbrotlidec,
+   zstd on libzstd with RFC 9659's 8 MiB window limit), behind one streaming interface.
+   run: as porter_inflater_run (0 go on, 1 the stream ended and trailing bytes are
+   ignored, -1 damaged). finished: the input so far ends at a clean end of the stream
+   (for zstd: of a frame; more frames may follow). */
+enum { PORTER_CODING_DEFLATE = 0, PORTER_CODING_GZIP = 1, PORTER_CODING_BROTLI = 2, PORTER_CODING_ZSTD = 3 };
+typedef struct porter_decoder porter_decoder;
+porter_decoder *porter_decoder_new(int coding);
+int porter_decoder_run(porter_decoder *d, const void *in, size_t in_len, size_t *in_used,
+                       void *out, size_t out_cap, size_t *out_len);
+int porter_decoder_finished(const porter_decoder *d);
+void porter_decoder_free(porter_decoder *d);
+
 /* The TLS version and cipher of the connection `handle` used (OpenSSL backend), into
    `version` and `cipher` (NUL-terminated, at most `capacity` bytes). 0, or -1 when the
    transfer did not use TLS or the backend is not OpenSSL. */
@@ -63,6 +76,10 @@ static const size_t porter_writefunc_pause = CURL_WRITEFUNC_PAUSE;
 static const size_t porter_readfunc_pause = CURL_READFUNC_PAUSE;
 static const size_t porter_readfunc_abort = CURL_READFUNC_ABORT;
 static const long porter_global_default = CURL_GLOBAL_DEFAULT;
+static const long porter_altsvc_readonlyfile = CURLALTSVC_READONLYFILE;
+static const long porter_altsvc_h1 = CURLALTSVC_H1;
+static const long porter_altsvc_h2 = CURLALTSVC_H2;
+static const long porter_altsvc_h3 = CURLALTSVC_H3;
 
 /* CURLINFO_ACTIVESOCKET: the socket of a connect-only handle. */
 CURLcode porter_easy_getinfo_socket(CURL *handle, curl_socket_t *socket);
