@@ -64,7 +64,7 @@ let package = Package(
             ],
             swiftSettings: strict),
         // Sessions and tasks: the task state machine and the shell that performs it.
-        .target(name: "PorterSession", dependencies: ["PorterCore", "PorterStorage", "PorterIPC", "CPorterIPC"], swiftSettings: strict),
+        .target(name: "PorterSession", dependencies: ["PorterCore", "PorterEngine", "PorterStorage", "PorterIPC", "CPorterIPC"], swiftSettings: strict),
         // Versioned, bounded frames over Unix sockets; peer credentials.
         .target(name: "CPorterIPC"),
         .target(name: "PorterIPC", dependencies: ["CPorterIPC"], swiftSettings: strict),
@@ -176,7 +176,7 @@ let package = Package(
                            .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict),
         .testTarget(name: "PorterIPCTests", dependencies: ["PorterIPC"], swiftSettings: strict),
-        .testTarget(name: "PorterEngineTests", dependencies: ["PorterEngine"], swiftSettings: strict),
+        .testTarget(name: "PorterEngineTests", dependencies: ["PorterEngine", "PorterCore", .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),
         .testTarget(name: "PorterCredentialsTests", dependencies: ["Porter", "PorterCredentials", "PorterTestSupport"], swiftSettings: strict),
         .testTarget(name: "PorterFoundationTests", dependencies: ["Porter", "PorterFoundation", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),
         .testTarget(

@@ -1,15 +1,6 @@
 import Foundation
 import PorterCore
 
-/// What a data task does after its response: the answer to
-/// `DataDelegate.dataTask(_:didReceive:completion:)`.
-public enum ResponseDisposition: Sendable, Equatable {
-    case allow
-    case cancel
-    /// Continue as a download task (the body goes to a temporary file).
-    case becomeDownload
-}
-
 /// Session-level events. All delegate methods of a session are called on its
 /// delegate queue, one at a time; the calls for one task arrive in order.
 public protocol SessionDelegate: AnyObject, Sendable {

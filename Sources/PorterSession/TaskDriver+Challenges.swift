@@ -1,5 +1,6 @@
 import Foundation
 import PorterCore
+import PorterEngine
 
 /// The challenge resolver: the credential store's proposal, the delegate's answer (or
 /// the default handling), and what the answer does to the store (executor).

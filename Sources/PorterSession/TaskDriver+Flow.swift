@@ -1,5 +1,6 @@
 import Foundation
 import PorterCore
+import PorterEngine
 
 /// Flow credit and the clock. Received bytes count as held from the moment the
 /// machine delivers them until their consumer says it is done with them (`consumed`,

@@ -1,5 +1,6 @@
 import Foundation
 import PorterCore
+import PorterEngine
 
 /// What a handler's client hands the driver, in the order it was said: life-cycle
 /// reports go through the state machine; metrics and upload progress do not, but keep

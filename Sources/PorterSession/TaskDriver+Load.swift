@@ -1,5 +1,6 @@
 import Foundation
 import PorterCore
+import PorterEngine
 
 /// Starting a load: the body stream, the request's final form (session headers, the
 /// timeout, the cookie step), the cache step's lookup, the handler; serving a stored

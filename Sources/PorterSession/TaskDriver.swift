@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import PorterCore
+import PorterEngine
 import Synchronization
 
 /// Performs what `TaskStateMachine` decides for one task. Every piece of its mutable

@@ -1,34 +1,10 @@
 import Foundation
 import PorterCore
-
-/// The public life-cycle state of a task.
-public enum TaskState: Int, Sendable, CustomStringConvertible {
-    case running, suspended, canceling, completed
-    public var description: String {
-        switch self {
-        case .running: return "running"
-        case .suspended: return "suspended"
-        case .canceling: return "canceling"
-        case .completed: return "completed"
-        }
-    }
-}
-
-extension TaskState {
-    /// From porterd's name for a state ("waiting" to retry counts as running).
-    init(backgroundName name: String) {
-        switch name {
-        case "running", "waiting": self = .running
-        case "suspended": self = .suspended
-        case "canceling": self = .canceling
-        default: self = .completed
-        }
-    }
-}
+import HTTPTypes
 
 /// What a handler said, with what it said it with. Kept by the state machine until
 /// the machine lets it through.
-enum HandlerReport: @unchecked Sendable {
+package enum HandlerReport: @unchecked Sendable {
     indirect case response(Response, CacheStoragePolicy)
     case data(Data)
     indirect case redirect(Request, Response)
@@ -55,8 +31,8 @@ enum HandlerReport: @unchecked Sendable {
 ///   more than the flow limit (`flowPaused`), and resumed when neither holds;
 /// - a redirect is followed only within `RedirectPolicy` (count, schemes), with the
 ///   credentials stripped when it leaves the origin.
-struct TaskStateMachine: Sendable {
-    enum Outcome: Sendable {
+package struct TaskStateMachine: Sendable {
+    package enum Outcome: Sendable {
         case finished
         case failed(PorterError)
         case cancelled
@@ -64,7 +40,7 @@ struct TaskStateMachine: Sendable {
         case error(PorterError.Code, String)
     }
 
-    enum Wait: Equatable, Sendable {
+    package enum Wait: Equatable, Sendable {
         case none
         /// `start` was performed; the driver reports `loadPlanned`.
         case plan
@@ -77,7 +53,7 @@ struct TaskStateMachine: Sendable {
         case connectivity
     }
 
-    enum Event: Sendable {
+    package enum Event: Sendable {
         case resume
         case suspend
         case cancel(producingResumeData: Bool)
@@ -105,7 +81,7 @@ struct TaskStateMachine: Sendable {
         case networkChanged
     }
 
-    enum Action: Sendable {
+    package enum Action: Sendable {
         case none
         /// Prepare `request` (headers, cookies, a body stream) and look it up in the cache,
         /// then report `loadPlanned`.
@@ -148,29 +124,29 @@ struct TaskStateMachine: Sendable {
         indirect case retryLoad(Request)
     }
 
-    private(set) var lifecycle: TaskState = .suspended
-    private(set) var started = false
-    private(set) var wait: Wait = .none
-    private(set) var responseReceived = false
-    private(set) var redirectCount = 0
-    private(set) var generation: UInt64 = 0
+    package private(set) var lifecycle: TaskState = .suspended
+    package private(set) var started = false
+    package private(set) var wait: Wait = .none
+    package private(set) var responseReceived = false
+    package private(set) var redirectCount = 0
+    package private(set) var generation: UInt64 = 0
     /// The request of the current hop, as the delegate chose it.
-    private(set) var request: Request
+    package private(set) var request: Request
     /// The consumer holds more than the flow limit.
-    private(set) var flowPaused = false
+    package private(set) var flowPaused = false
     /// `cancel(byProducingResumeData:)` asked for resume data.
-    private(set) var wantsResumeData = false
+    package private(set) var wantsResumeData = false
     /// The stored response the current load may answer with (the cache step's).
-    @OutOfLine private(set) var cachedResponse: CachedResponse?
-    let redirectPolicy: RedirectPolicy
+    @OutOfLine package private(set) var cachedResponse: CachedResponse?
+    package let redirectPolicy: RedirectPolicy
     /// True when the data delegate is asked about the response.
-    let asksResponseDisposition: Bool
+    package let asksResponseDisposition: Bool
     /// `SessionConfiguration.waitsForConnectivity`.
-    let waitsForConnectivity: Bool
+    package let waitsForConnectivity: Bool
     /// The delegate heard `taskIsWaitingForConnectivity` (once per task).
-    private(set) var reportedWaiting = false
+    package private(set) var reportedWaiting = false
     /// The request of the current hop before the driver prepared it (a retry starts over).
-    private(set) var hopRequest: Request
+    package private(set) var hopRequest: Request
     /// The failure a connectivity check may turn out to be final.
     @OutOfLine private var pendingFailure: PorterError?
 
@@ -180,7 +156,7 @@ struct TaskStateMachine: Sendable {
     @OutOfLine private var pendingRedirect: Response?
     @OutOfLine private var pendingChallenge: AuthenticationChallenge?
 
-    init(request: Request, redirectPolicy: RedirectPolicy, asksResponseDisposition: Bool, waitsForConnectivity: Bool = false) {
+    package init(request: Request, redirectPolicy: RedirectPolicy, asksResponseDisposition: Bool, waitsForConnectivity: Bool = false) {
         self.request = request
         self.hopRequest = request
         self.redirectPolicy = redirectPolicy
@@ -191,15 +167,15 @@ struct TaskStateMachine: Sendable {
     /// Failures that may mean "no network" rather than "no server": only those before a
     /// connection was made, so nothing of the request can have been sent (a lost
     /// connection may have delivered a POST: it is not retried).
-    static let connectivityFailures: Set<PorterError.Code> = [.cannotConnectToHost, .cannotFindHost]
+    package static let connectivityFailures: Set<PorterError.Code> = [.cannotConnectToHost, .cannotFindHost]
 
-    var isFinal: Bool { lifecycle == .completed || lifecycle == .canceling }
-    var canProcessHandlerEvents: Bool { lifecycle == .running && wait == .none }
+    package var isFinal: Bool { lifecycle == .completed || lifecycle == .canceling }
+    package var canProcessHandlerEvents: Bool { lifecycle == .running && wait == .none }
     /// The handler should not deliver now.
-    var handlerPaused: Bool { lifecycle == .suspended || flowPaused }
-    var deferredCount: Int { deferred.count - deferredHead }
+    package var handlerPaused: Bool { lifecycle == .suspended || flowPaused }
+    package var deferredCount: Int { deferred.count - deferredHead }
 
-    mutating func handle(_ event: Event) -> Action {
+    package mutating func handle(_ event: Event) -> Action {
         switch event {
         case .resume:
             switch lifecycle {
@@ -334,7 +310,7 @@ struct TaskStateMachine: Sendable {
 
     /// The next kept report's action, when the machine lets it through now; nil when
     /// none is kept or the task waits (suspended, or for the delegate).
-    mutating func nextDeferredAction() -> Action? {
+    package mutating func nextDeferredAction() -> Action? {
         while canProcessHandlerEvents, deferredHead < deferred.count {
             let (gen, report) = deferred[deferredHead]
             deferredHead += 1
@@ -437,15 +413,15 @@ struct TaskStateMachine: Sendable {
 }
 
 /// Which redirects a task follows, as pure functions.
-struct RedirectPolicy: Sendable {
-    var maximumRedirects: Int
+package struct RedirectPolicy: Sendable {
+    package var maximumRedirects: Int
     /// Schemes a redirect may lead to when it changes scheme.
-    var allowedSchemes: Set<String>
+    package var allowedSchemes: Set<String>
     /// Whether the handler for a request agrees to be a redirect target (a plugin
     /// without the flag does not); asked only for a scheme change the session allows.
-    var targetAccepts: @Sendable (Request) -> Bool
+    package var targetAccepts: @Sendable (Request) -> Bool
 
-    init(maximumRedirects: Int, allowedSchemes: Set<String>,
+    package init(maximumRedirects: Int, allowedSchemes: Set<String>,
          targetAccepts: @escaping @Sendable (Request) -> Bool = { _ in true }) {
         self.maximumRedirects = maximumRedirects
         self.allowedSchemes = allowedSchemes
@@ -454,20 +430,20 @@ struct RedirectPolicy: Sendable {
 
     /// Same scheme: yes. Another scheme: only one the session allows and whose handler
     /// accepts redirects.
-    func allows(from old: Request, to new: Request) -> Bool {
+    package func allows(from old: Request, to new: Request) -> Bool {
         let scheme = new.scheme
         if scheme == old.scheme { return true }
         return allowedSchemes.contains(scheme) && targetAccepts(new)
     }
 
-    static func sameOrigin(_ a: URL, _ b: URL) -> Bool {
+    package static func sameOrigin(_ a: URL, _ b: URL) -> Bool {
         a.scheme?.lowercased() == b.scheme?.lowercased() && a.host?.lowercased() == b.host?.lowercased() && a.port == b.port
     }
 
     /// Drops `Authorization`, `Cookie` and `Proxy-Authorization` when the redirect
     /// leaves the origin, so credentials never travel to another host; keeps the main
     /// document URL.
-    static func prepare(_ proposed: Request, from current: Request) -> Request {
+    package static func prepare(_ proposed: Request, from current: Request) -> Request {
         var next = proposed
         if !sameOrigin(current.url, next.url) {
             next.headerFields[.authorization] = nil
@@ -481,19 +457,19 @@ struct RedirectPolicy: Sendable {
 
 /// The cache step of a load, as a pure function of the request's cache policy and what
 /// the cache had (URLRequest.CachePolicy's meanings).
-enum CacheStep {
-    struct Lookup: Sendable {
+package enum CacheStep {
+    package struct Lookup: Sendable {
         /// The request's policy with `.useProtocolCachePolicy` resolved to the session's.
-        var policy: CachePolicy
+        package var policy: CachePolicy
         /// A stored response the handler calls cache-equivalent; nil without a cache.
-        var hit: CachedResponse?
-        init(policy: CachePolicy, hit: CachedResponse?) {
+        package var hit: CachedResponse?
+        package init(policy: CachePolicy, hit: CachedResponse?) {
             self.policy = policy
             self.hit = hit
         }
     }
 
-    enum Decision {
+    package enum Decision {
         /// Answer from the cache without a handler.
         case serve(CachedResponse)
         /// Start a handler, handing it `candidate` to revalidate or serve.
@@ -501,7 +477,7 @@ enum CacheStep {
         case fail(PorterError.Code, String)
     }
 
-    static func decide(_ lookup: Lookup) -> Decision {
+    package static func decide(_ lookup: Lookup) -> Decision {
         switch lookup.policy {
         case .reloadIgnoringLocalCacheData:
             return .load(candidate: nil)
@@ -522,16 +498,16 @@ enum CacheStep {
 /// it), and payloads set only now and then need not make every copy hundreds of bytes
 /// longer. Value semantics hold: a box is never changed, only replaced.
 @propertyWrapper
-struct OutOfLine<Value: Sendable>: Sendable {
+package struct OutOfLine<Value: Sendable>: Sendable {
     private final class Box: Sendable {
         let value: Value
-        init(_ value: Value) { self.value = value }
+        package init(_ value: Value) { self.value = value }
     }
     private var box: Box?
 
-    init(wrappedValue: Value?) { box = wrappedValue.map(Box.init) }
+    package init(wrappedValue: Value?) { box = wrappedValue.map(Box.init) }
 
-    var wrappedValue: Value? {
+    package var wrappedValue: Value? {
         get { box?.value }
         set { box = newValue.map(Box.init) }
     }

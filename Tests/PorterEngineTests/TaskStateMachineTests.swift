@@ -2,7 +2,7 @@ import Foundation
 import HTTPTypes
 import XCTest
 @testable import PorterCore
-@testable import PorterSession
+@testable import PorterEngine
 
 /// The task state machine on its own: events in, payload-carrying actions out.
 final class TaskStateMachineTests: XCTestCase {
