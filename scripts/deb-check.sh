@@ -25,7 +25,7 @@ cleanup() {
     if [ -n "$installed" ] && dpkg-query -W -f='${Status}' porter 2>/dev/null | grep -q 'ok installed'; then
         apt remove -y -qq porter >/dev/null 2>&1
     fi
-    rm -rf "$tmp"
+    rm -rf "$tmp" .build/deb-debug
 }
 trap cleanup EXIT
 

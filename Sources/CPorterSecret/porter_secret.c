@@ -398,6 +398,11 @@ porter_secret_status porter_secret_open(const char *address, unsigned timeout_ms
         if (message) *message = format("%s", unusable);
         return PORTER_SECRET_NO_LIBRARY;
     }
+    if (!porter_secret_service_get_type()) {
+        /* GType refused the name: another copy of this code registered it first. */
+        if (message) *message = format("cannot register the PorterSecretService type with GObject");
+        return PORTER_SECRET_NO_LIBRARY;
+    }
     if (timeout_ms == 0) timeout_ms = 1;
     deadline *d = deadline_start(timeout_ms);
     if (!d) return out_of_memory(message);
