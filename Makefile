@@ -1,11 +1,12 @@
 # Porter: `make demo` shows it working, `make test` runs every test, `make bench`
 # writes BENCHMARKS.md, `make fuzz` runs every libFuzzer harness for FUZZ_SECONDS (60)
 # (FUZZING.md). Each installs what is missing first. `make install` / `make uninstall`
-# (below) put porter, its helpers, plugins, header, man page and completions in PREFIX.
+# (below) put porter, its helpers, plugins, header, man page and completions in PREFIX;
+# `make deb` packages the same files for Debian.
 SWIFT ?= swift
 PORTER := .build/debug/porter
 
-.PHONY: deps build demo test bench fuzz clean install uninstall install-build docs
+.PHONY: deps build demo test bench fuzz clean install uninstall install-build docs deb
 FUZZ_SECONDS ?= 60
 
 deps:
@@ -108,3 +109,16 @@ uninstall:
 	@case "$(PREFIX)" in /*) ;; *) echo "PREFIX must be an absolute path" >&2; exit 1;; esac
 	rm -f $(addprefix $(ROOT)/,$(INSTALLED))
 	for d in $(OWN_DIRS); do if [ -d "$(ROOT)/$$d" ]; then rmdir --ignore-fail-on-non-empty "$(ROOT)/$$d"; fi; done
+
+# `make deb [CONFIG=release] [DEB_DIR=.build] [DEB_COMPRESSION=xz]`: DEB_DIR/porter_VERSION_ARCH.deb,
+# what `make install PREFIX=/usr` puts in place (built in CONFIG) plus the Swift runtime
+# it needs in /usr/lib/porter/swift and the DocC articles in /usr/share/doc/porter
+# (scripts/make-deb.sh says how). Install it with `apt install ./porter_*.deb`;
+# scripts/deb-check.sh (in `make test`) installs and removes one built from the debug build.
+DEB_DIR ?= .build
+DEB_COMPRESSION ?= xz
+DEB_STAGE = .build/deb-$(CONFIG)
+deb: deps
+	rm -rf $(DEB_STAGE)
+	$(MAKE) --no-print-directory install DESTDIR=$(abspath $(DEB_STAGE)) PREFIX=/usr CONFIG=$(CONFIG)
+	CONFIG=$(CONFIG) SWIFT=$(SWIFT) DEB_COMPRESSION=$(DEB_COMPRESSION) bash scripts/make-deb.sh $(DEB_STAGE) $(DEB_DIR)

@@ -82,9 +82,10 @@ let package = Package(
         .target(name: "PorterDatabase", dependencies: ["PorterCore", "PorterStorage", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
         .target(name: "PorterCache", dependencies: ["PorterCore", "PorterStorage", "PorterDatabase", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
         .target(name: "PorterCookies", dependencies: ["PorterCore", "PorterStorage", "PorterDatabase", "CPSL", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
-        // libsecret (Debian: libsecret-1-dev) and the C side of the Secret Service backend.
-        .systemLibrary(name: "CSecret", path: "Sources/CSecret", pkgConfig: "libsecret-1", providers: [.apt(["libsecret-1-dev"])]),
-        .target(name: "CPorterSecret", dependencies: ["CSecret"]),
+        // The C side of the Secret Service backend: it opens libsecret-1.so.0 with dlopen on
+        // first use (Debian: libsecret-1-0 at run time), so nothing here needs GLib's headers,
+        // its pkg-config flags, or maps it in a program that never touches the keyring.
+        .target(name: "CPorterSecret", exclude: ["secret_abi.h"]),
         .target(name: "PorterCredentials", dependencies: ["PorterCore", "PorterStorage", "CPorterSecret"], swiftSettings: strict),
         // libcurl, and the content codings Porter decodes itself: zlib, libbrotlidec, libzstd
         // (Debian: zlib1g-dev, libbrotli-dev, libzstd-dev).

@@ -2,7 +2,8 @@
 # The contract-only package (Tests/ContractOnly): a handler package that depends on
 # PorterCore alone. Checks that it builds, that only PorterCore and its two Swift
 # dependencies were compiled for it (no GRDB, no libcurl or libpsl shims), that the
-# program links none of SQLite, libpsl or libcurl, and that it runs its handler.
+# program links none of SQLite, libpsl or libcurl, that resolving Porter printed no
+# pkg-config warning, and that it runs its handler.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scratch=$PWD/.build/contract-only
@@ -13,6 +14,12 @@ if ! swift build --package-path Tests/ContractOnly --scratch-path "$scratch" --d
 fi
 bin=$(swift build --package-path Tests/ContractOnly --scratch-path "$scratch" --show-bin-path)
 status=0
+# Depending on Porter adds no warning to the dependent's build (libsecret's pkg-config
+# flags once printed "prohibited flag(s): -pthread" in every dependent package).
+if grep -i "warning: prohibited flag" "$scratch.log"; then
+    echo "contract-only: depending on Porter prints pkg-config warnings"
+    status=1
+fi
 compiled=$(cd "$bin" && for d in *.build; do
     if [ -n "$(find "$d" -name '*.o' -print -quit)" ]; then echo "${d%.build}"; fi
 done | sort | tr '\n' ' ')

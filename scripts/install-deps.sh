@@ -38,8 +38,10 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 [ -f /usr/include/sqlite3.h ] || need+=(libsqlite3-dev)
 [ -f /usr/include/libpsl.h ] || need+=(libpsl-dev)
 [ -f /usr/share/publicsuffix/public_suffix_list.dafsa ] || need+=(publicsuffix)   # the loader tests build small C plugins
-# Credentials in the Secret Service: libsecret to build against; a private session bus
-# (dbus-daemon), gnome-keyring-daemon, secret-tool and gdbus for the tests.
+# Credentials in the Secret Service: Porter opens libsecret-1.so.0 on first use (no
+# build dependency); libsecret-1-dev only for the test that checks Porter's own
+# declarations against its headers; a private session bus (dbus-daemon),
+# gnome-keyring-daemon, secret-tool (which brings libsecret-1-0) and gdbus for the tests.
 [ -f /usr/include/libsecret-1/libsecret/secret.h ] || need+=(libsecret-1-dev)
 { command -v dbus-daemon && command -v dbus-run-session; } >/dev/null 2>&1 || need+=(dbus-daemon)
 command -v gnome-keyring-daemon >/dev/null 2>&1 || need+=(gnome-keyring)
@@ -47,6 +49,8 @@ command -v secret-tool >/dev/null 2>&1 || need+=(libsecret-tools)
 command -v gdbus >/dev/null 2>&1 || need+=(libglib2.0-bin)
 # make install's check: pkg-config for the plugin header, man and groff for the man page.
 command -v pkg-config >/dev/null 2>&1 || need+=(pkgconf)
+# make deb: the packaged programs' RUNPATH is set to Porter's private Swift runtime.
+command -v patchelf >/dev/null 2>&1 || need+=(patchelf)
 command -v man >/dev/null 2>&1 || need+=(man-db)
 command -v groff >/dev/null 2>&1 || need+=(groff-base)
 

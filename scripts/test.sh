@@ -36,6 +36,11 @@ if [ "$contract_status" -eq 0 ]; then total=$((total + 1)); else total=$((total 
 install_status=0
 bash scripts/install-check.sh || install_status=$?
 total=$((total + 1)); [ "$install_status" -eq 0 ] || failed=$((failed + 1))
+# `make deb` from the debug build, `apt-get install ./porter_*.deb`, the installed porter
+# (plugins, man page, pkg-config, no toolchain needed), `apt-get remove` (one test).
+deb_status=0
+bash scripts/deb-check.sh || deb_status=$?
+total=$((total + 1)); [ "$deb_status" -eq 0 ] || failed=$((failed + 1))
 # Every ```swift block of README.md and of the DocC articles compiles against the
 # package, every ```c block against the plugin header (one test).
 snippets_status=0
@@ -48,4 +53,4 @@ FUZZ_SECONDS=${FUZZ_SMOKE_SECONDS:-3} bash scripts/fuzz.sh || fuzz_status=$?
 [ "$fuzz_status" -eq 0 ] || echo "test: a fuzz harness failed (see above)"
 
 echo "tests: $((total - failed)) passed, $failed failed"
-if [ "$status" -ne 0 ] || [ "$failed" -ne 0 ] || [ "$fuzz_status" -ne 0 ] || [ "$contract_status" -ne 0 ] || [ "$install_status" -ne 0 ] || [ "$snippets_status" -ne 0 ]; then exit 1; fi
+if [ "$status" -ne 0 ] || [ "$failed" -ne 0 ] || [ "$fuzz_status" -ne 0 ] || [ "$contract_status" -ne 0 ] || [ "$install_status" -ne 0 ] || [ "$deb_status" -ne 0 ] || [ "$snippets_status" -ne 0 ]; then exit 1; fi

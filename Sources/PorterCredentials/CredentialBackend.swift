@@ -87,6 +87,7 @@ enum BackendChoice {
         case .failure(let failure):
             switch failure.kind {
             case .noBus: return otherwise("the session bus \(address) cannot be reached (\(failure.message))")
+            case .noLibrary: return otherwise("no libsecret: \(failure.message)")
             case .noService: return otherwise("no org.freedesktop.secrets on the session bus \(address)")
             case .timedOut: return otherwise("org.freedesktop.secrets on \(address) did not answer in time (\(failure.message))")
             case .locked, .failed: return otherwise("org.freedesktop.secrets on \(address) failed: \(failure.message)")

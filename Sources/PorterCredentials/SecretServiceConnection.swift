@@ -3,13 +3,14 @@ import Foundation
 import PorterCore
 
 /// One connection to the Secret Service (org.freedesktop.secrets) on a D-Bus bus named
-/// by its address, through libsecret (the C side is CPorterSecret). Every call is
+/// by its address, through libsecret (the C side is CPorterSecret, which opens
+/// libsecret-1.so.0 with dlopen on the first `open`). Every call is
 /// bounded by `timeout` and never prompts. Calls are serialised here: the C side is not
 /// for concurrent use.
 final class SecretServiceConnection: @unchecked Sendable {
     /// Why a connection could not be made, or a call failed.
     struct Failure: Error, CustomStringConvertible {
-        enum Kind: Sendable { case noBus, noService, timedOut, locked, failed }
+        enum Kind: Sendable { case noBus, noService, timedOut, locked, failed, noLibrary }
         var kind: Kind
         var message: String
         var description: String { message }
@@ -25,6 +26,7 @@ final class SecretServiceConnection: @unchecked Sendable {
             case PORTER_SECRET_NO_SERVICE: kind = .noService
             case PORTER_SECRET_TIMED_OUT: kind = .timedOut
             case PORTER_SECRET_LOCKED: kind = .locked
+            case PORTER_SECRET_NO_LIBRARY: kind = .noLibrary
             default: kind = .failed
             }
             message = text.map { String(cString: $0) } ?? "the secret service failed (status \(status.rawValue))"
@@ -43,6 +45,7 @@ final class SecretServiceConnection: @unchecked Sendable {
             case .timedOut: return 3
             case .locked: return 4
             case .failed: return 5
+            case .noLibrary: return 6
             }
         }
     }

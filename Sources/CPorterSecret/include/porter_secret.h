@@ -1,7 +1,8 @@
 /*
  * Porter's credentials in the Secret Service (org.freedesktop.secrets), through
  * libsecret, on a D-Bus bus given by its address. The header names no GLib type, so
- * Swift imports it without GLib's headers.
+ * Swift imports it without GLib's headers; libsecret-1.so.0 itself is opened with
+ * dlopen() by the first porter_secret_open (nothing links GLib).
  *
  * Every call is bounded: it gives up after the connection's timeout (the D-Bus calls
  * are cancelled) and answers PORTER_SECRET_TIMED_OUT. No call ever shows a prompt: one
@@ -27,6 +28,8 @@ typedef enum {
     /* The collection is locked, or the service wanted to prompt and was not allowed to. */
     PORTER_SECRET_LOCKED = 4,
     PORTER_SECRET_FAILED = 5,
+    /* libsecret-1.so.0 (or a function of it or of its GLib) cannot be loaded. */
+    PORTER_SECRET_NO_LIBRARY = 6,
 } porter_secret_status;
 
 typedef enum {

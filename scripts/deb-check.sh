@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# The Debian package, installed and removed as a user would (one test in `make test`):
+# `make deb` from the debug build, `apt-get install ./porter_*.deb` on this machine,
+# then the installed porter (nothing of the build on its PATH): its version, a data:
+# URL, the installed sftp plugin loaded in a worker, the same with the Swift toolchain
+# hidden (the package's private runtime is enough), `man -w porter`, a C plugin built
+# with the installed pkg-config file, the docs; then `apt-get remove porter`, after which
+# every file the package installed is gone.
+# Built from the debug build (`make test` has made it) so the test costs no release
+# build; `make deb` alone packages a release build the same way. Needs root (apt-get).
+# Refuses to run over a porter installed by other means (it would overwrite and delete it).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+umask 022
+
+tmp=$(mktemp -d /tmp/porter-deb-XXXXXX)
+installed=
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); }
+bad() { failed=$((failed + 1)); echo "deb-check: FAIL: $*"; }
+contains() { grep -qF -- "$2" <<<"$1"; }
+apt() { DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 "$@"; }
+cleanup() {
+    if [ -n "$installed" ] && dpkg-query -W -f='${Status}' porter 2>/dev/null | grep -q 'ok installed'; then
+        apt remove -y -qq porter >/dev/null 2>&1
+    fi
+    rm -rf "$tmp" .build/deb-debug
+}
+trap cleanup EXIT
+
+if [ "$(id -u)" != 0 ]; then echo "deb-check: needs root (apt-get install)"; exit 1; fi
+
+if ! make -s deb CONFIG=debug DEB_DIR="$tmp" DEB_COMPRESSION=gzip >"$tmp/deb.log" 2>&1; then
+    tail -n 30 "$tmp/deb.log"
+    echo "deb-check: make deb failed"
+    exit 1
+fi
+deb=$(ls "$tmp"/porter_*.deb)
+version=$(dpkg-deb -f "$deb" Version)
+# What the package holds: its files (and links) and its folders.
+dpkg-deb -c "$deb" | awk '{ print substr($0, index($0, "./") + 1) }' | sed 's|/$||' | grep -v '^$' | LC_ALL=C sort >"$tmp/contents"
+files=$(dpkg-deb -c "$deb" | awk '$1 !~ /^d/ { print substr($0, index($0, "./") + 1) }' | LC_ALL=C sort)
+
+# Not over a porter of someone else's: a package of that name is ours to replace (a
+# run that died), but a file no package owns (make install PREFIX=/usr) is not.
+if dpkg-query -W -f='${Status}' porter 2>/dev/null | grep -q 'ok installed'; then
+    echo "deb-check: removing the porter package already installed ($(dpkg-query -W -f='${Version}' porter))"
+    apt remove -y -qq porter >/dev/null || { echo "deb-check: cannot remove the installed porter package"; exit 1; }
+fi
+for f in $files; do
+    if [ -e "$f" ] || [ -L "$f" ]; then echo "deb-check: $f exists and belongs to no porter package; not overwriting it"; exit 1; fi
+done
+
+# Install; on a machine whose package lists are empty or stale, refresh them first.
+installed=yes
+if ! apt install -y -qq "$deb" >"$tmp/apt.log" 2>&1; then
+    apt update -qq >>"$tmp/apt.log" 2>&1
+    if ! apt install -y -qq "$deb" >>"$tmp/apt.log" 2>&1; then
+        tail -n 30 "$tmp/apt.log"
+        echo "deb-check: apt-get install $deb failed"
+        exit 1
+    fi
+fi
+dpkg-query -W -f='${Status} ${Version}' porter | grep -qx "install ok installed $version" && ok \
+    || bad "dpkg does not list porter $version as installed"
+[ "$(dpkg -L porter | grep -v '^/\.$' | LC_ALL=C sort)" = "$(cat "$tmp/contents")" ] && ok \
+    || bad "dpkg -L porter differs from the package's contents"
+
+# The installed porter, as a user runs it: from PATH, a home of its own.
+mkdir -p "$tmp/home"
+run() { env -i HOME="$tmp/home" PATH=/usr/bin:/bin "$@"; }
+[ "$(run porter --version 2>&1)" = "$version" ] && ok || bad "porter --version: $(run porter --version 2>&1)"
+[ "$(run porter data:,hello 2>&1)" = "hello" ] && ok || bad "porter data:,hello: $(run porter data:,hello 2>&1)"
+listing=$(run porter plugins 2>&1)
+contains "$listing" "loaded  /usr/lib/porter/plugins/libPorterSFTPPlugin.so" && contains "$listing" "mode: isolated" && ok \
+    || bad "porter plugins did not load the installed sftp plugin in a worker: $listing"
+page=$(run man -w porter 2>&1)
+[ "$page" = /usr/share/man/man1/porter.1.gz ] && ok || bad "man -w porter: $page"
+rendered=$(run env MANWIDTH=100 man porter 2>/dev/null)
+contains "$rendered" "SYNOPSIS" && ok || bad "man porter does not render"
+for doc in README.md UserGuide.md MigratingFromURLSession.md WritingPlugins.md copyright; do
+    [ -s "/usr/share/doc/porter/$doc" ] && ok || bad "/usr/share/doc/porter/$doc is missing"
+done
+grep -qx 'ExecStart=/usr/bin/porterd' /usr/lib/systemd/user/porterd.service && ok || bad "porterd.service does not start /usr/bin/porterd"
+bash -c '. /usr/share/bash-completion/completions/porter && complete -p porter' >/dev/null 2>&1 && ok \
+    || bad "the bash completion does not register porter"
+
+# No library from the Swift toolchain: with its runtime folder hidden (an empty tmpfs
+# over it, in a mount namespace of this check only) porter and its sftp plugin still run.
+runtime=$(swift -print-target-info | python3 -c 'import json, sys; print(json.load(sys.stdin)["paths"]["runtimeLibraryPaths"][0])')
+toolchain=$(for f in /usr/bin/porter /usr/bin/porterd /usr/bin/porter-plugin-worker /usr/lib/porter/plugins/*.so; do ldd "$f"; done \
+    | grep -F -e "$runtime" -e "not found")
+[ -z "$toolchain" ] && ok || bad "installed files load from the toolchain: $toolchain"
+hidden=$(run unshare -m sh -c 'mount -t tmpfs none "$0" && porter data:,alone && porter plugins' "$runtime" 2>&1)
+contains "$hidden" "alone" && contains "$hidden" "loaded  /usr/lib/porter/plugins/libPorterSFTPPlugin.so" && ok \
+    || bad "without the toolchain's runtime folder: $hidden"
+
+# pkg-config and the installed header: a C plugin built with them loads.
+cflags=$(run pkg-config --cflags porter-plugin 2>&1 | sed 's/ *$//')
+[ "$cflags" = "-I/usr/include/porter" ] && ok || bad "pkg-config --cflags porter-plugin: $cflags"
+cat >"$tmp/tiny.c" <<'EOF'
+#include <porter_plugin.h>
+#include <string.h>
+
+static const porter_host *host;
+
+static int32_t start(void *context, const porter_request *request, porter_client *client, void **load,
+                     char *error, size_t capacity) {
+    (void)context; (void)error; (void)capacity;
+    porter_response response = { sizeof response, NULL, "text/plain", "utf-8", -1, -1, NULL, 0, -1, NULL };
+    host->did_receive_response(client, &response);
+    host->did_load_data(client, "tiny: ", 6);
+    host->did_load_data(client, request->url, strlen(request->url));
+    host->did_finish(client);
+    *load = NULL;
+    return 0;
+}
+static void nothing(void *load) { (void)load; }
+
+static const porter_handler_vtable handler = { sizeof handler, NULL, start, nothing, nothing, NULL, NULL };
+static const porter_scheme schemes[] = { { "tiny", 0 } };
+static const porter_plugin_descriptor descriptor = {
+    sizeof descriptor, PORTER_PLUGIN_ABI_MAJOR, PORTER_PLUGIN_ABI_MINOR, "tiny", "1.0",
+    schemes, 1, &handler, NULL, NULL, 0, NULL, 0 };
+
+int32_t porter_plugin_entry(const porter_host *h, const porter_plugin_descriptor **out, char *error, size_t capacity) {
+    (void)error; (void)capacity;
+    host = h;
+    *out = &descriptor;
+    return 0;
+}
+EOF
+mkdir -p "$tmp/plugins"
+# shellcheck disable=SC2086 # the flags are words
+if run cc -shared -fPIC -Wall -Wextra -Werror $cflags -o "$tmp/plugins/libtiny.so" "$tmp/tiny.c" >"$tmp/cc.log" 2>&1; then ok; else
+    bad "a C plugin does not compile with pkg-config's flags: $(cat "$tmp/cc.log")"; fi
+chmod 755 "$tmp" "$tmp/plugins"
+tiny=$(run porter --plugin-path "$tmp/plugins" -sS tiny://x/y 2>&1)
+[ "$tiny" = "tiny: tiny://x/y" ] && ok || bad "the C plugin built against the installed header: $tiny"
+
+# Remove: every file the package installed is gone, and Porter's own folders with them.
+if apt remove -y -qq porter >"$tmp/remove.log" 2>&1; then ok; else bad "apt-get remove porter: $(tail -n 5 "$tmp/remove.log")"; fi
+installed=
+left=$(for f in $files; do if [ -e "$f" ] || [ -L "$f" ]; then echo "$f"; fi; done)
+[ -z "$left" ] && ok || bad "left after apt-get remove: $left"
+for d in /usr/lib/porter /usr/include/porter /usr/share/doc/porter; do [ ! -e "$d" ] && ok || bad "$d is left"; done
+dpkg-query -W -f='${Status}' porter 2>/dev/null | grep -q 'ok installed' && bad "dpkg still lists porter" || ok
+[ -z "$(command -v porter)" ] || [ "$(command -v porter)" != /usr/bin/porter ] && ok || bad "porter is still on PATH"
+
+echo "deb-check: $passed checks passed, $failed failed"
+[ "$failed" = 0 ]
