@@ -11,8 +11,10 @@ import PorterCurl
 ///   GET and 303 turns anything but HEAD into GET (dropping the body); 307/308 keep the
 ///   method and body.
 /// - A 401 or 407 with a challenge header becomes an `AuthenticationChallenge`
-///   (Basic, Digest, NTLM, Negotiate); a credential retries the request with it, and
-///   default handling delivers the 401/407 as the response.
+///   for the strongest scheme offered (Negotiate, NTLM, Digest, Basic; a rejected space
+///   brings the next); a credential retries the request with it, Negotiate's default
+///   handling uses the user's Kerberos tickets, and otherwise default handling
+///   delivers the 401/407 as the response.
 /// - TLS is verified against the system CAs or `caCertificateFile`; `expectedContentLength`
 ///   is the Content-Length as sent (the *encoded* length when libcurl decodes gzip,
 ///   deflate or br for you), -1 when absent.

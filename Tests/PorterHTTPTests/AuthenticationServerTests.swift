@@ -1,6 +1,7 @@
 import XCTest
 import PorterTestSupport
 @testable import Porter
+@testable import PorterHTTP
 
 /// A delegate that records every challenge and answers with `policy`.
 final class ChallengeRecorder: TaskDelegate, @unchecked Sendable {
@@ -284,5 +285,22 @@ final class ProxyAuthenticationTests: XCTestCase {
         let handshake = ntlmProxy.requests.filter { $0[1] != "0" }
         XCTAssertEqual(handshake.map { $0[1] + "-" + $0[2] }, ["1-407", "3-200"], "\(ntlmProxy.requests)")
         XCTAssertEqual(Set(handshake.map { $0[0] }).count, 1, "one connection: \(ntlmProxy.requests)")
+    }
+}
+
+/// The challenge parser on what real servers send: several fields, several challenges in
+/// one field, commas and escaped quotes inside quoted parameters.
+final class ChallengeParsingTests: XCTestCase {
+    func testSeveralChallengesStrongestFirst() {
+        let parsed = HTTPHandler.parseChallenges([
+            #"Basic realm="porter-basic""#,
+            #"Digest realm="a, \"quoted\" realm", nonce="x,y", qop="auth", Negotiate"#,
+            "NTLM", "Bearer", #"Basic realm="second""#,
+        ])
+        XCTAssertEqual(parsed.map(\.0), [.negotiate, .ntlm, .httpDigest, .httpBasic, .custom("bearer")])
+        XCTAssertEqual(parsed.map(\.1), [nil, nil, #"a, "quoted" realm"#, "porter-basic", nil])
+        // A token68 (a server's Negotiate answer) is not a parameter.
+        XCTAssertEqual(HTTPHandler.parseChallenges(["Negotiate oYG2MIGzoAMKAQChCw=="]).map(\.0), [.negotiate])
+        XCTAssertEqual(HTTPHandler.parseChallenge("basic realm=plain").1, "plain")
     }
 }
