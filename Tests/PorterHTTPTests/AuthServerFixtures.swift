@@ -93,6 +93,7 @@ final class KerberosRealm: @unchecked Sendable {
     func stop() {
         stopDaemon(pid, signal: SIGTERM)
         try? FileManager.default.removeItem(atPath: dir)
+        for name in ["KRB5_CONFIG", "KRB5_KDC_PROFILE", "KRB5CCNAME"] { unsetenv(name) }
     }
 }
 
