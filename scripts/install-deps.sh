@@ -22,6 +22,15 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 [ -x /usr/bin/tinyproxy ] || need+=(tinyproxy)
 [ -x /usr/sbin/danted ] || need+=(dante-server)
 [ -x /usr/sbin/lighttpd ] || need+=(lighttpd)
+# Authentication against real servers: MIT Kerberos's KDC (krb5kdc, kdb5_util),
+# kadmin.local and kinit for a test realm; Apache with mod_auth_gssapi (Negotiate);
+# squid (a proxy asking for Negotiate, Digest and Basic).
+[ -x /usr/sbin/krb5kdc ] || need+=(krb5-kdc)
+[ -x /usr/sbin/kadmin.local ] || need+=(krb5-admin-server)
+[ -x /usr/bin/kinit ] || need+=(krb5-user)
+[ -x /usr/sbin/apache2 ] || need+=(apache2-bin)
+[ -f /usr/lib/apache2/modules/mod_auth_gssapi.so ] || need+=(libapache2-mod-auth-gssapi)
+[ -x /usr/sbin/squid ] || need+=(squid)
 # Plugins: event hooks on libffi, the sftp plugin on libssh2, OpenSSH's sshd to test it.
 [ -f /usr/include/x86_64-linux-gnu/ffi.h ] || [ -f /usr/include/ffi.h ] || need+=(libffi-dev)
 [ -f /usr/include/libssh2.h ] || need+=(libssh2-1-dev)
@@ -79,11 +88,12 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 # pyftpdlib for the FTP tests, in a venv under .build (Debian's python3-pyftpdlib 1.5.7
-# breaks FTPS downloads with this libcurl); `websockets` for the WebSocket tests.
+# breaks FTPS downloads with this libcurl); `websockets` for the WebSocket tests;
+# pyspnego for the NTLM acceptor of the authentication tests (ntlmserver.py).
 venv="$(dirname "$0")/../.build/ftp-venv"
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import pyftpdlib, OpenSSL, websockets' 2>/dev/null; then
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import pyftpdlib, OpenSSL, websockets, spnego' 2>/dev/null; then
     echo "install-deps: making the pyftpdlib venv"
     mkdir -p "$(dirname "$venv")"
     python3 -m venv "$venv"
-    "$venv/bin/pip" install -q pyftpdlib pyopenssl websockets
+    "$venv/bin/pip" install -q pyftpdlib pyopenssl websockets pyspnego
 fi
