@@ -27,7 +27,10 @@ extension WebSocketDelegate {
 /// answered, and a server that breaks the protocol gets the close code the RFC names
 /// (1002, 1007, 1009) and the task fails. Not supported: extensions (permessage-deflate
 /// is not offered), redirects and authentication challenges in the handshake.
-public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
+///
+/// It is one of the session's tasks (`Session.allTasks`) until it ends; `suspend()` does
+/// nothing.
+public final class WebSocketTask: SessionTask, @unchecked Sendable {
     public enum Message: Sendable, Equatable {
         case data(Data)
         case string(String)
@@ -62,8 +65,6 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
         }
     }
 
-    public let taskIdentifier: Int
-    public let originalRequest: Request
     /// The largest message `receive()` accepts (1 MiB, as URLSession); a larger one
     /// fails the task with close code 1009. A change applies from the next frame read.
     public var maximumMessageSize: Int {
@@ -72,15 +73,9 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     }
     /// The cap on `maximumMessageSize` (2 GiB - 1): `.max` means "as large as allowed".
     public static let largestMessageSize = Int(Int32.max)
-    public var taskDescription: String? {
-        get { lock.withLock { $0.description } }
-        set { lock.withLock { $0.description = newValue } }
-    }
-
     private struct Shared {
         var state = TaskState.suspended
         var maximumMessageSize = 1 << 20
-        var description: String?
         var closeCode = CloseCode.invalid
         var closeReason: Data?
         var error: PorterError?
@@ -88,8 +83,7 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
         var agreedProtocol: String?
     }
     private let lock = Locked(Shared())
-    private let session: Session?
-    private let delegate: (any WebSocketDelegate)?
+    private let socketDelegate: (any WebSocketDelegate)?
     private let protocols: [String]
     private let queue = DispatchQueue(label: "porter.websocket")
 
@@ -119,28 +113,26 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     init(session: Session, identifier: Int, request: Request, protocols: [String], delegate: (any WebSocketDelegate)?,
          invalidated: Bool = false) {
         self.invalidatedAtCreation = invalidated
-        self.session = session
-        self.taskIdentifier = identifier
-        self.originalRequest = request
         self.protocols = protocols
-        self.delegate = delegate
+        self.socketDelegate = delegate
+        super.init(session: session, identifier: identifier, connectionRequest: request)
     }
 
-    public var description: String { "WebSocketTask \(taskIdentifier) \(originalRequest.url.absoluteString) \(state)" }
-    public var state: TaskState { lock.withLock { $0.state } }
+    public override var description: String { "WebSocketTask \(taskIdentifier) \(originalRequest.url.absoluteString) \(state)" }
+    public override var state: TaskState { lock.withLock { $0.state } }
     /// The close code: the server's, or the one the task closed with; `.invalid` while open.
     public var closeCode: CloseCode { lock.withLock { $0.closeCode } }
     public var closeReason: Data? { lock.withLock { $0.closeReason } }
     /// Why the task failed, once it has (nil after a clean close).
-    public var error: PorterError? { lock.withLock { $0.error } }
+    public override var error: PorterError? { lock.withLock { $0.error } }
     /// The server's handshake answer (101, or the status that refused the upgrade).
-    public var response: Response? { lock.withLock { $0.response } }
+    public override var response: Response? { lock.withLock { $0.response } }
     /// The subprotocol the server chose among those offered, once open.
     public var agreedProtocol: String? { lock.withLock { $0.agreedProtocol } }
 
     // MARK: - API
 
-    public func resume() {
+    public override func resume() {
         let start = lock.withLock { s -> Bool in
             guard s.state == .suspended else { return false }
             s.state = .running
@@ -152,7 +144,8 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
 
     /// Ends the connection at once, without a close handshake; outstanding calls fail
     /// with `.cancelled`.
-    public func cancel() {
+    public override func cancel() {
+        cancelRequested.store(true, ordering: .releasing)
         queue.async { self.finish(PorterError(.cancelled, "the WebSocket task was cancelled", url: self.originalRequest.url), code: nil) }
     }
 
@@ -226,9 +219,10 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
         }
     }
 
-    private func deliver(_ work: @escaping @Sendable () -> Void) {
-        if let session { session.deliver(work) } else { DispatchQueue.global().async(execute: work) }
-    }
+    /// A WebSocket is not suspended: nothing happens.
+    public override func suspend() {}
+
+    private func deliver(_ work: @escaping @Sendable () -> Void) { session.deliver(work) }
 
     private func notOpen() -> PorterError {
         if let error = lock.withLock({ $0.error }) { return error }
@@ -265,7 +259,6 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
         guard protocols.allSatisfy(HTTPSyntax.isToken) else {
             return finish(PorterError(.unsupportedConfiguration, "a subprotocol name must be a token (letters, digits and !#$%&'*+-.^_`|~)", url: url), code: nil)
         }
-        guard let session else { return finish(PorterError(.sessionInvalidated, "the session is gone", url: url), code: nil) }
         let port = url.port ?? (secure ? 443 : 80)
         maximumSizes()
         guard let stream = session.openStream(to: ByteStreamTarget(host: host, port: port, secure: secure),
@@ -291,7 +284,7 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     }
 
     private func sendHandshake(host: String, port: Int, secure: Bool) {
-        guard let stream, let session else { return }
+        guard let stream else { return }
         var nonce = [UInt8](repeating: 0, count: 16)
         var rng = SystemRandomNumberGenerator()
         for i in nonce.indices { nonce[i] = rng.next() }
@@ -384,7 +377,7 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
             var response = Response(url: url, mimeType: nil, expectedContentLength: -1, statusCode: parsed.status, headerFields: fields)
             response.statusLine = "HTTP/1.1 \(parsed.status) \(parsed.reason)"
             lock.withLock { $0.response = response }
-            if let store = session?.configuration.cookieStore, session?.configuration.httpShouldSetCookies == true {
+            if let store = session.configuration.cookieStore, session.configuration.httpShouldSetCookies {
                 let setCookies = parsed.values("Set-Cookie")
                 if !setCookies.isEmpty { store.storeCookies(fromHeaders: setCookies, for: cookieURL, mainDocumentURL: nil) }
             }
@@ -396,7 +389,7 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
             lock.withLock { $0.agreedProtocol = agreed }
             phase = .open
             openTimer?.cancel()
-            if let delegate { deliver { delegate.webSocketTask(self, didOpenWithProtocol: agreed) } }
+            if let delegate = socketDelegate { deliver { delegate.webSocketTask(self, didOpenWithProtocol: agreed) } }
             let sends = waitingSends
             waitingSends = []
             for (frame, done) in sends { write(frame, done) }
@@ -605,7 +598,7 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     /// the connect and the handshake together, as URLSession's.
     private func armOpenTimer() {
         let limit = originalRequest.timeoutInterval > 0 ? originalRequest.timeoutInterval
-            : (session?.configuration.timeoutIntervalForRequest ?? 60)
+            : session.configuration.timeoutIntervalForRequest
         let timer = DispatchWorkItem { [weak self] in
             guard let self, self.phase == .connecting || self.phase == .handshaking else { return }
             self.finish(PorterError(.timedOut, "the WebSocket did not open within \(limit) s", url: self.originalRequest.url), code: nil)
@@ -658,7 +651,7 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
         pongHandlers = []
         for p in pongs { deliver { p.done(failure) } }
         serveReceivers()
-        if let delegate {
+        if let delegate = socketDelegate {
             if closeCode != .invalid { deliver { delegate.webSocketTask(self, didCloseWith: closeCode, reason: reason) } }
             let ended = lock.withLock { $0.error }
             deliver { delegate.webSocketTask(self, didCompleteWithError: ended) }
