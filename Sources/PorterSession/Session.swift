@@ -115,13 +115,10 @@ public final class Session: @unchecked Sendable {
     }
     private let roles: Locked<Roles>
 
-    /// Tasks not yet completed: data, upload and download tasks, and stream and
-    /// WebSocket tasks (from their creation until they end).
+    /// Tasks not yet completed.
     public var allTasks: [SessionTask] {
         if let background { return background.allTasks }
-        let tasks = state.withLock { Array($0.tasks.values) }
-        let connections = connectionTasks.withLock { $0.values.compactMap(\.task) }.filter { $0.state != .completed }
-        return (tasks + connections).sorted { $0.taskIdentifier < $1.taskIdentifier }
+        return state.withLock { Array($0.tasks.values) }.sorted { $0.taskIdentifier < $1.taskIdentifier }
     }
 
     /// The session's tasks, as `allTasks` (URLSession's spelling). For a background
@@ -175,16 +172,15 @@ public final class Session: @unchecked Sendable {
         }
     }
 
-    /// Stream and WebSocket tasks, held weakly (a task nobody holds has closed its
-    /// connection), for `allTasks` and `invalidateAndCancel`.
+    /// Stream and WebSocket tasks, held weakly, for `invalidateAndCancel`.
     struct WeakConnectionTask {
-        weak var task: SessionTask?
+        weak var task: (any ConnectionTask)?
     }
     let connectionTasks = Locked([Int: WeakConnectionTask]())
 
-    func track(_ task: SessionTask, identifier: Int) {
+    func track(_ task: any ConnectionTask, identifier: Int) {
         connectionTasks.withLock { tasks in
-            tasks = tasks.filter { $0.value.task.map { $0.state != .completed } ?? false }
+            tasks = tasks.filter { $0.value.task != nil }
             tasks[identifier] = WeakConnectionTask(task: task)
         }
     }

@@ -18,8 +18,7 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
     public let taskIdentifier: Int
     public let originalRequest: Request
     /// Set in every initialiser (phase two, as it needs `self`) of a task that runs in
-    /// this process; never changes after. Nil for a background session's task and for a
-    /// stream or WebSocket task (`init(session:identifier:connectionRequest:)`).
+    /// this process; never changes after. Nil for a background session's task.
     private(set) var driver: TaskDriver!
     /// A background session's task runs in porterd: controls go there.
     let remote: BackgroundLink?
@@ -74,17 +73,6 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
         apply(snapshot)
     }
 
-    /// A task on a connection of its own (`StreamTask`, `WebSocketTask`): no driver and
-    /// no porterd; the subclass runs its own life and overrides the controls (`resume`,
-    /// `suspend`, `cancel`) and the state it reports.
-    init(session: Session, identifier: Int, connectionRequest request: Request) {
-        self.session = session
-        self.taskIdentifier = identifier
-        self.originalRequest = request
-        self.remote = nil
-        self.driver = nil
-    }
-
     /// Takes porterd's view of the task (background sessions).
     func apply(_ snapshot: BackgroundTaskSnapshot) {
         info.withLock {
@@ -135,7 +123,7 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
             remote?.schedule(taskIdentifier, priority: priority, earliestBegin: newValue)
         }
     }
-    public var state: TaskState { info.withLock { $0.detachedState } ?? driver?.state ?? .completed }
+    public var state: TaskState { info.withLock { $0.detachedState } ?? driver.state }
     /// The request being loaded now (after redirects).
     public var currentRequest: Request? { info.withLock { $0.currentRequest } ?? originalRequest }
     public var response: Response? { info.withLock { $0.response } }
@@ -182,16 +170,16 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
 
     public func resume() {
         if let remote { return remote.control(taskIdentifier, .resume) }
-        driver?.send(.resume)
+        driver.send(.resume)
     }
     public func suspend() {
         if let remote { return remote.control(taskIdentifier, .suspend) }
-        driver?.send(.suspend)
+        driver.send(.suspend)
     }
     public func cancel() {
         cancelRequested.store(true, ordering: .releasing)
         if let remote { return remote.control(taskIdentifier, .cancel) }
-        driver?.send(.cancel(producingResumeData: false))
+        driver.send(.cancel(producingResumeData: false))
     }
 
     /// Set by `cancel()` before it returns: progress and data callbacks already queued

@@ -9,11 +9,15 @@ import PorterCore
 /// so it goes through the session's proxy (as a CONNECT tunnel) and address overrides,
 /// and `startSecureConnection()` verifies the server with the session's trust settings.
 /// Completion handlers run on the session's delegate queue.
-/// It is one of the session's tasks (`Session.allTasks`) until it ends; `suspend()` does
-/// nothing, and its `originalRequest` names the target as `tcp://host:port`.
-public final class StreamTask: SessionTask, @unchecked Sendable {
+public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
+    public let taskIdentifier: Int
     public let host: String
     public let port: Int
+    public var taskDescription: String? {
+        get { lock.withLock { $0.description } }
+        set { lock.withLock { $0.description = newValue } }
+    }
+    private let session: Session?
     private let stream: (any ByteStream)?
     private let queue = DispatchQueue(label: "porter.stream-task")
 
@@ -27,6 +31,7 @@ public final class StreamTask: SessionTask, @unchecked Sendable {
     private struct State {
         var state = TaskState.suspended
         var error: PorterError?
+        var description: String?
     }
     private let lock = Locked(State())
     // queue only:
@@ -40,29 +45,21 @@ public final class StreamTask: SessionTask, @unchecked Sendable {
     private let startError: PorterError?
 
     init(session: Session, identifier: Int, host: String, port: Int, stream: (any ByteStream)?, startError: PorterError? = nil) {
+        self.session = session
+        self.taskIdentifier = identifier
         self.host = host
         self.port = port
         self.stream = stream
         self.startError = startError
-        super.init(session: session, identifier: identifier, connectionRequest: Request(url: StreamTask.url(host: host, port: port)))
     }
 
-    /// `tcp://host:port`, or `tcp:` for a name no URL can hold.
-    private static func url(host: String, port: Int) -> URL {
-        var c = URLComponents()
-        c.scheme = "tcp"
-        c.host = host.contains(":") ? "[\(host)]" : host
-        if (0...65535).contains(port) { c.port = port }
-        return c.url ?? URL(fileURLWithPath: "/")
-    }
-
-    public override var state: TaskState { lock.withLock { $0.state } }
+    public var state: TaskState { lock.withLock { $0.state } }
     /// Why the connection failed or ended, once it has.
-    public override var error: PorterError? { lock.withLock { $0.error } }
-    public override var description: String { "StreamTask \(taskIdentifier) \(host):\(port) \(state)" }
+    public var error: PorterError? { lock.withLock { $0.error } }
+    public var description: String { "StreamTask \(taskIdentifier) \(host):\(port) \(state)" }
 
     /// Connects. A task that fails to connect fails every read and write it was asked.
-    public override func resume() {
+    public func resume() {
         let start = lock.withLock { s -> Bool in
             guard s.state == .suspended else { return false }
             s.state = .running
@@ -79,8 +76,7 @@ public final class StreamTask: SessionTask, @unchecked Sendable {
     }
 
     /// Closes the connection at once: outstanding reads and writes fail with `.cancelled`.
-    public override func cancel() {
-        cancelRequested.store(true, ordering: .releasing)
+    public func cancel() {
         let was = lock.withLock { s -> TaskState in
             let was = s.state
             if s.state != .completed {
@@ -196,10 +192,9 @@ public final class StreamTask: SessionTask, @unchecked Sendable {
 
     // MARK: queue only
 
-    /// A stream is not suspended: nothing happens.
-    public override func suspend() {}
-
-    private func deliver(_ work: @escaping @Sendable () -> Void) { session.deliver(work) }
+    private func deliver(_ work: @escaping @Sendable () -> Void) {
+        if let session { session.deliver(work) } else { DispatchQueue.global().async(execute: work) }
+    }
 
     private func fail(_ error: PorterError) {
         lock.withLock { s in
@@ -257,6 +252,15 @@ public final class StreamTask: SessionTask, @unchecked Sendable {
         }
     }
 }
+
+/// A task on a connection of its own (stream, WebSocket), which a session's
+/// `invalidateAndCancel()` cancels.
+protocol ConnectionTask: AnyObject, Sendable {
+    func cancel()
+}
+
+extension StreamTask: ConnectionTask {}
+extension WebSocketTask: ConnectionTask {}
 
 /// True for the first caller only (a completion raced by its timeout).
 final class Once: @unchecked Sendable {

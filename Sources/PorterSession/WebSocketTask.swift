@@ -27,10 +27,7 @@ extension WebSocketDelegate {
 /// answered, and a server that breaks the protocol gets the close code the RFC names
 /// (1002, 1007, 1009) and the task fails. Not supported: extensions (permessage-deflate
 /// is not offered), redirects and authentication challenges in the handshake.
-///
-/// It is one of the session's tasks (`Session.allTasks`) until it ends; `suspend()` does
-/// nothing.
-public final class WebSocketTask: SessionTask, @unchecked Sendable {
+public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     public enum Message: Sendable, Equatable {
         case data(Data)
         case string(String)
@@ -65,6 +62,8 @@ public final class WebSocketTask: SessionTask, @unchecked Sendable {
         }
     }
 
+    public let taskIdentifier: Int
+    public let originalRequest: Request
     /// The largest message `receive()` accepts (1 MiB, as URLSession); a larger one
     /// fails the task with close code 1009. A change applies from the next frame read.
     public var maximumMessageSize: Int {
@@ -73,9 +72,15 @@ public final class WebSocketTask: SessionTask, @unchecked Sendable {
     }
     /// The cap on `maximumMessageSize` (2 GiB - 1): `.max` means "as large as allowed".
     public static let largestMessageSize = Int(Int32.max)
+    public var taskDescription: String? {
+        get { lock.withLock { $0.description } }
+        set { lock.withLock { $0.description = newValue } }
+    }
+
     private struct Shared {
         var state = TaskState.suspended
         var maximumMessageSize = 1 << 20
+        var description: String?
         var closeCode = CloseCode.invalid
         var closeReason: Data?
         var error: PorterError?
@@ -83,7 +88,8 @@ public final class WebSocketTask: SessionTask, @unchecked Sendable {
         var agreedProtocol: String?
     }
     private let lock = Locked(Shared())
-    private let socketDelegate: (any WebSocketDelegate)?
+    private let session: Session?
+    private let delegate: (any WebSocketDelegate)?
     private let protocols: [String]
     private let queue = DispatchQueue(label: "porter.websocket")
 
@@ -113,26 +119,28 @@ public final class WebSocketTask: SessionTask, @unchecked Sendable {
     init(session: Session, identifier: Int, request: Request, protocols: [String], delegate: (any WebSocketDelegate)?,
          invalidated: Bool = false) {
         self.invalidatedAtCreation = invalidated
+        self.session = session
+        self.taskIdentifier = identifier
+        self.originalRequest = request
         self.protocols = protocols
-        self.socketDelegate = delegate
-        super.init(session: session, identifier: identifier, connectionRequest: request)
+        self.delegate = delegate
     }
 
-    public override var description: String { "WebSocketTask \(taskIdentifier) \(originalRequest.url.absoluteString) \(state)" }
-    public override var state: TaskState { lock.withLock { $0.state } }
+    public var description: String { "WebSocketTask \(taskIdentifier) \(originalRequest.url.absoluteString) \(state)" }
+    public var state: TaskState { lock.withLock { $0.state } }
     /// The close code: the server's, or the one the task closed with; `.invalid` while open.
     public var closeCode: CloseCode { lock.withLock { $0.closeCode } }
     public var closeReason: Data? { lock.withLock { $0.closeReason } }
     /// Why the task failed, once it has (nil after a clean close).
-    public override var error: PorterError? { lock.withLock { $0.error } }
+    public var error: PorterError? { lock.withLock { $0.error } }
     /// The server's handshake answer (101, or the status that refused the upgrade).
-    public override var response: Response? { lock.withLock { $0.response } }
+    public var response: Response? { lock.withLock { $0.response } }
     /// The subprotocol the server chose among those offered, once open.
     public var agreedProtocol: String? { lock.withLock { $0.agreedProtocol } }
 
     // MARK: - API
 
-    public override func resume() {
+    public func resume() {
         let start = lock.withLock { s -> Bool in
             guard s.state == .suspended else { return false }
             s.state = .running
@@ -144,8 +152,7 @@ public final class WebSocketTask: SessionTask, @unchecked Sendable {
 
     /// Ends the connection at once, without a close handshake; outstanding calls fail
     /// with `.cancelled`.
-    public override func cancel() {
-        cancelRequested.store(true, ordering: .releasing)
+    public func cancel() {
         queue.async { self.finish(PorterError(.cancelled, "the WebSocket task was cancelled", url: self.originalRequest.url), code: nil) }
     }
 
@@ -219,10 +226,9 @@ public final class WebSocketTask: SessionTask, @unchecked Sendable {
         }
     }
 
-    /// A WebSocket is not suspended: nothing happens.
-    public override func suspend() {}
-
-    private func deliver(_ work: @escaping @Sendable () -> Void) { session.deliver(work) }
+    private func deliver(_ work: @escaping @Sendable () -> Void) {
+        if let session { session.deliver(work) } else { DispatchQueue.global().async(execute: work) }
+    }
 
     private func notOpen() -> PorterError {
         if let error = lock.withLock({ $0.error }) { return error }
@@ -259,6 +265,7 @@ public final class WebSocketTask: SessionTask, @unchecked Sendable {
         guard protocols.allSatisfy(HTTPSyntax.isToken) else {
             return finish(PorterError(.unsupportedConfiguration, "a subprotocol name must be a token (letters, digits and !#$%&'*+-.^_`|~)", url: url), code: nil)
         }
+        guard let session else { return finish(PorterError(.sessionInvalidated, "the session is gone", url: url), code: nil) }
         let port = url.port ?? (secure ? 443 : 80)
         maximumSizes()
         guard let stream = session.openStream(to: ByteStreamTarget(host: host, port: port, secure: secure),
@@ -284,7 +291,7 @@ public final class WebSocketTask: SessionTask, @unchecked Sendable {
     }
 
     private func sendHandshake(host: String, port: Int, secure: Bool) {
-        guard let stream else { return }
+        guard let stream, let session else { return }
         var nonce = [UInt8](repeating: 0, count: 16)
         var rng = SystemRandomNumberGenerator()
         for i in nonce.indices { nonce[i] = rng.next() }
@@ -377,7 +384,7 @@ public final class WebSocketTask: SessionTask, @unchecked Sendable {
             var response = Response(url: url, mimeType: nil, expectedContentLength: -1, statusCode: parsed.status, headerFields: fields)
             response.statusLine = "HTTP/1.1 \(parsed.status) \(parsed.reason)"
             lock.withLock { $0.response = response }
-            if let store = session.configuration.cookieStore, session.configuration.httpShouldSetCookies {
+            if let store = session?.configuration.cookieStore, session?.configuration.httpShouldSetCookies == true {
                 let setCookies = parsed.values("Set-Cookie")
                 if !setCookies.isEmpty { store.storeCookies(fromHeaders: setCookies, for: cookieURL, mainDocumentURL: nil) }
             }
@@ -389,7 +396,7 @@ public final class WebSocketTask: SessionTask, @unchecked Sendable {
             lock.withLock { $0.agreedProtocol = agreed }
             phase = .open
             openTimer?.cancel()
-            if let delegate = socketDelegate { deliver { delegate.webSocketTask(self, didOpenWithProtocol: agreed) } }
+            if let delegate { deliver { delegate.webSocketTask(self, didOpenWithProtocol: agreed) } }
             let sends = waitingSends
             waitingSends = []
             for (frame, done) in sends { write(frame, done) }
@@ -598,7 +605,7 @@ public final class WebSocketTask: SessionTask, @unchecked Sendable {
     /// the connect and the handshake together, as URLSession's.
     private func armOpenTimer() {
         let limit = originalRequest.timeoutInterval > 0 ? originalRequest.timeoutInterval
-            : session.configuration.timeoutIntervalForRequest
+            : (session?.configuration.timeoutIntervalForRequest ?? 60)
         let timer = DispatchWorkItem { [weak self] in
             guard let self, self.phase == .connecting || self.phase == .handshaking else { return }
             self.finish(PorterError(.timedOut, "the WebSocket did not open within \(limit) s", url: self.originalRequest.url), code: nil)
@@ -651,7 +658,7 @@ public final class WebSocketTask: SessionTask, @unchecked Sendable {
         pongHandlers = []
         for p in pongs { deliver { p.done(failure) } }
         serveReceivers()
-        if let delegate = socketDelegate {
+        if let delegate {
             if closeCode != .invalid { deliver { delegate.webSocketTask(self, didCloseWith: closeCode, reason: reason) } }
             let ended = lock.withLock { $0.error }
             deliver { delegate.webSocketTask(self, didCompleteWithError: ended) }
