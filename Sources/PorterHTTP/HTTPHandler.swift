@@ -52,6 +52,10 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     private var proxyCredential: Credential?
     private var proxyAuthMethod: AuthenticationMethod?
     private var trustedKeyPin: String?
+    /// `trustedKeyPin` came from `TrustedServers` (an earlier load's decision), not from
+    /// this load's own challenge: a server showing another key is checked afresh.
+    private var pinFromEarlierDecision = false
+    private var skipStoredPin = false
     private var trustAsked = false
     /// Refused credentials per scheme ("server-basic", "proxy-ntlm"): the challenge's
     /// previousFailureCount.
@@ -232,6 +236,11 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         // Requests that start together wait for the first connection to say whether it
         // multiplexes (HTTP/2) instead of each opening a connection of its own.
         if config.http2Enabled { t.set(CURLOPT_PIPEWAIT, 1) }
+        if trustedKeyPin == nil, !trustAsked, !skipStoredPin, let key = TrustedServers.Key(request.url, session: client.context.sessionIdentifier),
+           let pin = TrustedServers.pin(for: key) {
+            trustedKeyPin = pin
+            pinFromEarlierDecision = true
+        }
         CurlOptions.apply(to: t, request: request, configuration: config, protocols: "http,https", pinnedKey: trustedKeyPin)
         CurlOptions.applyAltSvc(to: t, configuration: config)
 
@@ -438,6 +447,18 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         stager.handOver()
         state.closeUpload()
         reportMetrics(t)
+        if code == CURLE_SSL_PINNEDPUBKEYNOTMATCH, pinFromEarlierDecision, let pin = trustedKeyPin {
+            // The server shows another key than the one trusted earlier (a new connection):
+            // forget that decision and load verified again; a failure asks the delegate.
+            if let key = TrustedServers.Key(request.url, session: client.context.sessionIdentifier) { TrustedServers.forget(key, pin: pin) }
+            trustedKeyPin = nil
+            pinFromEarlierDecision = false
+            trustAsked = false
+            transfer = nil
+            skipStoredPin = true   // this load decides afresh: no pin from the table again
+            begin()
+            return
+        }
         if code == CURLE_PEER_FAILED_VERIFICATION, !trustAsked, request.url.scheme?.lowercased() == "https" {
             trustAsked = true
             askServerTrust(failure: .curl(code, url: request.url, detail: t.errorText))
@@ -715,6 +736,9 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
                             return
                         }
                         trustedKeyPin = pin
+                        if let key = TrustedServers.Key(url, session: client.context.sessionIdentifier) {
+                            TrustedServers.remember(pin, for: key)
+                        }
                         begin()
                     case .cancelAuthenticationChallenge:
                         break  // the session ends the task
@@ -817,5 +841,51 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             if escaped { out.append(c); escaped = false } else if c == "\\" { escaped = true } else if c == "\"" { break } else { out.append(c) }
         }
         return out
+    }
+}
+
+
+/// The server-trust decisions of each session, so that the delegate is asked once per
+/// connection, as URLSession asks, and not once per request.
+///
+/// The rule: when a session's delegate trusts a server it was shown (host, port), that
+/// server's public key is remembered for the session. A later https load of the session
+/// to the same host and port is made pinned to that key (verification replaced by the
+/// key, exactly as the load the delegate answered was), so libcurl reuses the connection
+/// the delegate trusted (its TLS settings match) and nothing is asked. A connection that
+/// presents another key fails the pin: the decision is forgotten and the load is made
+/// verified again, and if that fails the delegate is asked about the new key. Another
+/// session, another host name for the same address, or another port asks on its own.
+/// A refused or cancelled challenge remembers nothing.
+enum TrustedServers {
+    struct Key: Hashable {
+        let session: UInt64
+        let host: String
+        let port: Int
+
+        init?(_ url: URL, session: UInt64) {
+            guard url.scheme?.lowercased() == "https", let host = url.host?.lowercased(), !host.isEmpty else { return nil }
+            self.session = session
+            self.host = host
+            self.port = url.port ?? 443
+        }
+    }
+
+    private static let pins = Locked([Key: String]())
+    /// Sessions come and go without telling handlers: the table is bounded instead.
+    private static let limit = 4096
+
+    static func pin(for key: Key) -> String? { pins.withLock { $0[key] } }
+
+    static func remember(_ pin: String, for key: Key) {
+        pins.withLock { table in
+            if table.count >= limit, table[key] == nil { table.removeAll(keepingCapacity: true) }
+            table[key] = pin
+        }
+    }
+
+    /// Forgets `pin` for `key` (not a newer decision another load made meanwhile).
+    static func forget(_ key: Key, pin: String) {
+        pins.withLock { table in if table[key] == pin { table[key] = nil } }
     }
 }

@@ -301,13 +301,18 @@ final class TaskDriver: @unchecked Sendable {
                                               expectedContentLength: r.expectedContentLength))
     }
 
+    /// The one place a task's error gets its URL: always the task's own current hop
+    /// (`currentRequest`, after redirects), whatever the report carried. A handler, a
+    /// plugin or a sink may have named another URL (one it served earlier, the stored
+    /// response's, none): the application must never see an error that names a request
+    /// other than its own.
     private func error(for outcome: TaskStateMachine.Outcome) -> PorterError? {
         let url = currentRequest.url
         switch outcome {
         case .finished: return nil
         case .cancelled: return PorterError(.cancelled, "the task was cancelled", url: url)
         case .failed(var e):
-            if e.url == nil { e.url = url }
+            e.url = url
             return e
         case .error(let code, let message): return PorterError(code, message, url: url)
         }
