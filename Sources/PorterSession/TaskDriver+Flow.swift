@@ -11,11 +11,14 @@ extension TaskDriver {
 
     /// `count` received bytes are on their way to a consumer (any thread). True when
     /// they take the total past the flow limit (the machine then hears `backlog`).
+    /// `beforeBacklog` runs first when they do, before the machine can hear of it: a
+    /// producer paused there directly is paused before any resume the machine decides.
     @discardableResult
-    func hold(_ count: Int) -> Bool {
+    func hold(_ count: Int, beforeBacklog: () -> Void = {}) -> Bool {
         let limit = session.configuration.receiveBufferLimit
         let held = outstanding.add(count, ordering: .sequentiallyConsistent).newValue
         guard held > limit, held - count <= limit else { return false }
+        beforeBacklog()
         sendNow(.backlog)
         return true
     }

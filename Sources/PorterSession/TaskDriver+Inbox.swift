@@ -43,8 +43,12 @@ final class HandlerClient: ProtocolClient, @unchecked Sendable {
         // thread that passes the flow limit is paused here and now, ahead of the
         // machine's `backlog` decision (which always pauses, and alone decides when to
         // resume): it cannot run on while the executor catches up.
-        if driver.hold(data.count), !driver.executor.isCurrent {
-            handler.withLock { $0.value }?.pauseDelivery()
+        // The pause comes before `backlog` is sent: had it come after, the executor could
+        // have paused, heard `drained` and resumed first, leaving this late pause in place
+        // for good (the transfer then stalled until its timeout, 1 run in 12).
+        let onExecutor = driver.executor.isCurrent
+        driver.hold(data.count) {
+            if !onExecutor { handler.withLock { $0.value }?.pauseDelivery() }
         }
         post(.data(data))
     }
