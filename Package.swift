@@ -194,6 +194,6 @@ let package = Package(
                            .product(name: "Metrics", package: "swift-metrics"),
                            .product(name: "HTTPTypes", package: "swift-http-types")],
             path: "Tests/ReadmeSnippets", swiftSettings: strict),
-        .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP", "PorterSession", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], exclude: ["misbehave.py", "ftpserver.py", "wsserver.py"], swiftSettings: strict),
+        .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP", "PorterSession", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], exclude: ["misbehave.py", "ftpserver.py", "wsserver.py", "cacheserver.py"], swiftSettings: strict),
     ]
 )

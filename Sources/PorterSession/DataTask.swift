@@ -80,7 +80,7 @@ public class DataTask: SessionTask, @unchecked Sendable {
 
     private func wantsCaching(_ driver: TaskDriver) -> Bool {
         session.configuration.responseCache != nil && driver.cacheCandidateStoragePolicy != .notAllowed
-            && driver.currentRequest.method == "GET"
+            && HTTPCacheRules.mayStoreResponses(to: driver.currentRequest.method)
     }
 
     override func sinkComplete(_ error: PorterError?, driver: TaskDriver) {

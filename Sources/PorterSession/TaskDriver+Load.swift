@@ -68,7 +68,11 @@ extension TaskDriver {
             lookup.policy = request.cachePolicy == .useProtocolCachePolicy ? config.requestCachePolicy : request.cachePolicy
             if lookup.policy != .reloadIgnoringLocalCacheData, let hit = cache.cachedResponse(for: key),
                factory.requestIsCacheEquivalent(key, Request(url: hit.response.url)) {
-                lookup.hit = hit
+                // The policies that answer from the store whatever its age take what of it
+                // answers this request (a stored part answers only a range inside it);
+                // the others hand the handler all of it, to serve, revalidate or complete.
+                lookup.hit = lookup.policy == .returnCacheDataElseLoad || lookup.policy == .returnCacheDataDontLoad
+                    ? HTTPCacheRules.storedAnswer(for: request, hit) : hit
             }
         }
         run(.event(.loadPlanned(request, lookup)))
@@ -146,18 +150,9 @@ extension TaskDriver {
 
     // MARK: - cache invalidation (RFC 9111 §4.4)
 
-    /// A non-error response to an unsafe method invalidates the target URI and the
-    /// same-origin Location / Content-Location.
+    /// What `HTTPCacheRules.invalidated` names goes from the cache.
     func invalidateCache(after response: Response) {
-        guard let cache = session.configuration.responseCache, let status = response.statusCode, (200..<400).contains(status),
-              !["GET", "HEAD", "OPTIONS", "TRACE"].contains(currentRequest.method.uppercased()) else { return }
-        cache.removeCachedResponse(for: Request(url: currentRequest.url))
-        for name in ["Location", "Content-Location"] {
-            guard let value = response.value(forHeader: name),
-                  let target = URL(string: value, relativeTo: currentRequest.url)?.absoluteURL,
-                  target.scheme == currentRequest.url.scheme, target.host == currentRequest.url.host,
-                  target.port == currentRequest.url.port else { continue }
-            cache.removeCachedResponse(for: Request(url: target))
-        }
+        guard let cache = session.configuration.responseCache else { return }
+        for url in HTTPCacheRules.invalidated(by: response, to: currentRequest) { cache.removeCachedResponse(for: Request(url: url)) }
     }
 }
