@@ -379,7 +379,9 @@ public enum HTTPCacheRules {
     /// same representation, becomes the full 200 (its head, the total length), and the
     /// stored bytes go first; nil when the 206 does not continue it.
     public static func completed(_ stored: CachedResponse, by remainder: Response) -> Response? {
-        guard remainder.statusCode == 206, let held = storedRange(stored), held.first == 0, let total = held.total,
+        let coding = remainder.value(forHeader: "Content-Encoding")?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
+        guard remainder.statusCode == 206, coding.isEmpty || coding == "identity",
+              let held = storedRange(stored), held.first == 0, let total = held.total,
               let rest = contentRange(remainder), rest.total == total, rest.first == held.last + 1, rest.last == total - 1,
               let validator = strongValidator(stored.response), strongValidator(remainder) == validator else { return nil }
         return completeHead(remainder, total: total)
@@ -466,6 +468,16 @@ public enum HTTPCacheRules {
         }
         merged.headerFields[.age] = nil
         return merged
+    }
+
+    /// §4.3.4: what is stored after a 304 revalidated `cached`: the freshened head
+    /// (`head`, as served), without an Age, received `now`.
+    public static func refreshed(_ cached: CachedResponse, head: Response, now: Date) -> CachedResponse {
+        var r = cached
+        r.response = head
+        r.response.headerFields[.age] = nil
+        r.storedDate = now
+        return r
     }
 
     /// The stored response as served now: with its current Age.

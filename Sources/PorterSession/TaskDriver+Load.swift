@@ -103,10 +103,8 @@ extension TaskDriver {
             if revalidated {
                 fetchType = "revalidated"
                 // The refreshed head (and a new storage time) replaces the stored one.
-                var refreshed = hit
-                refreshed.response.headerFields[.age] = nil
-                refreshed.storedDate = Date()
-                session.configuration.responseCache?.storeCachedResponse(refreshed, for: cacheKeyRequest ?? currentRequest)
+                session.configuration.responseCache?.storeCachedResponse(HTTPCacheRules.refreshed(stored, head: served, now: Date()),
+                                                                         for: cacheKeyRequest ?? currentRequest)
             }
         }
         var fetch = TransactionMetrics(request: currentRequest, fetchType: fetchType)
