@@ -375,14 +375,17 @@ public enum HTTPCacheRules {
     }
 
     /// §3.4: the answer to a request the cache completed (the stored part from byte 0,
-    /// `Range` for the rest with `If-Range`): a 206 that continues the stored part, of the
-    /// same representation, becomes the full 200 (its head, the total length), and the
-    /// stored bytes go first; nil when the 206 does not continue it.
+    /// `Range` for the rest with `If-Range`): a 206 that continues the stored part to the
+    /// end, of the same representation, not content-coded, with a Content-Length that is
+    /// its range's (libcurl then holds the server to it, so the whole is never short),
+    /// becomes the full 200 (its head, the total length), and the stored bytes go first;
+    /// nil when the 206 does not continue it.
     public static func completed(_ stored: CachedResponse, by remainder: Response) -> Response? {
         let coding = remainder.value(forHeader: "Content-Encoding")?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
         guard remainder.statusCode == 206, coding.isEmpty || coding == "identity",
               let held = storedRange(stored), held.first == 0, let total = held.total,
               let rest = contentRange(remainder), rest.total == total, rest.first == held.last + 1, rest.last == total - 1,
+              remainder.expectedContentLength == Int64(rest.count),
               let validator = strongValidator(stored.response), strongValidator(remainder) == validator else { return nil }
         return completeHead(remainder, total: total)
     }

@@ -275,4 +275,28 @@ final class CacheConformanceTests: XCTestCase {
         XCTAssertEqual(try seen(u).count, 2, "the new whole was stored")
         s.finishTasksAndInvalidate()
     }
+
+    /// A server that lies about the rest: its 206 says bytes 5-9 and brings 3. The part
+    /// is not completed into a whole it is not: the load fails, nothing whole is stored,
+    /// and the stored part is dropped.
+    func testALyingRemainderIsNotCombined() async throws {
+        let s = session()
+        let u = url([("status", "206"), ("reason", "Partial Content"), ("body", "01234"), ("h", "Content-Range:bytes 0-4/10"),
+                     ("h", "ETag:\"v1\""), ("h", "Cache-Control:max-age=3600"),
+                     ("later_body", "567"), ("later_h", "Content-Range:bytes 5-9/10"), ("later_h", "ETag:\"v1\""),
+                     ("later_h", "Cache-Control:max-age=3600")])
+        let (part, _) = try await get(s, u, [("Range", "bytes=0-4")])
+        XCTAssertEqual(String(decoding: part, as: UTF8.self), "01234")
+        do {
+            let (data, response) = try await get(s, u)
+            XCTFail("a remainder shorter than its range was delivered: \(response.statusCode ?? 0) \(data.count) bytes")
+        } catch let e as PorterError {
+            XCTAssertEqual(e.code, .badServerResponse)
+        }
+        XCTAssertEqual(try seen(u).last?.field("Range"), "bytes=5-")
+        _ = try? await get(s, u)
+        XCTAssertNil(try seen(u).last?.field("Range"), "the stored part was dropped: the next plain GET asks for everything")
+        XCTAssertEqual(try seen(u).count, 3)
+        s.finishTasksAndInvalidate()
+    }
 }

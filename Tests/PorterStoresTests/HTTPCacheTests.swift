@@ -381,7 +381,11 @@ final class HTTPCacheTests: XCTestCase {
         XCTAssertTrue(none1.isEmpty && none2.isEmpty && none3.isEmpty, "nothing is added to those requests")
 
         // The remainder that continues the part becomes the whole; anything else does not.
-        let rest = response(206, [("Content-Range", "bytes 5-9/10"), ("ETag", "\"v1\""), ("X-New", "1")])
+        var rest = response(206, [("Content-Range", "bytes 5-9/10"), ("ETag", "\"v1\""), ("X-New", "1")])
+        XCTAssertNil(HTTPCacheRules.completed(first, by: rest), "a Content-Length of 1 for a range of 5: a lie")
+        rest.expectedContentLength = -1
+        XCTAssertNil(HTTPCacheRules.completed(first, by: rest), "no Content-Length: nothing holds the server to the range")
+        rest.expectedContentLength = 5
         let done = try XCTUnwrap(HTTPCacheRules.completed(first, by: rest))
         XCTAssertEqual(done.statusCode, 200)
         XCTAssertEqual(done.value(forHeader: "Content-Length"), "10")
