@@ -257,6 +257,11 @@ final class HTTPCacheTests: XCTestCase {
             XCTAssertTrue(storable(status, [("Expires", date(60))]), "\(status) with Expires")
             XCTAssertFalse(storable(status, []), "\(status) without explicit freshness")
         }
+        XCTAssertTrue(storable(599, [("Cache-Control", "public")]), "public makes any status storable")
+        XCTAssertEqual(HTTPCacheRules.freshnessLifetime(response(599, [("Cache-Control", "public"), ("Date", date(0)),
+                                                                      ("Last-Modified", date(-1000))])), 100, accuracy: 1,
+                       "and heuristically fresh (RFC 9111 §4.2.2)")
+        XCTAssertEqual(HTTPCacheRules.freshnessLifetime(response(599, [("Date", date(0)), ("Last-Modified", date(-1000))])), 0)
         XCTAssertFalse(storable(100, [("Cache-Control", "max-age=60")]), "not final")
         XCTAssertFalse(storable(600, [("Cache-Control", "max-age=60")]), "not a status")
         XCTAssertFalse(storable(304, [("Cache-Control", "max-age=60")]))
