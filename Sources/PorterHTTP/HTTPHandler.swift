@@ -82,6 +82,9 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     private var revalidating = false
     /// Set when this load asks for the rest of `cached`, a stored part (RFC 9111 §3.4).
     private var completing: CachedResponse?
+    /// The fields the cache added (validators, Range / If-Range): a redirect's request
+    /// goes without them, as the client made it.
+    private var cacheFields: [String] = []
 
     public init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {
         self.request = request
@@ -115,6 +118,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             client.didFinishLoading()
         case .network(let fields, let revalidating, let completing):
             for (name, value) in fields { _ = request.setValue(value, forHeader: name) }
+            cacheFields = fields.map(\.0)
             self.revalidating = revalidating
             self.completing = completing ? cached : nil
             loop.enqueue { [self] in begin() }
@@ -451,6 +455,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         }
         var next = request
         next.url = url
+        for name in cacheFields { if let n = HTTPField.Name(name) { next.headerFields[n] = nil } }
         let method = request.method.uppercased()
         let status = response.statusCode ?? 0
         if (status == 303 && method != "HEAD") || ((status == 301 || status == 302) && method == "POST") {

@@ -299,4 +299,34 @@ final class CacheConformanceTests: XCTestCase {
         XCTAssertEqual(try seen(u).count, 3)
         s.finishTasksAndInvalidate()
     }
+
+    /// The fields the cache adds to ask about what it holds (Range / If-Range for the
+    /// rest of a part, If-None-Match to revalidate) are for the stored URL only: when the
+    /// server redirects, the next request goes as the client made it.
+    func testCacheFieldsDoNotFollowARedirect() async throws {
+        let s = session()
+        let target = url([("ranges", "1"), ("body", "elsewhere"), ("h", "ETag:\"t\"")])
+        let part = url([("status", "206"), ("reason", "Partial Content"), ("body", "01234"), ("h", "Content-Range:bytes 0-4/10"),
+                        ("h", "ETag:\"v1\""), ("h", "Cache-Control:max-age=3600"),
+                        ("later_status", "302"), ("later_reason", "Found"), ("later_h", "Location:" + target.absoluteString)])
+        _ = try await get(s, part, [("Range", "bytes=0-4")])
+        let (data, response) = try await get(s, part)
+        XCTAssertEqual(try seen(part).last?.field("Range"), "bytes=5-", "the rest of the part was asked for")
+        XCTAssertEqual(response.statusCode, 200)
+        XCTAssertEqual(String(decoding: data, as: UTF8.self), "elsewhere")
+        let redirected = try XCTUnwrap(try seen(target).last)
+        XCTAssertNil(redirected.field("Range"), "the redirect's request carries no Range the client did not send")
+        XCTAssertNil(redirected.field("If-Range"))
+
+        let other = url([("body", "elsewhere")])
+        let stale = url([("body", "old"), ("h", "Cache-Control:max-age=0"), ("h", "ETag:\"v1\""),
+                         ("later_status", "302"), ("later_reason", "Found"), ("later_h", "Location:" + other.absoluteString)])
+        _ = try await get(s, stale)
+        let (moved, _) = try await get(s, stale)
+        XCTAssertEqual(try seen(stale).last?.field("If-None-Match"), "\"v1\"", "the stale entry was revalidated")
+        XCTAssertEqual(String(decoding: moved, as: UTF8.self), "elsewhere")
+        XCTAssertEqual(try seen(other).count, 1)
+        XCTAssertNil(try seen(other).last?.field("If-None-Match"), "the redirect's request carries no validator of another URL")
+        s.finishTasksAndInvalidate()
+    }
 }

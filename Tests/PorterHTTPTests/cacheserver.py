@@ -5,8 +5,8 @@ keeps every request it receives. Prints "READY <port>" once bound.
 Any path: status=N (default 200), reason=TEXT, h=Name:Value (repeatable, the response
 fields), body=TEXT (default "body"), cl=self (Content-Location: the request's own path and
 query), ranges=1 (Range and If-Range honoured against the ETag given in h: a 206 with
-Content-Range, a 416, or the whole 200 when If-Range does not match); later_h and
-later_body replace h and body from the second request for the same target on (the
+Content-Range, a 416, or the whole 200 when If-Range does not match); later_h,
+later_body, later_status and later_reason replace h, body, status and reason from the second request for the same target on (the
 representation changed). GET /log gives the
 requests so far as JSON lines {"method","target","headers":[[name,value],...]}; /log is not
 itself logged.
@@ -43,7 +43,7 @@ class Handler(BaseHTTPRequestHandler):
             _log.append({"method": self.command, "target": self.path, "headers": [[k, v] for k, v in self.headers.items()]})
         q = urllib.parse.parse_qs(url.query, keep_blank_values=True)
         if again:
-            for name in ("h", "body"):
+            for name in ("h", "body", "status", "reason"):
                 if "later_" + name in q:
                     q[name] = q["later_" + name]
         status = int(q.get("status", ["200"])[0])
