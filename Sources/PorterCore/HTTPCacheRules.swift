@@ -73,6 +73,10 @@ public enum HTTPCacheRules {
                                                           300, 301, 302, 303, 307, 308]
                                                          + Array(400...417) + [421, 422, 426] + Array(500...505))
 
+    /// The largest body kept for the cache: what a delegate-driven data task holds back for
+    /// it, and what combined parts may grow to (a bigger whole is left to the network).
+    public static let maximumBodyBytes = 16 << 20
+
     static func httpDate(_ text: String?) -> Date? { text.flatMap(HTTPDate.parse) }
 
     /// The methods whose responses may be stored: GET, and POST under §9.3.3 of RFC 9110.
@@ -332,7 +336,8 @@ public enum HTTPCacheRules {
     /// one range whose body is its size; it is combined with a stored part of the same
     /// representation (the same strong validator and length) that it touches or
     /// overlaps, the new bytes and head fields winning, and becomes a full 200 once it
-    /// holds every byte; a stored full response with the same strong validator stays (nil:
+    /// holds every byte (up to `maximumBodyBytes`; past that the new part stays alone, so
+    /// memory stays bounded however many parts arrive); a stored full response with the same strong validator stays (nil:
     /// keep what is stored); otherwise the part replaces it.
     public static func combine(stored: CachedResponse?, with new: CachedResponse) -> CachedResponse? {
         guard new.response.statusCode == 206 else { return new }
@@ -344,6 +349,7 @@ public enum HTTPCacheRules {
         if stored.response.statusCode != 206 { return nil }
         guard part.first <= held.last + 1, held.first <= part.last + 1 else { return new }
         let first = min(part.first, held.first), last = max(part.last, held.last)
+        guard last - first + 1 <= maximumBodyBytes else { return new }
         var data = Data(count: last - first + 1)
         data.replaceSubrange((held.first - first)..<(held.last - first + 1), with: stored.data)
         data.replaceSubrange((part.first - first)..<(part.last - first + 1), with: new.data)

@@ -76,7 +76,7 @@ public class DataTask: SessionTask, @unchecked Sendable {
         }
     }
 
-    static let cacheBodyLimit = 16 << 20
+    static let cacheBodyLimit = HTTPCacheRules.maximumBodyBytes
 
     private func wantsCaching(_ driver: TaskDriver) -> Bool {
         session.configuration.responseCache != nil && driver.cacheCandidateStoragePolicy != .notAllowed

@@ -361,6 +361,12 @@ final class HTTPCacheTests: XCTestCase {
         XCTAssertEqual(HTTPCacheRules.combine(stored: first, with: part("bytes 5-9/11", "56789"))?.response.statusCode, 206,
                        "another length is another representation")
         XCTAssertNil(HTTPCacheRules.combine(stored: whole, with: first), "a stored whole of the same representation stays")
+        // Combining stops at maximumBodyBytes: the new part stays alone.
+        let size = HTTPCacheRules.maximumBodyBytes
+        let big = CachedResponse(response: response(206, [("Content-Range", "bytes 0-\(size - 1)/\(size + 10)"), ("ETag", "\"v1\"")]),
+                                 data: Data(count: size))
+        let more = part("bytes \(size)-\(size + 9)/\(size + 10)", "0123456789")
+        XCTAssertEqual(HTTPCacheRules.combine(stored: big, with: more)?.data.count, 10)
         XCTAssertNil(HTTPCacheRules.combine(stored: nil, with: part("bytes 0-4/10", "0123")), "a body that is not its range")
         XCTAssertEqual(HTTPCacheRules.combine(stored: nil, with: part("bytes 0-9/10", "0123456789"))?.response.statusCode, 200)
 
