@@ -255,6 +255,30 @@ final class CacheConformanceTests: XCTestCase {
         XCTAssertEqual(String(decoding: full, as: UTF8.self), "0123456789")
         XCTAssertEqual(r8.statusCode, 200)
         XCTAssertEqual(try seen(x).map { $0.field("Range") ?? "-" }, ["bytes=0-4", "-"])
+
+        // The policies that answer from the store whatever its age: a part answers only a
+        // range inside it; otherwise there is nothing to serve.
+        let y = url(file)
+        _ = try await get(s, y, [("Range", "bytes=0-4")])
+        var within = Request(url: y)
+        _ = within.setValue("bytes=2-3", forHeader: "Range")
+        within.cachePolicy = .returnCacheDataDontLoad
+        let (cut, r9) = try await s.data(for: within)
+        XCTAssertEqual(String(decoding: cut, as: UTF8.self), "23")
+        XCTAssertEqual(r9.value(forHeader: "Content-Range"), "bytes 2-3/10")
+        var plain = Request(url: y)
+        plain.cachePolicy = .returnCacheDataDontLoad
+        do {
+            let (data, response) = try await s.data(for: plain)
+            XCTFail("a stored part answered a plain GET: \(response.statusCode ?? 0) \(data.count) bytes")
+        } catch let e as PorterError {
+            XCTAssertEqual(e.code, .resourceUnavailable)
+        }
+        plain.cachePolicy = .returnCacheDataElseLoad
+        let (loaded, r10) = try await s.data(for: plain)
+        XCTAssertEqual(String(decoding: loaded, as: UTF8.self), "0123456789")
+        XCTAssertEqual(r10.statusCode, 200)
+        XCTAssertEqual(try seen(y).count, 2)
         s.finishTasksAndInvalidate()
         s2.finishTasksAndInvalidate()
     }
