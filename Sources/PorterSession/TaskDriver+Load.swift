@@ -107,6 +107,12 @@ extension TaskDriver {
                                                                          for: cacheKeyRequest ?? currentRequest)
             }
         }
+        // A Range request gets its range of what is stored (a 304 to a revalidation, or a
+        // policy that serves the store, answers with all of it otherwise).
+        if let (r, body) = HTTPCacheRules.rangeAnswer(for: currentRequest, hit) {
+            hit.response = r
+            hit.data = body
+        }
         var fetch = TransactionMetrics(request: currentRequest, fetchType: fetchType)
         fetch.response = hit.response
         transactionMetrics.append(fetch)

@@ -353,4 +353,24 @@ final class CacheConformanceTests: XCTestCase {
         XCTAssertNil(try seen(other).last?.field("If-None-Match"), "the redirect's request carries no validator of another URL")
         s.finishTasksAndInvalidate()
     }
+
+    /// A stale stored whole asked for one range: revalidated, and the 304 answers with that
+    /// range of the stored body (it served all of it), for the client asked for a range.
+    func testARevalidatedRangeIsCutFromTheStoredWhole() async throws {
+        let s = session()
+        let u = url([("ranges", "1"), ("cond", "1"), ("body", "0123456789"), ("h", "Cache-Control:max-age=0"), ("h", "ETag:\"v1\"")])
+        _ = try await get(s, u)
+        let (cut, r) = try await get(s, u, [("Range", "bytes=1-2")])
+        XCTAssertEqual(try seen(u).last?.field("If-None-Match"), "\"v1\"")
+        XCTAssertEqual(r.statusCode, 206)
+        XCTAssertEqual(r.value(forHeader: "Content-Range"), "bytes 1-2/10")
+        XCTAssertEqual(String(decoding: cut, as: UTF8.self), "12")
+        var stored = Request(url: u)
+        _ = stored.setValue("bytes=-3", forHeader: "Range")
+        stored.cachePolicy = .returnCacheDataDontLoad
+        let (tail, _) = try await s.data(for: stored)
+        XCTAssertEqual(String(decoding: tail, as: UTF8.self), "789", "a policy that serves the store serves the range too")
+        XCTAssertEqual(try seen(u).count, 2)
+        s.finishTasksAndInvalidate()
+    }
 }

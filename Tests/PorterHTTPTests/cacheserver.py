@@ -5,7 +5,8 @@ keeps every request it receives. Prints "READY <port>" once bound.
 Any path: status=N (default 200), reason=TEXT, h=Name:Value (repeatable, the response
 fields), body=TEXT (default "body"), cl=self (Content-Location: the request's own path and
 query), ranges=1 (Range and If-Range honoured against the ETag given in h: a 206 with
-Content-Range, a 416, or the whole 200 when If-Range does not match); later_h,
+Content-Range, a 416, or the whole 200 when If-Range does not match); cond=1 (a 304 when
+If-None-Match is the ETag given in h); later_h,
 later_body, later_status and later_reason replace h, body, status and reason from the second request for the same target on (the
 representation changed). GET /log gives the
 requests so far as JSON lines {"method","target","headers":[[name,value],...]}; /log is not
@@ -52,6 +53,9 @@ class Handler(BaseHTTPRequestHandler):
         body = q.get("body", ["body"])[0].encode()
         if q.get("cl", [""])[0] == "self":
             fields.append(["Content-Location", self.path])
+        etag = next((v for k, v in fields if k.lower() == "etag"), None)
+        if q.get("cond", [""])[0] == "1" and etag is not None and self.headers.get("If-None-Match") == etag:
+            status, reason, body = 304, "Not Modified", b""
         if q.get("ranges", [""])[0] == "1" and status == 200:
             etag = next((v for k, v in fields if k.lower() == "etag"), None)
             rng = self.headers.get("Range")
