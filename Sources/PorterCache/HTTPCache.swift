@@ -9,8 +9,10 @@ import PorterCore
 /// both count an entry's head as well as its body (`headBytes`), and a response whose
 /// head is over `maximumHeadBytes` is not stored;
 /// `.allowedInMemoryOnly` responses stay off the disk. Storing follows
-/// `HTTPCacheRules.isStorable`; freshness and revalidation are the handler's (the HTTP
-/// handler asks `HTTPCacheRules`).
+/// `HTTPCacheRules.isStorable`; a part (206) is combined with the part stored for the
+/// same variant by `HTTPCacheRules.combine` (RFC 9111 §3.4); the request values Vary
+/// names are compared as `HTTPCacheRules.varyValue` normalises them (§4.1); freshness
+/// and revalidation are the handler's (the HTTP handler asks `HTTPCacheRules.answer`).
 public final class HTTPCache: ResponseCache, @unchecked Sendable {
     private struct Variant {
         var cached: CachedResponse
@@ -95,11 +97,6 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
         return text
     }
 
-    private static func varyNames(_ response: Response) -> [String] {
-        response.headerFields[values: HTTPField.Name("Vary")!].flatMap { $0.split(separator: ",") }
-            .map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
-    }
-
     /// The pseudo-field every stored variant carries: the partition it was fetched under.
     /// Its name holds a space, so no real header field can be called that.
     static let partitionField = " porter-trust"
@@ -107,7 +104,7 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
     private static func value(_ request: Request, _ name: String) -> String {
         if name == partitionField { return request.cachePartition }
         guard let n = HTTPField.Name(name) else { return "" }
-        return request.headerFields[values: n].joined(separator: ", ")
+        return HTTPCacheRules.varyValue(name, request.headerFields[values: n])
     }
 
     public func cachedResponse(for request: Request) -> CachedResponse? {
@@ -152,7 +149,12 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
         var c = cached
         c.response = HTTPCacheRules.storable(c.response)
         if c.storedDate == nil { c.storedDate = Date() }
-        let names = Self.varyNames(c.response)
+        // A part (206) combines with what the variant holds (§3.4), or is not kept.
+        if c.response.statusCode == 206 {
+            guard let kept = HTTPCacheRules.combine(stored: cachedResponse(for: request), with: c) else { return }
+            c = kept
+        }
+        let names = HTTPCacheRules.varyNames(c.response)
         var vary: [String: String] = [:]
         for n in names { vary[n] = Self.value(request, n) }
         vary[Self.partitionField] = request.cachePartition

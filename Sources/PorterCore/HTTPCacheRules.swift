@@ -14,6 +14,9 @@ public struct CacheControl: Sendable, Equatable {
     public var isPublic = false
     public var immutable = false
     public var onlyIfCached = false
+    /// §5.2.2.3: store only in a cache that understands the status code (and then
+    /// `no-store` is ignored).
+    public var mustUnderstand = false
     /// RFC 5861: seconds a stale response may still be served while it is revalidated.
     public var staleWhileRevalidate: Int?
 
@@ -42,6 +45,7 @@ public struct CacheControl: Sendable, Equatable {
                 case "public": isPublic = true
                 case "immutable": immutable = true
                 case "only-if-cached": onlyIfCached = true
+                case "must-understand": mustUnderstand = true
                 case "stale-while-revalidate": if let s = seconds { staleWhileRevalidate = s }
                 default: continue
                 }
@@ -51,31 +55,82 @@ public struct CacheControl: Sendable, Equatable {
 }
 
 /// RFC 9111 for a private cache: what may be stored, how long it is fresh, how old it
-/// is, and how to revalidate it. Pure functions, no I/O.
+/// is, how to revalidate it, how a request is answered from what is stored (`answer`),
+/// how stored parts of a representation combine (`combine`), and how Vary compares
+/// requests (`varyValue`). Pure functions, no I/O: the HTTP handler, the session's cache
+/// step and `HTTPCache` ask these and decide nothing of their own.
 public enum HTTPCacheRules {
     /// Heuristic freshness: this fraction of the time since Last-Modified (§4.2.2),
-    /// for statuses that are cacheable by default only.
+    /// for statuses that are cacheable by default (or responses marked `public`) only.
     public static let heuristicFraction = 0.1
     /// §15.1 of RFC 9110: statuses that are heuristically cacheable.
     public static let cacheableByDefault: Set<Int> = [200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501]
+    /// The statuses this cache understands (§3, §5.2.2.3): those RFC 9110 defines, whose
+    /// caching requirements it follows (206 included: it stores and combines parts,
+    /// §3.3-3.4). 304 is understood as an answer to a revalidation, never stored itself.
+    /// A response with `must-understand` and any other status is not stored.
+    public static let understoodStatuses: Set<Int> = Set([200, 201, 202, 203, 204, 205, 206,
+                                                          300, 301, 302, 303, 307, 308]
+                                                         + Array(400...417) + [421, 422, 426] + Array(500...505))
 
-    static func httpDate(_ text: String?) -> Date? { text.flatMap(CookieRules.parseDate) }
+    /// The largest body kept for the cache: what a delegate-driven data task holds back for
+    /// it, and what combined parts may grow to (a bigger whole is left to the network).
+    public static let maximumBodyBytes = 16 << 20
+
+    static func httpDate(_ text: String?) -> Date? { text.flatMap(HTTPDate.parse) }
+
+    /// The methods whose responses may be stored: GET, and POST under §9.3.3 of RFC 9110.
+    public static func mayStoreResponses(to method: String) -> Bool {
+        let m = method.uppercased()
+        return m == "GET" || m == "POST"
+    }
 
     /// §3: whether a response to `request` may be stored (a private cache: `private`
-    /// responses are storable here).
+    /// responses are storable here). The status must be final and valid (200-599); one
+    /// the cache does not know (299, 599) is storable with explicit freshness or
+    /// `public`; a 206 only as one range of bytes it can combine (§3.3), not content-coded;
+    /// `must-understand` stores only understood statuses and then overrides `no-store`
+    /// (§5.2.2.3). A POST response only with explicit freshness and a Content-Location
+    /// naming the request's own URI (RFC 9110 §9.3.3), to answer later GETs of it.
     public static func isStorable(request: Request, response: Response) -> Bool {
-        guard request.method == "GET", let status = response.statusCode else { return false }
-        guard ![206, 304].contains(status), status >= 200 else { return false }   // no partial bodies
+        guard let status = response.statusCode, (200...599).contains(status), status != 304 else { return false }
         if CacheControl(request.headerFields[values: .cacheControl]).noStore { return false }
         let cc = CacheControl(response.headerFields[values: .cacheControl])
-        if cc.noStore { return false }
-        if response.value(forHeader: "Vary")?.trimmingCharacters(in: .whitespaces) == "*" { return false }
-        return cc.maxAge != nil || response.value(forHeader: "Expires") != nil || cc.isPublic || cc.isPrivate
-            || cacheableByDefault.contains(status)
+        if cc.mustUnderstand {
+            guard understoodStatuses.contains(status) else { return false }
+        } else if cc.noStore {
+            return false
+        }
+        if varyNames(response).contains("*") { return false }
+        let explicit = cc.maxAge != nil || response.value(forHeader: "Expires") != nil
+        switch request.method.uppercased() {
+        case "GET": break
+        case "POST":
+            guard explicit, contentLocationIsRequestURI(request: request, response: response) else { return false }
+        default: return false
+        }
+        if status == 206 {
+            guard let range = contentRange(response), range.total != nil else { return false }
+            let coding = response.value(forHeader: "Content-Encoding")?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
+            guard coding.isEmpty || coding == "identity" else { return false }
+        }
+        return explicit || cc.isPublic || cc.isPrivate || cacheableByDefault.contains(status)
+    }
+
+    /// RFC 9110 §9.3.3: the Content-Location, resolved against the request's URI, is that URI.
+    static func contentLocationIsRequestURI(request: Request, response: Response) -> Bool {
+        guard let value = response.value(forHeader: "Content-Location")?.trimmingCharacters(in: .whitespaces),
+              let target = URL(string: value, relativeTo: request.url)?.absoluteURL else { return false }
+        func plain(_ u: URL) -> String {
+            let t = u.absoluteString
+            return t.firstIndex(of: "#").map { String(t[..<$0]) } ?? t
+        }
+        return plain(target) == plain(request.url)
     }
 
     /// §4.2.1: max-age, else Expires - Date, else the heuristic (default-cacheable
-    /// statuses with Last-Modified), else 0.
+    /// statuses, or `public`, with Last-Modified), else 0. Dates that are not
+    /// HTTP-dates count as absent (Date, Last-Modified) or as the past (Expires).
     public static func freshnessLifetime(_ response: Response) -> TimeInterval {
         let cc = CacheControl(response.headerFields[values: .cacheControl])
         if let maxAge = cc.maxAge { return TimeInterval(maxAge) }
@@ -85,7 +140,7 @@ public enum HTTPCacheRules {
             let date = httpDate(response.value(forHeader: "Date")) ?? Date()
             return max(0, expires.timeIntervalSince(date))
         }
-        if let status = response.statusCode, cacheableByDefault.contains(status),
+        if let status = response.statusCode, cacheableByDefault.contains(status) || cc.isPublic,
            let modified = httpDate(response.value(forHeader: "Last-Modified")) {
             let date = httpDate(response.value(forHeader: "Date")) ?? Date()
             return max(0, date.timeIntervalSince(modified) * heuristicFraction)
@@ -167,44 +222,220 @@ public enum HTTPCacheRules {
         return false
     }
 
-    /// A Range request answered from a stored full (200) response: one range of bytes
-    /// ("a-b", "a-", "-n") as a 206 with its Content-Range; nil when the request has no
-    /// Range field or asks for several ranges (the whole response is then the answer, as
-    /// a server may give), and a 416 for a range past the end.
-    public static func rangeAnswer(for request: Request, _ cached: CachedResponse) -> (Response, Data)? {
-        guard let value = request.value(forHeader: "Range"), cached.response.statusCode == 200,
+    /// One range of bytes in a Content-Range field: "bytes 0-4/10" (`total` nil for "/*").
+    public struct ByteRange: Sendable, Equatable {
+        public var first: Int
+        public var last: Int
+        public var total: Int?
+        public var count: Int { last - first + 1 }
+    }
+
+    /// The Content-Range of a 206: one range, "bytes first-last/total" (or "/*"); nil for
+    /// anything else (several ranges are multipart/byteranges and have none).
+    public static func contentRange(_ response: Response) -> ByteRange? {
+        guard let value = response.value(forHeader: "Content-Range")?.trimmingCharacters(in: .whitespaces),
+              value.lowercased().hasPrefix("bytes ") else { return nil }
+        let spec = value.dropFirst(6).trimmingCharacters(in: .whitespaces)
+        let halves = spec.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
+        guard halves.count == 2 else { return nil }
+        let ends = halves[0].split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
+        func digits(_ t: Substring) -> Int? {
+            guard !t.isEmpty, t.utf8.count <= 18, t.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+            return Int(t)
+        }
+        guard ends.count == 2, let first = digits(ends[0]), let last = digits(ends[1]), last >= first else { return nil }
+        if halves[1] == "*" { return ByteRange(first: first, last: last, total: nil) }
+        guard let total = digits(halves[1]), last < total else { return nil }
+        return ByteRange(first: first, last: last, total: total)
+    }
+
+    /// What a stored response holds: all of the representation (a 200 and the like:
+    /// from 0, its body's size), or one part of it (a 206 whose body is its range).
+    static func storedRange(_ cached: CachedResponse) -> ByteRange? {
+        guard cached.response.statusCode == 206 else {
+            return ByteRange(first: 0, last: cached.data.count - 1, total: cached.data.count)
+        }
+        guard let r = contentRange(cached.response), r.total != nil, r.count == cached.data.count else { return nil }
+        return r
+    }
+
+    /// Whether the stored response is an incomplete one (§3.3): a part of the representation.
+    public static func isPartial(_ cached: CachedResponse) -> Bool { cached.response.statusCode == 206 }
+
+    /// The one range of bytes a request's Range field asks for, resolved against a
+    /// representation of `total` bytes: "a-b", "a-", "-n". nil without a Range field, for
+    /// several ranges or another unit; `.unsatisfiable` when it starts past the end.
+    enum Requested { case range(Int, Int), unsatisfiable }
+    static func requestedRange(_ request: Request, total: Int) -> Requested? {
+        guard let value = request.value(forHeader: "Range")?.trimmingCharacters(in: .whitespaces),
               value.lowercased().hasPrefix("bytes="), !value.contains(",") else { return nil }
         let spec = value.dropFirst(6).trimmingCharacters(in: .whitespaces)
         let parts = spec.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
         guard parts.count == 2 else { return nil }
-        let size = cached.data.count
-        var first: Int, last: Int
-        if parts[0].isEmpty {
-            guard let n = Int(parts[1]), n > 0 else { return nil }
-            first = max(0, size - n)
-            last = size - 1
-        } else {
-            guard let a = Int(parts[0]) else { return nil }
-            first = a
-            last = parts[1].isEmpty ? size - 1 : (Int(parts[1]).map { min($0, size - 1) } ?? -1)
-            guard last >= first || first >= size else { return nil }
+        func digits(_ t: Substring) -> Int? {
+            let t = t.trimmingCharacters(in: .whitespaces)
+            guard !t.isEmpty, t.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+            return Int(t) ?? Int.max
         }
+        if parts[0].trimmingCharacters(in: .whitespaces).isEmpty {
+            guard let n = digits(parts[1]), n > 0 else { return nil }
+            return total == 0 ? .unsatisfiable : .range(max(0, total - n), total - 1)
+        }
+        guard let a = digits(parts[0]) else { return nil }
+        if a >= total { return .unsatisfiable }
+        if parts[1].trimmingCharacters(in: .whitespaces).isEmpty { return .range(a, total - 1) }
+        guard let b = digits(parts[1]), b >= a else { return nil }
+        return .range(a, min(b, total - 1))
+    }
+
+    /// A Range request answered from what is stored (RFC 9111 §3.3-3.4, RFC 9110 §14.2):
+    /// one range of bytes ("a-b", "a-", "-n") as a 206 with its Content-Range, cut from a
+    /// stored full response or from a stored part that holds all of it; a 416 for a range
+    /// past the end. nil when the request has no Range field, asks for several ranges (a
+    /// full stored response is then the answer, as a server may give), or asks for bytes a
+    /// stored part does not hold (the network answers).
+    public static func rangeAnswer(for request: Request, _ cached: CachedResponse) -> (Response, Data)? {
+        guard let held = storedRange(cached), let total = held.total,
+              cached.response.statusCode == 200 || cached.response.statusCode == 206,
+              let asked = requestedRange(request, total: total) else { return nil }
         var r = cached.response
-        if first >= size || size == 0 {
+        guard case .range(let first, let last) = asked else {
             r.statusCode = 416
             r.statusLine = "HTTP/1.1 416 Range Not Satisfiable"
-            r.headerFields[.contentRange] = "bytes */\(size)"
+            r.headerFields[.contentRange] = "bytes */\(total)"
             r.headerFields[.contentLength] = "0"
             r.expectedContentLength = 0
             return (r, Data())
         }
-        let body = cached.data.subdata(in: first..<(last + 1))
+        guard first >= held.first, last <= held.last else { return nil }
+        let body = cached.data.subdata(in: (first - held.first)..<(last - held.first + 1))
         r.statusCode = 206
         r.statusLine = "HTTP/1.1 206 Partial Content"
-        r.headerFields[.contentRange] = "bytes \(first)-\(last)/\(size)"
+        r.headerFields[.contentRange] = "bytes \(first)-\(last)/\(total)"
         r.headerFields[.contentLength] = String(body.count)
         r.expectedContentLength = Int64(body.count)
         return (r, body)
+    }
+
+    /// RFC 9110 §8.8.1: the response's strong validator, if it has one: an ETag without
+    /// "W/", or a Last-Modified at least a minute older than its Date (§8.8.2.2). Parts
+    /// combine only when they share one (§3.4).
+    public static func strongValidator(_ response: Response) -> String? {
+        if let etag = response.value(forHeader: "ETag")?.trimmingCharacters(in: .whitespaces) {
+            return etag.hasPrefix("W/") || etag.isEmpty ? nil : etag
+        }
+        if let text = response.value(forHeader: "Last-Modified"), let modified = HTTPDate.parse(text),
+           let date = httpDate(response.value(forHeader: "Date")), date.timeIntervalSince(modified) >= 60 {
+            return text.trimmingCharacters(in: .whitespaces)
+        }
+        return nil
+    }
+
+    /// §3.4 / RFC 9110 §15.3.7.3: what the cache keeps when `new` arrives for a variant
+    /// that holds `stored`. A full response replaces what was there. A 206 is kept only as
+    /// one range whose body is its size; it is combined with a stored part of the same
+    /// representation (the same strong validator and length) that it touches or
+    /// overlaps, the new bytes and head fields winning, and becomes a full 200 once it
+    /// holds every byte (up to `maximumBodyBytes`; past that the new part stays alone, so
+    /// memory stays bounded however many parts arrive); a stored full response with the same strong validator stays (nil:
+    /// keep what is stored); otherwise the part replaces it.
+    public static func combine(stored: CachedResponse?, with new: CachedResponse) -> CachedResponse? {
+        guard new.response.statusCode == 206 else { return new }
+        guard let part = storedRange(new), let total = part.total else { return nil }
+        guard let stored, let held = storedRange(stored), held.total == total,
+              let validator = strongValidator(new.response), strongValidator(stored.response) == validator else {
+            return part.first == 0 && part.count == total ? whole(new, total: total) : new
+        }
+        if stored.response.statusCode != 206 { return nil }
+        guard part.first <= held.last + 1, held.first <= part.last + 1 else { return new }
+        let first = min(part.first, held.first), last = max(part.last, held.last)
+        guard last - first + 1 <= maximumBodyBytes else { return new }
+        var data = Data(count: last - first + 1)
+        data.replaceSubrange((held.first - first)..<(held.last - first + 1), with: stored.data)
+        data.replaceSubrange((part.first - first)..<(part.last - first + 1), with: new.data)
+        var merged = new
+        merged.data = data
+        if first == 0, last == total - 1 { return whole(merged, total: total) }
+        merged.response.headerFields[.contentRange] = "bytes \(first)-\(last)/\(total)"
+        merged.response.headerFields[.contentLength] = String(data.count)
+        merged.response.expectedContentLength = Int64(data.count)
+        return merged
+    }
+
+    /// A response that holds every byte, as the full 200 it stands for.
+    static func whole(_ c: CachedResponse, total: Int) -> CachedResponse {
+        var full = c
+        full.response = completeHead(c.response, total: total)
+        return full
+    }
+
+    static func completeHead(_ response: Response, total: Int) -> Response {
+        var r = response
+        r.statusCode = 200
+        r.statusLine = "HTTP/1.1 200 OK"
+        r.headerFields[.contentRange] = nil
+        r.headerFields[.contentLength] = String(total)
+        r.expectedContentLength = Int64(total)
+        r.resumeOffset = nil
+        return r
+    }
+
+    /// §3.4: the answer to a request the cache completed (the stored part from byte 0,
+    /// `Range` for the rest with `If-Range`): a 206 that continues the stored part to the
+    /// end, of the same representation, not content-coded, with a Content-Length that is
+    /// its range's (libcurl then holds the server to it, so the whole is never short),
+    /// becomes the full 200 (its head, the total length), and the stored bytes go first;
+    /// nil when the 206 does not continue it.
+    public static func completed(_ stored: CachedResponse, by remainder: Response) -> Response? {
+        let coding = remainder.value(forHeader: "Content-Encoding")?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
+        guard remainder.statusCode == 206, coding.isEmpty || coding == "identity",
+              let held = storedRange(stored), held.first == 0, let total = held.total,
+              let rest = contentRange(remainder), rest.total == total, rest.first == held.last + 1, rest.last == total - 1,
+              remainder.expectedContentLength == Int64(rest.count),
+              let validator = strongValidator(stored.response), strongValidator(remainder) == validator else { return nil }
+        return completeHead(remainder, total: total)
+    }
+
+    /// The field names a response's Vary lists, lower-cased.
+    public static func varyNames(_ response: Response) -> [String] {
+        response.headerFields[values: HTTPField.Name("Vary")!].flatMap { $0.split(separator: ",") }
+            .map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
+    }
+
+    /// Request fields whose members are case-insensitive tokens and whose order carries no
+    /// meaning (preference is the q parameter): compared sorted and lower-cased.
+    static let unorderedListFields: Set<String> = ["accept", "accept-language", "accept-encoding", "accept-charset"]
+
+    /// §4.1: the request's value of a field a Vary names, normalised as the section
+    /// allows: several fields combined into one list, list members trimmed of white
+    /// space (and around ";" and "="), empty members dropped; for the Accept fields
+    /// (language tags, codings, media types, charsets are case-insensitive and their order
+    /// means nothing beside q) members lower-cased and sorted. "" when absent.
+    public static func varyValue(_ name: String, _ values: [String]) -> String {
+        var members: [String] = []
+        for value in values {
+            var current = "", quoted = false, escaped = false
+            for ch in value {
+                if escaped { escaped = false; current.append(ch); continue }
+                if quoted, ch == "\\" { escaped = true; current.append(ch); continue }
+                if ch == "\"" { quoted.toggle() }
+                if ch == ",", !quoted { members.append(current); current = ""; continue }
+                current.append(ch)
+            }
+            members.append(current)
+        }
+        let unordered = unorderedListFields.contains(name.lowercased())
+        var normal = members.map { member -> String in
+            var m = member.trimmingCharacters(in: .whitespaces)
+            if unordered {
+                m = m.split(separator: ";").map { param in
+                    param.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }.joined(separator: "=")
+                }.joined(separator: ";").lowercased()
+            }
+            return m
+        }.filter { !$0.isEmpty }
+        if unordered { normal.sort() }
+        return normal.joined(separator: ",")
     }
 
     /// §4.2 with the request's own directives: whether the stored response may be used
@@ -248,6 +479,16 @@ public enum HTTPCacheRules {
         return merged
     }
 
+    /// §4.3.4: what is stored after a 304 revalidated `cached`: the freshened head
+    /// (`head`, as served), without an Age, received `now`.
+    public static func refreshed(_ cached: CachedResponse, head: Response, now: Date) -> CachedResponse {
+        var r = cached
+        r.response = head
+        r.response.headerFields[.age] = nil
+        r.storedDate = now
+        return r
+    }
+
     /// The stored response as served now: with its current Age.
     public static func serving(_ cached: CachedResponse, now: Date) -> Response {
         var r = cached.response
@@ -255,5 +496,121 @@ public enum HTTPCacheRules {
         let age = currentAge(r, stored: cached.storedDate ?? now, now: now)
         r.headerFields[.age] = String(age < 2_147_483_648 ? Int(age) : 2_147_483_648)
         return r
+    }
+
+    // MARK: - answering a request
+
+    /// How a request is answered, given what is stored for it: the one decision the HTTP
+    /// handler carries out.
+    public enum Answer: Sendable {
+        /// The stored response as it is (with its Age).
+        case stored(Response)
+        /// A response the cache makes from what is stored: a 304 to the client's own
+        /// validators, one range of bytes (206) or a 416.
+        case made(Response, Data)
+        /// Stale, inside its stale-while-revalidate window (RFC 5861): served now and
+        /// revalidated in the background.
+        case storedWhileRevalidating(Response)
+        /// §5.2.1.7: only-if-cached and nothing stored answers: a 504, no network.
+        case gatewayTimeout(Response)
+        /// Ask the server, with `fields` added to the request. `revalidating`: they are
+        /// the stored response's validators (a 304 means it is still good).
+        /// `completing`: they ask for the rest of a stored part (`Range` and `If-Range`);
+        /// a 206 that continues it is combined with it (`completed(_:by:)`).
+        case network(fields: [(String, String)], revalidating: Bool, completing: Bool)
+    }
+
+    /// RFC 9111 §4: a fresh stored response answers without the network (unless the
+    /// policy is to revalidate) — as it is, as a 304 to matching client validators, or
+    /// one range of it; an incomplete (206) one answers only a range inside it (§3.3) and
+    /// is otherwise completed: `Range` for the bytes after it with `If-Range` (its strong
+    /// validator), when it starts at byte 0 and the request is a plain GET; a stale one
+    /// inside its stale-while-revalidate window is served and revalidated; a stale one
+    /// with validators is revalidated; only-if-cached without a usable one is a 504.
+    public static func answer(for request: Request, cached: CachedResponse?, policy: CachePolicy, now: Date) -> Answer {
+        let rc = CacheControl(request.headerFields[values: .cacheControl])
+        let method = request.method.uppercased()
+        let partial = cached.map(isPartial) ?? false
+        if let cached, policy != .reloadRevalidatingCacheData {
+            if isFresh(cached, request: request, now: now), let served = fromStore(request, cached, now: now) { return served }
+            if !rc.onlyIfCached, !partial, mayServeWhileRevalidating(cached, request: request, now: now) {
+                return .storedWhileRevalidating(serving(cached, now: now))
+            }
+        }
+        if rc.onlyIfCached {
+            var r = Response(url: request.url, mimeType: nil, expectedContentLength: 0, statusCode: 504, headerFields: [:])
+            r.statusLine = "HTTP/1.1 504 Gateway Timeout"
+            r.headerFields[.contentLength] = "0"
+            return .gatewayTimeout(r)
+        }
+        guard let cached, method == "GET" || method == "HEAD", request.resumeRange == nil else {
+            return .network(fields: [], revalidating: false, completing: false)
+        }
+        if partial {
+            let conditional = ["If-None-Match", "If-Modified-Since", "If-Range", "If-Match", "If-Unmodified-Since"]
+                .contains { request.value(forHeader: $0) != nil }
+            guard method == "GET", request.value(forHeader: "Range") == nil, !conditional,
+                  let held = storedRange(cached), held.first == 0, let total = held.total, held.last + 1 < total,
+                  let validator = strongValidator(cached.response) else {
+                return .network(fields: [], revalidating: false, completing: false)
+            }
+            return .network(fields: [("Range", "bytes=\(held.last + 1)-"), ("If-Range", validator)], revalidating: false,
+                            completing: true)
+        }
+        // The client's own validators go as they are: its 304 is its own.
+        let validators = conditionalHeaders(for: cached)
+        let ownValidators = request.value(forHeader: "If-None-Match") != nil || request.value(forHeader: "If-Modified-Since") != nil
+        guard !validators.isEmpty, !ownValidators else { return .network(fields: [], revalidating: false, completing: false) }
+        return .network(fields: validators, revalidating: true, completing: false)
+    }
+
+    /// A stored response as the answer to `request` without asking the server: as it is,
+    /// a 304 to the client's matching validators, or the range it asks for. nil when it
+    /// cannot answer: an incomplete (206) response answers only a GET whose one range
+    /// lies inside it (§3.3).
+    static func fromStore(_ request: Request, _ cached: CachedResponse, now: Date) -> Answer? {
+        let method = request.method.uppercased()
+        let served = serving(cached, now: now)
+        if isPartial(cached) {
+            guard method == "GET", let (r, body) = rangeAnswer(for: request, CachedResponse(response: served, data: cached.data))
+            else { return nil }
+            return .made(r, body)
+        }
+        if method == "GET" || method == "HEAD", clientConditionMatches(request, served) {
+            var r = served
+            r.statusCode = 304
+            r.statusLine = "HTTP/1.1 304 Not Modified"
+            r.headerFields[.contentLength] = nil
+            r.expectedContentLength = 0
+            return .made(r, Data())
+        }
+        if let (r, body) = rangeAnswer(for: request, CachedResponse(response: served, data: cached.data)) { return .made(r, body) }
+        return .stored(served)
+    }
+
+    /// For the policies that answer from the store whatever its age
+    /// (`.returnCacheDataElseLoad`, `.returnCacheDataDontLoad`): what of `cached` answers
+    /// `request` — itself, or for an incomplete (206) response the range asked for when
+    /// it holds it; nil when it cannot answer (the network, or a failure, then).
+    public static func storedAnswer(for request: Request, _ cached: CachedResponse) -> CachedResponse? {
+        guard isPartial(cached) else { return cached }
+        guard request.method.uppercased() == "GET", let (r, body) = rangeAnswer(for: request, cached) else { return nil }
+        return CachedResponse(response: r, data: body, storagePolicy: cached.storagePolicy, storedDate: cached.storedDate)
+    }
+
+    /// §4.4: a non-error response to an unsafe method invalidates the target URI and the
+    /// same-origin URIs of its Location and Content-Location.
+    public static func invalidated(by response: Response, to request: Request) -> [URL] {
+        guard let status = response.statusCode, (200..<400).contains(status),
+              !["GET", "HEAD", "OPTIONS", "TRACE"].contains(request.method.uppercased()) else { return [] }
+        var urls = [request.url]
+        for name in ["Location", "Content-Location"] {
+            guard let value = response.value(forHeader: name),
+                  let target = URL(string: value, relativeTo: request.url)?.absoluteURL,
+                  target.scheme == request.url.scheme, target.host == request.url.host,
+                  target.port == request.url.port else { continue }
+            urls.append(target)
+        }
+        return urls
     }
 }

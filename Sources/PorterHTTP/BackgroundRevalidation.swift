@@ -57,11 +57,7 @@ final class BackgroundRevalidation: ProtocolClient, @unchecked Sendable {
     }
     func cachedResponseIsValid(serving response: Response, revalidated: Bool) {
         if revalidated, let cache = context.configuration.responseCache {
-            var refreshed = cached
-            refreshed.response = response
-            refreshed.response.headerFields[.age] = nil
-            refreshed.storedDate = Date()
-            cache.storeCachedResponse(refreshed, for: request)
+            cache.storeCachedResponse(HTTPCacheRules.refreshed(cached, head: response, now: Date()), for: request)
         }
         end()
     }

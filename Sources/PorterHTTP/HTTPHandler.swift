@@ -93,6 +93,11 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     private let cached: CachedResponse?
     /// Set when this load asks the server whether `cached` is still good.
     private var revalidating = false
+    /// Set when this load asks for the rest of `cached`, a stored part (RFC 9111 §3.4).
+    private var completing: CachedResponse?
+    /// The fields the cache added (validators, Range / If-Range): a redirect's request
+    /// goes without them, as the client made it.
+    private var cacheFields: [String] = []
 
     public init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {
         self.request = request
@@ -112,69 +117,31 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             upgradeForHSTS(to: upgraded)
             return
         }
-        // RFC 9111 §4: a fresh stored response is served without the network (unless the
-        // request's policy is to revalidate); a stale one with validators is revalidated.
+        // RFC 9111 §4: what is stored answers, or says what to ask the server
+        // (HTTPCacheRules.answer decides; this carries it out).
         let now = Date()
-        let onlyIfCached = CacheControl(request.headerFields[values: .cacheControl]).onlyIfCached
-        if let cached {
-            let policy = request.cachePolicy == .useProtocolCachePolicy
-                ? client.context.configuration.requestCachePolicy : request.cachePolicy
-            if policy != .reloadRevalidatingCacheData, HTTPCacheRules.isFresh(cached, request: request, now: now) {
-                serveFromCache(cached, now: now)
-                return
-            }
-            // RFC 5861: stale, but inside its stale-while-revalidate window: served now,
-            // revalidated in the background.
-            if policy != .reloadRevalidatingCacheData, !onlyIfCached,
-               HTTPCacheRules.mayServeWhileRevalidating(cached, request: request, now: now) {
-                serveFromCache(cached, now: now)
-                BackgroundRevalidation.start(request: request, cached: cached, context: client.context)
-                return
-            }
-        }
-        // §5.2.1.7: only-if-cached and nothing fresh stored: 504, without the network.
-        if onlyIfCached {
-            var r = Response(url: request.url, mimeType: nil, expectedContentLength: 0, statusCode: 504, headerFields: [:])
-            r.statusLine = "HTTP/1.1 504 Gateway Timeout"
-            r.headerFields[.contentLength] = "0"
-            client.didReceive(r, cacheStoragePolicy: .notAllowed)
-            client.didFinishLoading()
-            return
-        }
-        if let cached {
-            let validators = HTTPCacheRules.conditionalHeaders(for: cached)
-            let ownConditions = request.value(forHeader: "If-None-Match") != nil || request.value(forHeader: "If-Modified-Since") != nil
-            if !validators.isEmpty, !ownConditions, request.resumeRange == nil {
-                for (name, value) in validators { _ = request.setValue(value, forHeader: name) }
-                revalidating = true
-            }
-        }
-        loop.enqueue { [self] in begin() }
-    }
-
-    /// A fresh stored response answers: as it is; as a 304 when the client's own
-    /// validators match it (RFC 9110 §13.1); or one range of it as a 206 for a Range
-    /// request.
-    private func serveFromCache(_ cached: CachedResponse, now: Date) {
-        let served = HTTPCacheRules.serving(cached, now: now)
-        if request.method.uppercased() == "GET" || request.method.uppercased() == "HEAD",
-           HTTPCacheRules.clientConditionMatches(request, served) {
-            var r = served
-            r.statusCode = 304
-            r.statusLine = "HTTP/1.1 304 Not Modified"
-            r.headerFields[.contentLength] = nil
-            r.expectedContentLength = 0
-            client.didReceive(r, cacheStoragePolicy: .notAllowed)
-            client.didFinishLoading()
-            return
-        }
-        if let (r, body) = HTTPCacheRules.rangeAnswer(for: request, CachedResponse(response: served, data: cached.data)) {
-            client.didReceive(r, cacheStoragePolicy: .notAllowed)
+        let policy = request.cachePolicy == .useProtocolCachePolicy
+            ? client.context.configuration.requestCachePolicy : request.cachePolicy
+        switch HTTPCacheRules.answer(for: request, cached: cached, policy: policy, now: now) {
+        case .stored(let served):
+            client.cachedResponseIsValid(serving: served, revalidated: false)
+        case .made(let response, let body):
+            client.didReceive(response, cacheStoragePolicy: .notAllowed)
             if !body.isEmpty, request.method.uppercased() != "HEAD" { client.didLoad(body) }
             client.didFinishLoading()
-            return
+        case .storedWhileRevalidating(let served):
+            client.cachedResponseIsValid(serving: served, revalidated: false)
+            if let cached { BackgroundRevalidation.start(request: request, cached: cached, context: client.context) }
+        case .gatewayTimeout(let response):
+            client.didReceive(response, cacheStoragePolicy: .notAllowed)
+            client.didFinishLoading()
+        case .network(let fields, let revalidating, let completing):
+            for (name, value) in fields { _ = request.setValue(value, forHeader: name) }
+            cacheFields = fields.map(\.0)
+            self.revalidating = revalidating
+            self.completing = completing ? cached : nil
+            loop.enqueue { [self] in begin() }
         }
-        client.cachedResponseIsValid(serving: served, revalidated: false)
     }
 
     /// The HSTS upgrade, as browsers report it: a "307 Internal Redirect" made up here,
@@ -381,6 +348,22 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             mode = .notModified(HTTPCacheRules.freshened(cached.response, with: response))
             return
         }
+        // The rest of a stored part: the 206 that continues it is delivered as the whole
+        // (its head as a 200, the stored bytes first); one that does not is refused, since
+        // the client asked for all of it (a 200 is the whole and goes as it is).
+        var delivered = response
+        var prefix: Data?
+        if let stored = completing, status == 206 {
+            guard let whole = HTTPCacheRules.completed(stored, by: response) else {
+                client.context.configuration.responseCache?.removeCachedResponse(for: Request(url: request.url))
+                decodeError = PorterError(.badServerResponse, "the server's 206 does not continue the stored part of the response",
+                                          url: request.url)
+                mode = .waiting
+                return
+            }
+            delivered = whole
+            prefix = stored.data
+        }
         mode = .body
         // The decoded length is unknown when libcurl decodes a content coding.
         stager.reset(expectedLength: decoder == nil ? response.expectedContentLength : -1)
@@ -388,8 +371,9 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         // A response over a connection the delegate trusted by hand (a server-trust
         // challenge) is never stored: no later load could say it trusts that server too.
         let cacheable = client.context.configuration.responseCache != nil && trustedKeyPin == nil
-            && HTTPCacheRules.isStorable(request: request, response: response) ? CacheStoragePolicy.allowed : .notAllowed
-        client.didReceive(response, cacheStoragePolicy: cacheable)
+            && HTTPCacheRules.isStorable(request: request, response: delivered) ? CacheStoragePolicy.allowed : .notAllowed
+        client.didReceive(delivered, cacheStoragePolicy: cacheable)
+        if let prefix, !prefix.isEmpty { client.didLoad(prefix) }
     }
 
     private func data(_ bytes: UnsafeRawBufferPointer) -> CurlTransfer.WriteResult {
@@ -501,7 +485,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     private func finishLoad(redirectTarget: String?) {
         switch mode {
         case .waiting:
-            client.didFail(with: PorterError(.badServerResponse, "no response from the server", url: request.url))
+            client.didFail(with: decodeError ?? PorterError(.badServerResponse, "no response from the server", url: request.url))
         case .body:
             if let decoder, decoder.consumed > 0, !decoder.isFinished {
                 client.didFail(with: PorterError(.cannotDecodeContentData,
@@ -584,6 +568,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         }
         var next = request
         next.url = url
+        for name in cacheFields { if let n = HTTPField.Name(name) { next.headerFields[n] = nil } }
         let method = request.method.uppercased()
         let status = response.statusCode ?? 0
         if (status == 303 && method != "HEAD") || ((status == 301 || status == 302) && method == "POST") {

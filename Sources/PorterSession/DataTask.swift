@@ -76,11 +76,11 @@ public class DataTask: SessionTask, @unchecked Sendable {
         }
     }
 
-    static let cacheBodyLimit = 16 << 20
+    static let cacheBodyLimit = HTTPCacheRules.maximumBodyBytes
 
     private func wantsCaching(_ driver: TaskDriver) -> Bool {
         session.configuration.responseCache != nil && driver.cacheCandidateStoragePolicy != .notAllowed
-            && driver.currentRequest.method == "GET"
+            && HTTPCacheRules.mayStoreResponses(to: driver.currentRequest.method)
     }
 
     override func sinkComplete(_ error: PorterError?, driver: TaskDriver) {

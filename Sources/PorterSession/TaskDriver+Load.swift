@@ -69,7 +69,11 @@ extension TaskDriver {
             lookup.policy = request.cachePolicy == .useProtocolCachePolicy ? config.requestCachePolicy : request.cachePolicy
             if lookup.policy != .reloadIgnoringLocalCacheData, let hit = cache.cachedResponse(for: key),
                factory.requestIsCacheEquivalent(key, Request(url: hit.response.url)) {
-                lookup.hit = hit
+                // The policies that answer from the store whatever its age take what of it
+                // answers this request (a stored part answers only a range inside it);
+                // the others hand the handler all of it, to serve, revalidate or complete.
+                lookup.hit = lookup.policy == .returnCacheDataElseLoad || lookup.policy == .returnCacheDataDontLoad
+                    ? HTTPCacheRules.storedAnswer(for: request, hit) : hit
             }
         }
         run(.event(.loadPlanned(request, lookup)))
@@ -100,11 +104,15 @@ extension TaskDriver {
             if revalidated {
                 fetchType = "revalidated"
                 // The refreshed head (and a new storage time) replaces the stored one.
-                var refreshed = hit
-                refreshed.response.headerFields[.age] = nil
-                refreshed.storedDate = Date()
-                session.configuration.responseCache?.storeCachedResponse(refreshed, for: cacheKeyRequest ?? currentRequest)
+                session.configuration.responseCache?.storeCachedResponse(HTTPCacheRules.refreshed(stored, head: served, now: Date()),
+                                                                         for: cacheKeyRequest ?? currentRequest)
             }
+        }
+        // A Range request gets its range of what is stored (a 304 to a revalidation, or a
+        // policy that serves the store, answers with all of it otherwise).
+        if let (r, body) = HTTPCacheRules.rangeAnswer(for: currentRequest, hit) {
+            hit.response = r
+            hit.data = body
         }
         var fetch = TransactionMetrics(request: currentRequest, fetchType: fetchType)
         fetch.response = hit.response
@@ -147,18 +155,9 @@ extension TaskDriver {
 
     // MARK: - cache invalidation (RFC 9111 §4.4)
 
-    /// A non-error response to an unsafe method invalidates the target URI and the
-    /// same-origin Location / Content-Location.
+    /// What `HTTPCacheRules.invalidated` names goes from the cache.
     func invalidateCache(after response: Response) {
-        guard let cache = session.configuration.responseCache, let status = response.statusCode, (200..<400).contains(status),
-              !["GET", "HEAD", "OPTIONS", "TRACE"].contains(currentRequest.method.uppercased()) else { return }
-        cache.removeCachedResponse(for: Request(url: currentRequest.url))
-        for name in ["Location", "Content-Location"] {
-            guard let value = response.value(forHeader: name),
-                  let target = URL(string: value, relativeTo: currentRequest.url)?.absoluteURL,
-                  target.scheme == currentRequest.url.scheme, target.host == currentRequest.url.host,
-                  target.port == currentRequest.url.port else { continue }
-            cache.removeCachedResponse(for: Request(url: target))
-        }
+        guard let cache = session.configuration.responseCache else { return }
+        for url in HTTPCacheRules.invalidated(by: response, to: currentRequest) { cache.removeCachedResponse(for: Request(url: url)) }
     }
 }

@@ -50,18 +50,32 @@ final class HTTPCacheTests: XCTestCase {
         XCTAssertNil(cache.cachedResponse(for: other))
     }
 
-    /// RFC 9110 §5.6.7: the three HTTP-date forms, GMT only, the right weekday, nothing
-    /// after; an Expires that is not one is in the past (RFC 9111 §5.3).
+    /// RFC 9110 §5.6.7 read as RFC 9111 §4.2 asks of caches: the three HTTP-date forms,
+    /// names of days and months and the zone in any case, asctime's space-padded day, a
+    /// day name that is not that date's (browsers do not check it either); GMT only,
+    /// nothing after, the exact spacing; an Expires that is not one is in the past.
     func testHTTPDatesAndInvalidExpires() {
         let when = Date(timeIntervalSince1970: 784_111_777)   // Sun, 06 Nov 1994 08:49:37 GMT
-        XCTAssertEqual(HTTPDate.parse("Sun, 06 Nov 1994 08:49:37 GMT"), when)
-        XCTAssertEqual(HTTPDate.parse("Sunday, 06-Nov-94 08:49:37 GMT"), when)
-        XCTAssertEqual(HTTPDate.parse("Sun Nov  6 08:49:37 1994"), when)
-        for bad in ["Sun, 06 Nov 1994 08:49:37 PST", "Mon, 06 Nov 1994 08:49:37 GMT", "Sun, 06 Nov 1994 08:49:37 GMT junk",
+        for good in ["Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994",
+                     "Sun Nov 06 08:49:37 1994", "SUN, 06 NOV 1994 08:49:37 gmt", "sunday, 06-nov-94 08:49:37 Gmt",
+                     "sUN nOV  6 08:49:37 1994", "Mon, 06 Nov 1994 08:49:37 GMT", " Sun, 06 Nov 1994 08:49:37 GMT\t"] {
+            XCTAssertEqual(HTTPDate.parse(good), when, good)
+        }
+        XCTAssertEqual(HTTPDate.parse("Thursday, 18-Aug-50 02:01:18 GMT"), HTTPDate.parse("Thu, 18 Aug 2050 02:01:18 GMT"),
+                       "a two-digit year within 50 years ahead is this century's")
+        for bad in ["Sun, 06 Nov 1994 08:49:37 PST", "Sun, 06 Nov 1994 08:49:37 UTC", "Sun, 06 Nov 1994 08:49:37 GMT junk",
                     "Sun, 31 Feb 1994 08:49:37 GMT", "Sun, 06 Nov 1994 25:49:37 GMT", "0", "-1", "", "tomorrow",
-                    "Sun, 6 Nov 1994 08:49:37 GMT", "2026-11-23T20:00:00Z"] {
+                    "Sun, 6 Nov 1994 08:49:37 GMT", "2026-11-23T20:00:00Z", "Sun, 06 Nov 94 08:49:37 GMT",
+                    "Sun 06 Nov 1994 08:49:37 GMT", "Sun, 06  Nov  1994 08:49:37 GMT", "Sun, 06-Nov-1994 08:49:37 GMT",
+                    "Sun, 06 Nov 1994 08.49.37 GMT", "Sun, 06 Nov 1994 8:49:37 GMT", "Xyz, 06 Nov 1994 08:49:37 GMT",
+                    "Sun Nov 6 08:49:37 1994", "Sun, 06 Nox 1994 08:49:37 GMT", "Sondag, 06-Nov-94 08:49:37 GMT",
+                    "Sun, 06 Nov 1994 08:49:37 GMT, Sun, 06 Nov 1994 08:49:38 GMT"] {
             XCTAssertNil(HTTPDate.parse(bad), bad)
         }
+        // A Date or Last-Modified that is not an HTTP-date counts as absent (the lenient
+        // cookie parser read "06 Nov 1994" before): no heuristic freshness from it.
+        let odd = response(200, [("Date", date(0)), ("Last-Modified", "1994-11-06")])
+        XCTAssertEqual(HTTPCacheRules.freshnessLifetime(odd), 0)
         // A future Expires in a zone other than GMT (the lenient cookie parser took it) is expired.
         let future = response(200, [("Date", date(0)), ("Expires", date(3600).replacingOccurrences(of: "GMT", with: "PST"))])
         XCTAssertEqual(HTTPCacheRules.freshnessLifetime(future), 0)
@@ -229,5 +243,176 @@ final class HTTPCacheTests: XCTestCase {
         XCTAssertNotNil(cache.cachedResponse(for: Request(url: URL(string: "http://example.test/big9")!)))
         cache.removeCachedResponse(for: Request(url: URL(string: "http://example.test/big9")!))
         XCTAssertNil(cache.cachedResponse(for: Request(url: URL(string: "http://example.test/big9")!)))
+    }
+
+    /// RFC 9111 §3 and §5.2.2.3, RFC 9110 §9.3.3: what may be stored.
+    func testStorabilityOfStatusesPOSTAndParts() {
+        func storable(_ status: Int, _ fields: [(String, String)], method: String = "GET", request: [(String, String)] = []) -> Bool {
+            var r = get(request)
+            r.method = method
+            return HTTPCacheRules.isStorable(request: r, response: response(status, fields))
+        }
+        for status in [299, 499, 500, 503, 599] {
+            XCTAssertTrue(storable(status, [("Cache-Control", "max-age=60")]), "\(status) with max-age")
+            XCTAssertTrue(storable(status, [("Expires", date(60))]), "\(status) with Expires")
+            XCTAssertFalse(storable(status, []), "\(status) without explicit freshness")
+        }
+        XCTAssertTrue(storable(599, [("Cache-Control", "public")]), "public makes any status storable")
+        XCTAssertEqual(HTTPCacheRules.freshnessLifetime(response(599, [("Cache-Control", "public"), ("Date", date(0)),
+                                                                      ("Last-Modified", date(-1000))])), 100, accuracy: 1,
+                       "and heuristically fresh (RFC 9111 §4.2.2)")
+        XCTAssertEqual(HTTPCacheRules.freshnessLifetime(response(599, [("Date", date(0)), ("Last-Modified", date(-1000))])), 0)
+        XCTAssertFalse(storable(100, [("Cache-Control", "max-age=60")]), "not final")
+        XCTAssertFalse(storable(600, [("Cache-Control", "max-age=60")]), "not a status")
+        XCTAssertFalse(storable(304, [("Cache-Control", "max-age=60")]))
+        XCTAssertTrue(storable(200, [("Cache-Control", "max-age=60, no-store, must-understand")]))
+        XCTAssertFalse(storable(599, [("Cache-Control", "max-age=60, no-store, must-understand")]))
+        XCTAssertFalse(storable(299, [("Cache-Control", "max-age=60, must-understand")]), "must-understand alone refuses unknown codes")
+        XCTAssertFalse(storable(200, [("Cache-Control", "max-age=60, no-store")]))
+        XCTAssertFalse(storable(200, [("Cache-Control", "max-age=60, must-understand")], request: [("Cache-Control", "no-store")]),
+                       "the request's no-store still holds")
+        // POST: explicit freshness and Content-Location naming the request URI.
+        XCTAssertTrue(storable(200, [("Cache-Control", "max-age=60"), ("Content-Location", "/a")], method: "POST"))
+        XCTAssertTrue(storable(200, [("Expires", date(60)), ("Content-Location", "http://example.test/a")], method: "POST"))
+        XCTAssertFalse(storable(200, [("Cache-Control", "max-age=60")], method: "POST"))
+        XCTAssertFalse(storable(200, [("Content-Location", "/a"), ("Last-Modified", date(-3600))], method: "POST"))
+        XCTAssertFalse(storable(200, [("Cache-Control", "max-age=60"), ("Content-Location", "/b")], method: "POST"))
+        XCTAssertFalse(storable(200, [("Cache-Control", "max-age=60"), ("Content-Location", "http://other.test/a")], method: "POST"))
+        XCTAssertFalse(storable(200, [("Cache-Control", "max-age=60"), ("Content-Location", "/a")], method: "PUT"))
+        // 206: one byte range with a known length, not content-coded.
+        XCTAssertTrue(storable(206, [("Cache-Control", "max-age=60"), ("Content-Range", "bytes 0-4/10")]))
+        XCTAssertFalse(storable(206, [("Cache-Control", "max-age=60"), ("Content-Range", "bytes 0-4/*")]))
+        XCTAssertFalse(storable(206, [("Cache-Control", "max-age=60"), ("Content-Type", "multipart/byteranges; boundary=x")]))
+        XCTAssertFalse(storable(206, [("Cache-Control", "max-age=60"), ("Content-Range", "bytes 0-4/10"), ("Content-Encoding", "gzip")]))
+        XCTAssertFalse(storable(206, [("Cache-Control", "max-age=60"), ("Content-Range", "bytes 5-4/10")]))
+        XCTAssertFalse(storable(206, [("Cache-Control", "max-age=60"), ("Content-Range", "bytes 0-10/10")]))
+    }
+
+    /// RFC 9111 §4.1: the normalised values Vary compares.
+    func testVaryValuesAreNormalised() {
+        let v = HTTPCacheRules.varyValue
+        XCTAssertEqual(v("accept-language", ["en, de"]), v("accept-language", ["de, en"]))
+        XCTAssertEqual(v("accept-language", ["en, de"]), v("accept-language", ["eN, De"]))
+        XCTAssertEqual(v("accept-language", ["en, de"]), v("accept-language", [" en ,   de"]))
+        XCTAssertEqual(v("accept-language", ["en;q=0.5, de"]), v("accept-language", ["DE", "EN ; q = 0.5"]))
+        XCTAssertNotEqual(v("accept-language", ["en, de"]), v("accept-language", ["en, fr"]))
+        XCTAssertNotEqual(v("accept-language", ["en;q=0.5, de"]), v("accept-language", ["en, de;q=0.5"]))
+        XCTAssertEqual(v("accept-encoding", ["gzip, br"]), v("accept-encoding", ["BR,gzip"]))
+        XCTAssertEqual(v("foo", ["1,2"]), v("foo", [" 1, 2 "]))
+        XCTAssertEqual(v("foo", ["1, 2"]), v("foo", ["1", "2"]))
+        XCTAssertNotEqual(v("foo", ["1, 2"]), v("foo", ["2, 1"]), "an unknown field's order may mean something")
+        XCTAssertNotEqual(v("foo", ["A"]), v("foo", ["a"]), "and its case")
+        XCTAssertEqual(v("foo", ["\"a, b\", c"]), "\"a, b\",c", "a quoted comma is no separator")
+        XCTAssertEqual(v("foo", []), "")
+        XCTAssertEqual(v("foo", [" , "]), "")
+
+        let cache = HTTPCache()
+        let vary = response(200, [("Cache-Control", "max-age=60"), ("Vary", "Accept-Language")])
+        cache.storeCachedResponse(CachedResponse(response: vary, data: Data("x".utf8)), for: get([("Accept-Language", "en, de")]))
+        XCTAssertNotNil(cache.cachedResponse(for: get([("Accept-Language", "DE,EN")])))
+        XCTAssertNil(cache.cachedResponse(for: get([("Accept-Language", "fr")])))
+    }
+
+    /// RFC 9111 §3.3-3.4: parts are stored, answer ranges inside them, combine when they
+    /// share a strong validator and touch, and are completed with Range + If-Range.
+    func testPartsAreStoredCombinedAndCompleted() throws {
+        func part(_ range: String, _ body: String, _ fields: [(String, String)] = [("ETag", "\"v1\"")]) -> CachedResponse {
+            CachedResponse(response: response(206, [("Date", date(0)), ("Cache-Control", "max-age=60"), ("Content-Range", range)] + fields),
+                           data: Data(body.utf8), storagePolicy: .allowed, storedDate: now)
+        }
+        XCTAssertEqual(HTTPCacheRules.contentRange(response(206, [("Content-Range", "bytes 4-9/10")])),
+                       HTTPCacheRules.ByteRange(first: 4, last: 9, total: 10))
+        for bad in ["bytes 4-3/10", "bytes 4-10/10", "bytes */10", "items 0-1/2", "bytes 0-1", "bytes -1-2/3", "bytes 0-99999999999999999999/1"] {
+            XCTAssertNil(HTTPCacheRules.contentRange(response(206, [("Content-Range", bad)])), bad)
+        }
+        // Ranges inside a stored part come from it; others do not.
+        let head = part("bytes 4-9/10", "456789")
+        func range(_ r: String, _ c: CachedResponse) -> String? {
+            HTTPCacheRules.rangeAnswer(for: get([("Range", r)]), c).map { String(decoding: $0.1, as: UTF8.self) }
+        }
+        XCTAssertEqual(range("bytes=6-8", head), "678")
+        XCTAssertEqual(range("bytes=6-", head), "6789")
+        XCTAssertEqual(range("bytes=-1", head), "9")
+        XCTAssertNil(range("bytes=0-4", head))
+        XCTAssertNil(range("bytes=3-5", head))
+        XCTAssertEqual(HTTPCacheRules.rangeAnswer(for: get([("Range", "bytes=10-")]), head)?.0.statusCode, 416)
+        XCTAssertNil(HTTPCacheRules.storedAnswer(for: get(), head), "a part never answers a plain GET")
+        XCTAssertEqual(HTTPCacheRules.storedAnswer(for: get([("Range", "bytes=5-6")]), head).map { String(decoding: $0.data, as: UTF8.self) }, "56")
+        XCTAssertNil(range("bytes=0-1", part("bytes 0-4/10", "0123")), "a part whose body is not its range holds nothing")
+
+        // Combining.
+        let first = part("bytes 0-4/10", "01234")
+        let whole = try XCTUnwrap(HTTPCacheRules.combine(stored: first, with: part("bytes 5-9/10", "56789")))
+        XCTAssertEqual(whole.response.statusCode, 200)
+        XCTAssertEqual(String(decoding: whole.data, as: UTF8.self), "0123456789")
+        XCTAssertNil(whole.response.value(forHeader: "Content-Range"))
+        XCTAssertEqual(whole.response.value(forHeader: "Content-Length"), "10")
+        let grown = try XCTUnwrap(HTTPCacheRules.combine(stored: first, with: part("bytes 3-6/10", "3456")))
+        XCTAssertEqual(grown.response.value(forHeader: "Content-Range"), "bytes 0-6/10")
+        XCTAssertEqual(String(decoding: grown.data, as: UTF8.self), "0123456")
+        let apart = part("bytes 7-9/10", "789")
+        XCTAssertEqual(HTTPCacheRules.combine(stored: first, with: apart)?.response.value(forHeader: "Content-Range"), "bytes 7-9/10",
+                       "a part that does not touch replaces the stored one")
+        let other = part("bytes 5-9/10", "XXXXX", [("ETag", "\"v2\"")])
+        XCTAssertEqual(HTTPCacheRules.combine(stored: first, with: other)?.data, Data("XXXXX".utf8), "another representation replaces")
+        let weak = part("bytes 5-9/10", "56789", [("ETag", "W/\"v1\"")])
+        XCTAssertEqual(HTTPCacheRules.combine(stored: part("bytes 0-4/10", "01234", [("ETag", "W/\"v1\"")]), with: weak)?.response.statusCode,
+                       206, "weak validators never combine")
+        XCTAssertEqual(HTTPCacheRules.combine(stored: first, with: part("bytes 5-9/11", "56789"))?.response.statusCode, 206,
+                       "another length is another representation")
+        XCTAssertNil(HTTPCacheRules.combine(stored: whole, with: first), "a stored whole of the same representation stays")
+        // Combining stops at maximumBodyBytes: the new part stays alone.
+        let size = HTTPCacheRules.maximumBodyBytes
+        let big = CachedResponse(response: response(206, [("Content-Range", "bytes 0-\(size - 1)/\(size + 10)"), ("ETag", "\"v1\"")]),
+                                 data: Data(count: size))
+        let more = part("bytes \(size)-\(size + 9)/\(size + 10)", "0123456789")
+        XCTAssertEqual(HTTPCacheRules.combine(stored: big, with: more)?.data.count, 10)
+        XCTAssertNil(HTTPCacheRules.combine(stored: nil, with: part("bytes 0-4/10", "0123")), "a body that is not its range")
+        XCTAssertEqual(HTTPCacheRules.combine(stored: nil, with: part("bytes 0-9/10", "0123456789"))?.response.statusCode, 200)
+
+        // Answers: a part is completed from byte 0 with Range and If-Range; else the network.
+        guard case .network(let fields, false, true) = HTTPCacheRules.answer(for: get(), cached: first, policy: .useProtocolCachePolicy, now: now)
+        else { return XCTFail("a plain GET completes a stored part") }
+        XCTAssertEqual(fields.map { "\($0.0): \($0.1)" }, ["Range: bytes=5-", "If-Range: \"v1\""])
+        guard case .made(let r, let body) = HTTPCacheRules.answer(for: get([("Range", "bytes=1-2")]), cached: first,
+                                                                  policy: .useProtocolCachePolicy, now: now) else {
+            return XCTFail("a range inside a fresh part comes from it")
+        }
+        XCTAssertEqual(r.value(forHeader: "Content-Range"), "bytes 1-2/10")
+        XCTAssertEqual(body, Data("12".utf8))
+        guard case .network(let none1, false, false) = HTTPCacheRules.answer(for: get(), cached: head, policy: .useProtocolCachePolicy, now: now)
+        else { return XCTFail("a part that does not start at 0 is not completed") }
+        guard case .network(let none2, false, false) = HTTPCacheRules.answer(for: get(), cached: part("bytes 0-4/10", "01234", []),
+                                                                      policy: .useProtocolCachePolicy, now: now)
+        else { return XCTFail("a part without a strong validator is not completed") }
+        var headRequest = get()
+        headRequest.method = "HEAD"
+        guard case .network(let none3, false, false) = HTTPCacheRules.answer(for: headRequest, cached: first, policy: .useProtocolCachePolicy, now: now)
+        else { return XCTFail("a part never answers HEAD") }
+        XCTAssertTrue(none1.isEmpty && none2.isEmpty && none3.isEmpty, "nothing is added to those requests")
+
+        // The remainder that continues the part becomes the whole; anything else does not.
+        var rest = response(206, [("Content-Range", "bytes 5-9/10"), ("ETag", "\"v1\""), ("X-New", "1")])
+        XCTAssertNil(HTTPCacheRules.completed(first, by: rest), "a Content-Length of 1 for a range of 5: a lie")
+        rest.expectedContentLength = -1
+        XCTAssertNil(HTTPCacheRules.completed(first, by: rest), "no Content-Length: nothing holds the server to the range")
+        rest.expectedContentLength = 5
+        let done = try XCTUnwrap(HTTPCacheRules.completed(first, by: rest))
+        XCTAssertEqual(done.statusCode, 200)
+        XCTAssertEqual(done.value(forHeader: "Content-Length"), "10")
+        XCTAssertEqual(done.value(forHeader: "X-New"), "1", "the new response's fields")
+        XCTAssertNil(HTTPCacheRules.completed(first, by: response(206, [("Content-Range", "bytes 6-9/10"), ("ETag", "\"v1\"")])))
+        XCTAssertNil(HTTPCacheRules.completed(first, by: response(206, [("Content-Range", "bytes 5-9/10"), ("ETag", "\"v2\"")])))
+        XCTAssertNil(HTTPCacheRules.completed(first, by: response(206, [("Content-Range", "bytes 5-10/11"), ("ETag", "\"v1\"")])))
+
+        // The store combines what it holds for the variant.
+        let cache = HTTPCache()
+        cache.storeCachedResponse(first, for: get())
+        XCTAssertEqual(cache.cachedResponse(for: get())?.response.statusCode, 206)
+        cache.storeCachedResponse(part("bytes 5-9/10", "56789"), for: get())
+        let stored = try XCTUnwrap(cache.cachedResponse(for: get()))
+        XCTAssertEqual(stored.response.statusCode, 200)
+        XCTAssertEqual(stored.data, Data("0123456789".utf8))
+        XCTAssertEqual(cache.count, 1)
     }
 }
