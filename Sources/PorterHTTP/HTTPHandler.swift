@@ -24,6 +24,16 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         CurlLoop.loop(for: context.configuration)
     }
     public static let defaultUserAgent = "Porter/\(porterVersion)"
+    /// A request property (`Request.setProperty(true, forKey:)`): a 3xx is the response,
+    /// body and all, and is not reported as a redirect — curl without -L. (A delegate that
+    /// refuses a redirect gets the 3xx's head only.)
+    public static let deliversRedirectsProperty = "porter.http.deliversRedirects"
+    /// See `CurlOptions.debugProperty` (curl -v / --trace: the request head as sent).
+    public static let debugProperty = CurlOptions.debugProperty
+    /// See `CurlOptions.ipResolveProperty` (4 or 6: curl's -4 / -6) and
+    /// `CurlOptions.connectToProperty` (curl's --connect-to); ftp and ftps honour them too.
+    public static let ipResolveProperty = CurlOptions.ipResolveProperty
+    public static let connectToProperty = CurlOptions.connectToProperty
     /// Stream and WebSocket tasks: a connect-only libcurl connection on the session's loop.
     public static func openStream(to target: ByteStreamTarget, context: SessionContext) -> (any ByteStream)? {
         CurlStream(target: target, configuration: context.configuration)
@@ -297,7 +307,8 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         decoder = ContentDecoder(contentEncoding: head.fields.combined(.contentEncoding),
                                  maximumRatio: client.context.configuration.maximumDecodingRatio)
         decodeError = nil
-        if [301, 302, 303, 307, 308].contains(status), head.fields.combined(.location) != nil {
+        if [301, 302, 303, 307, 308].contains(status), head.fields.combined(.location) != nil,
+           request.property(forKey: HTTPHandler.deliversRedirectsProperty) as? Bool != true {
             mode = .redirect(response)
             return
         }
