@@ -72,7 +72,7 @@ struct CurlFlags: ParsableArguments {
     @Option(name: .customLong("etag-compare"), help: ArgumentHelp("Send If-None-Match with the ETag saved in FILE (by --etag-save).", valueName: "FILE"))
     var etagCompare: String?
 
-    @Option(name: [.customShort("z"), .customLong("time-cond")], help: ArgumentHelp("Load only if changed since TIME (an HTTP date, or a FILE's modification time); '-TIME': only if not changed since.", valueName: "TIME"))
+    @Option(name: [.customShort("z"), .customLong("time-cond")], parsing: .unconditional, help: ArgumentHelp("Load only if changed since TIME (an HTTP date, or a FILE's modification time); '-TIME': only if not changed since.", valueName: "TIME"))
     var timeCond: String?
 
     @Option(name: .customLong("proto"), help: ArgumentHelp("Protocols allowed for the URLs, as curl: 'https', '=https,ftps', '-all,+https', '+ftp'.", valueName: "LIST"))

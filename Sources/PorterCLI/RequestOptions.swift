@@ -25,8 +25,8 @@ extension Fetch {
     /// application/x-www-form-urlencoded as curl's --data-urlencode writes it.
     static func formEncode(_ text: String) -> String { formEncode(Data(text.utf8)) }
 
-    /// curl_easy_escape on the bytes: every byte but ALPHA, DIGIT and "-._~" becomes %XX
-    /// (a file's bytes as they are, valid UTF-8 or not).
+    /// curl's --data-urlencode on the bytes: every byte but ALPHA, DIGIT and "-._~"
+    /// becomes %XX, a space "+" (a file's bytes as they are, valid UTF-8 or not).
     static func formEncode(_ bytes: Data) -> String {
         let hex = Array("0123456789ABCDEF".utf8)
         var out: [UInt8] = []
@@ -36,6 +36,8 @@ extension Fetch {
             case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
                  UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
                 out.append(b)
+            case UInt8(ascii: " "):
+                out.append(UInt8(ascii: "+"))
             default:
                 out += [UInt8(ascii: "%"), hex[Int(b >> 4)], hex[Int(b & 15)]]
             }

@@ -20,6 +20,9 @@ final class Transfer: @unchecked Sendable {
     var error: PorterError?
     var httpFailed = false
     var writeFailed = false
+    /// -z's condition was not met (the server sent the body anyway): nothing is written,
+    /// and the stop that follows is no failure (curl's rule).
+    var conditionUnmet = false
     /// A failure the CLI itself decided on (a -T file it cannot read: curl's 26).
     var exitOverride: PorterExit?
     /// The exit code this transfer's outcome means (curl's numbers).
@@ -477,6 +480,13 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             if request.url.absoluteString.hasSuffix("/") {
                 request.url = request.url.appendingPathComponent(PathText.lastComponent(of: file))
             }
+            // curl asks "Expect: 100-continue" for every non-empty PUT over HTTP/1.1 (a
+            // POST only above 1 MiB, which the library's own rule already does).
+            let size = (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? NSNumber)?.int64Value ?? 0
+            if scheme == "http" || (scheme == "https" && options.http11), size > 0, request.value(forHeader: "Expect") == nil,
+               !request.suppressedHeaders.contains("expect") {
+                request.setValue("100-continue", forHeader: "Expect")
+            }
             task = session.uploadTask(with: request, fromFile: URL(fileURLWithPath: file))
         } else if let output = fileOutput {
             task = continuedDownload(session, request, into: output, directory: dir ?? ".") ?? session.downloadTask(with: request)
@@ -526,10 +536,10 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
 
     /// -v's "> " lines for a request head (or FTP commands) as sent, credentials masked.
     static func showSentHead(_ bytes: Data) {
-        let text = String(decoding: bytes, as: UTF8.self)
         var lines: [String] = []
-        for raw in text.split(separator: "\n", omittingEmptySubsequences: false) {
-            var line = String(raw)
+        // Split on the bytes: in a Swift String "\r\n" is one Character.
+        for raw in bytes.split(separator: 0x0A, omittingEmptySubsequences: false) {
+            var line = String(decoding: raw, as: UTF8.self)
             if line.hasSuffix("\r") { line.removeLast() }
             if line.isEmpty { continue }
             if let colon = line.firstIndex(of: ":"), !line.hasPrefix(" ") {
@@ -640,12 +650,25 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             return false
         }
         if !showHead(response) { t.writeFailed = true; return false }
+        if timeConditionUnmet(response) {
+            t.conditionUnmet = true
+            return false
+        }
         if let path = options.curl.etagSave, !saveETag(response, to: path) { t.writeFailed = true; return false }
         if hot.fail, let s = response.statusCode, s >= 400 {
             t.httpFailed = true
             return hot.failWithBody  // --fail-with-body: the body is still written
         }
         return true
+    }
+
+    /// -z: a 200 whose Last-Modified does not meet the condition is not written (libcurl's
+    /// CURLOPT_TIMECONDITION: a server may ignore If-Modified-Since or compare exactly).
+    private func timeConditionUnmet(_ response: Response) -> Bool {
+        guard let cond = options.curl.timeCond, response.statusCode == 200,
+              let (date, modifiedSince) = CurlFlags.timeCondition(cond),
+              let last = response.value(forHeader: "Last-Modified").flatMap(HTTPDate.parse) else { return false }
+        return modifiedSince ? last <= date : last > date
     }
 
     /// --etag-save FILE: the ETag as sent and a newline (an empty file when there is none), as curl.
@@ -861,7 +884,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         if let data = error?.resumeData, let resume = try? ResumeData(data: data) { unlink(resume.partialFilePath) }
         if t.response == nil { t.response = task.response }
         if t.bytes == 0 { t.bytes = task.countOfBytesReceived }
-        if let error, t.error == nil, !(t.httpFailed && error.code == .cancelled) {
+        if let error, t.error == nil, !((t.httpFailed || t.conditionUnmet) && error.code == .cancelled) {
             t.error = error
         }
         lock.withLock { _ = transfers.removeValue(forKey: ObjectIdentifier(task)) }

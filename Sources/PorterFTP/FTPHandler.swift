@@ -103,6 +103,7 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
             t.set(CURLOPT_RESUME_FROM_LARGE, offset: range.offset)
         }
         state.startUpload(request.body, on: loop)
+        state.limitRate(client.context.configuration.maximumBytesPerSecond)
         if let body = state.body {
             t.set(CURLOPT_UPLOAD, 1)
             t.set(CURLOPT_INFILESIZE_LARGE, offset: body.length ?? -1)
@@ -142,7 +143,7 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
             // SIZE has been answered by now: the length is known before the first byte.
             respond(length: t.info(offset: CURLINFO_CONTENT_LENGTH_DOWNLOAD_T))
         }
-        if state.wantsPause {
+        if state.wantsPause || !state.admit(bytes.count, on: loop) {
             stager.handOver()
             return .pause
         }

@@ -207,6 +207,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         }
 
         configureMethodAndBody(t)
+        state.limitRate(config.maximumBytesPerSecond)
         // A large or streamed body may still ask Expect: 100-continue; a server that
         // ignores it costs a quarter of a second, not libcurl's whole second.
         t.set(CURLOPT_EXPECT_100_TIMEOUT_MS, 250)
@@ -341,6 +342,10 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         switch mode {
         case .body:
             if state.wantsPause {
+                stager.handOver()
+                return .pause
+            }
+            if !state.admit(bytes.count, on: loop) {
                 stager.handOver()
                 return .pause
             }
