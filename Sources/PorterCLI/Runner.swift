@@ -87,7 +87,7 @@ struct HotOptions {
     /// --fail-with-body: -f's exit, with the body written.
     let failWithBody: Bool
     /// --proto / --proto-redir: the schemes a URL / a redirect may use (nil: any).
-    let protocols: Set<String>?, redirectProtocols: Set<String>
+    let protocols: Set<String>?, redirectProtocols: Set<String>?
     let progressBar: Bool, outputDir: String?
     let retry: Int, continueAt: String?
     /// A body option is given (-d, --data-*, -F, --json).
@@ -112,8 +112,8 @@ struct HotOptions {
         follows = o.followsRedirects
         failWithBody = o.curl.failWithBody
         protocols = o.curl.proto.flatMap { CurlFlags.protocols($0, base: CurlFlags.allProtocols.union(Runner.knownSchemes)) }
+        // Without --proto-redir the library's rule holds (same scheme, or http / https).
         redirectProtocols = o.curl.protoRedir.flatMap { CurlFlags.protocols($0, base: ["http", "https", "ftp", "ftps"]) }
-            ?? ["http", "https", "ftp", "ftps"]
         progressBar = o.curl.progressBar
         outputDir = o.curl.outputDir
         showError = o.showError
@@ -198,7 +198,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
                 netrc = try Netrc(contentsOf: path)
             } catch let e as PorterError {
                 note("porter: \(e.message)")
-                throw ExitCode(PorterExit(e).rawValue)
+                throw ExitCode(PorterExit.readError.rawValue)  // a netrc it will not read: curl's 26
             }
         }
         if options.cookieStore {
@@ -215,10 +215,9 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             if c.contains("=") {
                 literalCookie = c
             } else {
-                guard let text = try? String(contentsOfFile: c, encoding: .utf8) else {
-                    note("porter: cannot read the cookie file \(c)")
-                    throw ExitCode(PorterExit.readError.rawValue)
-                }
+                // curl loads no cookies from a file it cannot read, and goes on.
+                let text = (try? String(contentsOfFile: c, encoding: .utf8)) ?? ""
+                if text.isEmpty, hot.verbose { note("* cannot read the cookie file \(c): no cookies from it") }
                 let (cookies, skipped) = NetscapeCookieFile.parse(text)
                 for cookie in cookies { cookieStore.setCookie(cookie) }
                 if skipped > 0, hot.verbose { note("* \(c): \(skipped) malformed line(s) skipped") }
@@ -257,7 +256,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             // Without -L no redirect is followed (each 3xx is the answer); with it, curl's
             // default limit is 50.
             if hot.follows { config.maximumRedirects = options.maxRedirs.map { $0 < 0 ? 100_000 : $0 } ?? 50 }
-            if hot.follows { config.allowedRedirectSchemes = hot.redirectProtocols }
+            if hot.follows, let allowed = hot.redirectProtocols { config.allowedRedirectSchemes = allowed }
             let curl = options.curl
             if curl.tlsv12 { config.tlsMinimumVersion = .tls1_2 }
             if curl.tlsv13 { config.tlsMinimumVersion = .tls1_3 }
@@ -385,7 +384,9 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             source.setEventHandler { [weak self] in
                 guard let self else { return }
                 self.stopping.withLock { $0 = true }
-                if sig != SIGINT { self.fatalSignal.withLock { $0 = sig } }
+                // Clean up, then end by the signal, as curl (killed by it) does: a script's
+                // shell sees 128+N and a Ctrl-C stops a loop of porter calls.
+                self.fatalSignal.withLock { $0 = sig }
                 let all = self.lock.withLock { Array(self.sessions.values) }
                 for s in all { for t in s.allTasks { t.cancel() } }
             }
@@ -778,10 +779,10 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             completion(nil)  // without -L the 3xx is the answer (curl's default)
             return
         }
-        // --proto-redir (curl's default: http, https, ftp, ftps): a redirect elsewhere fails
-        // the transfer (curl's exit 1), same scheme or not.
+        // --proto-redir: a redirect elsewhere fails the transfer (curl's exit 1), same
+        // scheme or not.
         let scheme = newRequest.url.scheme?.lowercased() ?? ""
-        if !hot.redirectProtocols.contains(scheme), let t = transfer(for: task) {
+        if let allowed = hot.redirectProtocols, !allowed.contains(scheme), let t = transfer(for: task) {
             t.error = PorterError(.redirectNotAllowed, "--proto-redir does not allow a redirect to \(scheme)", url: newRequest.url)
             completion(nil)
             task.cancel()
