@@ -251,3 +251,20 @@ extension HTTPHandlerTests {
         XCTAssertEqual(task.countOfBytesSent, Int64(body.count))
     }
 }
+
+/// A server that lies or breaks off: porter exits as curl does on the same URL.
+extension MisbehavingServerTests {
+    func testBrokenServersExitAsCurl() throws {
+        let base = "http://127.0.0.1:\(MisbehavingServerTests.port)"
+        let cases: [(String, Set<Int32>)] = [
+            ("/empty", [52]), ("/truncated", [18]), ("/reset", [18, 56]), ("/malformed", [1, 8]),
+            ("/weird-status", [0]), ("/junk-headers", [0, 8]),
+        ]
+        for (path, expected) in cases {
+            let reference = try runProcess("/usr/bin/curl", ["-s", "-o", "/dev/null", base + path], environment: withoutProxies)
+            let r = try runProcess(porterBinary, ["-s", "-o", "/dev/null", base + path], environment: withoutProxies)
+            XCTAssertEqual(r.status, reference.status, "\(path): \(r.stderr)")
+            XCTAssertTrue(expected.contains(r.status), "\(path): \(r.status)")
+        }
+    }
+}
