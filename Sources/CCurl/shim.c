@@ -15,6 +15,9 @@ CURLcode porter_easy_setopt_ptr(CURL *handle, CURLoption option, const void *val
 CURLcode porter_easy_setopt_data_cb(CURL *handle, CURLoption option, porter_curl_data_cb cb) {
     return curl_easy_setopt(handle, option, cb);
 }
+CURLcode porter_easy_setopt_debug_cb(CURL *handle, porter_curl_debug_cb cb) {
+    return curl_easy_setopt(handle, CURLOPT_DEBUGFUNCTION, (curl_debug_callback)(void *)cb);
+}
 CURLcode porter_easy_setopt_xferinfo_cb(CURL *handle, porter_curl_xferinfo_cb cb) {
     return curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, cb);
 }

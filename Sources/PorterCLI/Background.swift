@@ -27,7 +27,7 @@ enum BackgroundCLI {
         for (i, text) in urls.enumerated() {
             guard let url = Fetch.guessURL(text, knownSchemes: Runner.knownSchemes), url.scheme != nil else {
                 note("porter: not a valid URL: \(text)")
-                throw ExitCode(PorterExit.unsupportedURL.rawValue)
+                throw ExitCode(PorterExit.unsupportedProtocol.rawValue)
             }
             if i < outputs.count, outputs[i] != "-" {
                 destinations.append(absolute(outputs[i]))
@@ -164,7 +164,7 @@ struct Jobs: ParsableCommand {
         let first = words[1]
         guard let task = try BackgroundCLI.list(channel).first(where: { $0.id == id }) else {
             note("porter: no task \(id) in background session \(words[0])")
-            throw ExitCode(PorterExit.notFound.rawValue)
+            throw ExitCode(PorterExit.other.rawValue)
         }
         switch first {
         case "wait":
@@ -197,7 +197,7 @@ struct Jobs: ParsableCommand {
         if tty { _ = writeAll(2, "\n") }
         if let e = BackgroundProtocol.error(code: task.errorCode, message: task.errorMessage, url: task.url) {
             note("porter: \(e.message)")
-            throw ExitCode(PorterExit(e.code).rawValue)
+            throw ExitCode(PorterExit(e).rawValue)
         }
         print(BackgroundCLI.row(task))
     }

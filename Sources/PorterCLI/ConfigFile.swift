@@ -7,6 +7,8 @@ import Foundation
 /// and `url = X` names a URL.
 enum ConfigFile {
     struct Failure: Error, CustomStringConvertible {
+        /// curl's exit: 26 for a file it cannot read, 2 for a bad line.
+        var isReadError: Bool { description.hasPrefix("cannot read") }
         let description: String
     }
 

@@ -9,14 +9,15 @@ public struct PorterCommand: ParsableCommand {
     public init() {}
     public static let configuration = CommandConfiguration(
         commandName: "porter",
-        abstract: "Load URLs of any registered scheme (data:, file:, and what plugins add), curl-style.",
+        abstract: "Load URLs, curl-style: http, https, ftp, ftps (implicit TLS), file, data, and the schemes plugins add (see 'porter handlers').",
         discussion: """
-            Exit codes: 0 success, 1 other error, 2 unsupported or malformed URL, 3 not found, \
-            4 permission denied, 5 cannot connect, 6 timed out, 7 TLS, 8 authentication, \
-            9 too many redirects or a refused redirect, 10 cancelled, 11 bad response, \
-            12 cannot write output, 13 a persistent store (cookies, cache, credentials) is damaged or \
-            cannot be opened, 14 a plugin's worker crashed (or the plugin was disabled), \
-            22 HTTP error with --fail, 64 bad command line.
+            porter [options] URL... is 'porter fetch'; 'porter fetch --help' lists every option. The common ones, with curl's meaning: \
+            -o FILE / -O (write to a file), -L (follow redirects), -i / -I (show the head), -v (show the request as sent and the response head), \
+            -s / -S, -f / --fail-with-body (exit 22 on an HTTP error), -d / --data-raw / --data-urlencode / --json / -F (send a body), \
+            -T FILE (upload), -X METHOD, -H 'Name: value', -u USER:PASSWORD, -b / -c (cookies), -C - (continue), -r RANGE, \
+            -x PROXY, -k / --cacert, -m SECONDS, --retry N, --limit-rate RATE, -Z (parallel), -w FORMAT, -K FILE (config).
+
+            \(PorterExit.table)
             """,
         version: Porter.version,
         subcommands: [Fetch.self, Handlers.self, Plugins.self, PluginCommand.self, Cache.self, Jobs.self, Credentials.self],
@@ -31,7 +32,22 @@ extension PorterCommand {
             return try ConfigFile.expand(raw)
         } catch {
             note("porter: \(error)")
-            Foundation.exit(64)
+            Foundation.exit((error as? ConfigFile.Failure)?.isReadError == true ? PorterExit.readError.rawValue : PorterExit.badCommandLine.rawValue)
+        }
+    }
+
+    /// Runs the command as curl does: a bad command line (an unknown option, a missing
+    /// or malformed value) exits with 2, curl's code for it, where ArgumentParser says 64.
+    public static func main(_ arguments: [String]?) {
+        do {
+            var command = try parseAsRoot(arguments)
+            try command.run()
+        } catch {
+            if exitCode(for: error) == .validationFailure {
+                note(fullMessage(for: error))
+                Foundation.exit(PorterExit.badCommandLine.rawValue)
+            }
+            exit(withError: error)
         }
     }
 }
@@ -143,7 +159,7 @@ struct Cache: ParsableCommand {
             cache = try HTTPCache(diskCapacity: 256 << 20, directory: HTTPCache.defaultDirectory())
         } catch let e as PorterError {
             FileHandle.standardError.write(Data("porter: \(e.message)\n".utf8))
-            throw ExitCode(4)
+            throw ExitCode(PorterExit.store.rawValue)
         }
         if action == "clear" { cache.removeAllCachedResponses() }
         let s = cache.statistics
@@ -242,7 +258,7 @@ struct Fetch: ParsableCommand {
     @Option(name: .long, help: "Accept only this public key: sha256//BASE64 (';'-separated) or a PEM/DER key file.")
     var pinnedpubkey: String?
 
-    @Flag(name: .long, help: "Do not follow redirects (they are followed by default, as with curl -L).")
+    @Flag(name: .long, help: "Do not follow redirects (the default, as in curl; overrides -L).")
     var noLocation = false
 
     @Option(name: [.customShort("C"), .customLong("continue-at")], help: "'-' continues a download into an existing -o FILE.")
@@ -272,7 +288,7 @@ struct Fetch: ParsableCommand {
     @Flag(name: .customLong("wait-for-connectivity"), help: "With no route to the host, wait for the network to come up (until --max-time) instead of failing (URLSession's waitsForConnectivity).")
     var waitForConnectivity = false
 
-    @Option(name: .long, help: "Follow at most N redirects.")
+    @Option(name: .long, help: "With -L, follow at most N redirects (-1: no limit).")
     var maxRedirs: Int?
 
     @Flag(name: [.customShort("s"), .long], help: "No progress bar and no error messages.")
@@ -291,7 +307,7 @@ struct Fetch: ParsableCommand {
     var urlList: String?
 
     // curl's everyday flags, with curl's meaning.
-    @Flag(name: [.customShort("L"), .long], help: "Follow redirects (Porter always does unless --no-location; accepted for curl users).")
+    @Flag(name: [.customShort("L"), .long], help: "Follow redirects (at most --max-redirs, 50 unless set); without -L a 3xx is the answer, as in curl.")
     var location = false
 
     @Flag(name: [.customShort("S"), .customLong("show-error")], help: "With -s, still print errors (Porter's -s keeps errors off; -S brings them back).")
@@ -357,7 +373,19 @@ struct Fetch: ParsableCommand {
     @Option(name: .long, help: "How many URLs to load at once (with --url-list).")
     var concurrency: Int = 1
 
-    func validate() throws {
+    @OptionGroup(title: "curl options") var curl: CurlFlags
+
+    /// Redirects are followed (-L and not --no-location).
+    var followsRedirects: Bool { location && !noLocation }
+
+    mutating func validate() throws {
+        // curl's spellings of what porter already has.
+        urls += curl.url
+        if curl.parallel { concurrency = curl.parallelMax ?? 50 }
+        if curl.remoteNameAll { remoteName = true }
+        if let dir = curl.outputDir {
+            output = output.map { $0 == "-" || $0.hasPrefix("/") ? $0 : dir + "/" + $0 }
+        }
         if urls.isEmpty && urlList == nil { throw ValidationError("give at least one URL (or --url-list FILE)") }
 
         if concurrency < 1 || concurrency > Fetch.maximumConcurrency {
@@ -390,7 +418,7 @@ struct Fetch: ParsableCommand {
         if retry < 0 || retry > 1000 { throw ValidationError("--retry wants 0 to 1000, not \(retry)") }
         if let r = limitRate, Fetch.rate(r) == nil { throw ValidationError("--limit-rate wants a number with an optional k, m or g, not \(r)") }
         if [digest, basic, anyauth].filter({ $0 }).count > 1 { throw ValidationError("--basic, --digest and --anyauth exclude each other") }
-        if !form.isEmpty && (!data.isEmpty || dataBinary != nil || !json.isEmpty || !dataUrlencode.isEmpty) {
+        if !form.isEmpty && (!data.isEmpty || dataBinary != nil || !json.isEmpty || !dataUrlencode.isEmpty || !curl.dataRaw.isEmpty) {
             throw ValidationError("-F and -d / --data-binary / --json / --data-urlencode exclude each other")
         }
         if let r = range, !Fetch.isRange(r) { throw ValidationError("-r wants ranges like 0-499, 500- or -100, not \(r)") }
@@ -450,7 +478,7 @@ struct Fetch: ParsableCommand {
                     while let u = source.next() { all.append(u) }
                 } catch let e as PorterError {
                     note("porter: \(e.message)")
-                    throw ExitCode(PorterExit.notFound.rawValue)
+                    throw ExitCode(PorterExit.readError.rawValue)
                 }
             }
             return try BackgroundCLI.enqueue(session: background, urls: all, outputs: output, remoteName: remoteName, headers: header)
@@ -463,7 +491,7 @@ struct Fetch: ParsableCommand {
             source = try URLSource(arguments: urls, listPath: urlList)
         } catch let e as PorterError {
             note("porter: \(e.message)")
-            throw ExitCode(PorterExit.notFound.rawValue)
+            throw ExitCode(PorterExit.readError.rawValue)
         }
         let runner = try Runner(options: self)
         var code = runner.run(source)

@@ -23,10 +23,26 @@ extension Fetch {
     }
 
     /// application/x-www-form-urlencoded as curl's --data-urlencode writes it.
-    static func formEncode(_ text: String) -> String {
-        var allowed = CharacterSet.alphanumerics.intersection(CharacterSet(charactersIn: Unicode.Scalar(0)..<Unicode.Scalar(128)))
-        allowed.insert(charactersIn: "-._~")
-        return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text
+    static func formEncode(_ text: String) -> String { formEncode(Data(text.utf8)) }
+
+    /// curl's --data-urlencode on the bytes: every byte but ALPHA, DIGIT and "-._~"
+    /// becomes %XX, a space "+" (a file's bytes as they are, valid UTF-8 or not).
+    static func formEncode(_ bytes: Data) -> String {
+        let hex = Array("0123456789ABCDEF".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count * 3)
+        for b in bytes {
+            switch b {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+                out.append(b)
+            case UInt8(ascii: " "):
+                out.append(UInt8(ascii: "+"))
+            default:
+                out += [UInt8(ascii: "%"), hex[Int(b >> 4)], hex[Int(b & 15)]]
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// The bytes of "@FILE" ("@-": stdin) or the text itself.
@@ -53,7 +69,7 @@ extension Fetch {
         if let at = spec.firstIndex(of: "@") {
             let name = String(spec[..<at])
             let data = try fileContents(String(spec[spec.index(after: at)...]))
-            let value = formEncode(String(decoding: data, as: UTF8.self))
+            let value = formEncode(data)
             return name.isEmpty ? value : name + "=" + value
         }
         return formEncode(spec)
@@ -68,6 +84,7 @@ extension Fetch {
             if d.hasPrefix("@") { chunk.removeAll { $0 == 0x0A || $0 == 0x0D } }
             pieces.append(chunk)
         }
+        for r in curl.dataRaw { pieces.append(Data(r.utf8)) }
         for u in dataUrlencode { pieces.append(Data(try Fetch.urlencodedPart(u).utf8)) }
         guard !pieces.isEmpty else { return nil }
         var out = Data()
@@ -151,7 +168,7 @@ extension Fetch {
         }
         request.method = "POST"
         request.body = .data(body)
-        if request.value(forHeader: "Content-Type") == nil, dataBinary == nil || !data.isEmpty || !dataUrlencode.isEmpty {
+        if request.value(forHeader: "Content-Type") == nil, dataBinary == nil || !data.isEmpty || !dataUrlencode.isEmpty || !curl.dataRaw.isEmpty {
             request.setValue("application/x-www-form-urlencoded", forHeader: "Content-Type")
         }
     }
@@ -163,9 +180,24 @@ extension Fetch {
         if let a = userAgent { request.setValue(a, forHeader: "User-Agent") }
         if let e = referer { request.setValue(e, forHeader: "Referer") }
         if let r = range { request.setValue("bytes=" + r, forHeader: "Range") }
-        guard let credential, let user = credential.user, let password = credential.password else { return }
         let scheme = request.url.scheme?.lowercased() ?? ""
         if scheme == "http" || scheme == "https" {
+            if let token = curl.oauth2Bearer, request.value(forHeader: "Authorization") == nil {
+                request.setValue("Bearer " + token, forHeader: "Authorization")
+            }
+            // --etag-compare FILE: If-None-Match with the saved ETag (a missing or empty
+            // file sends none, as curl).
+            if let path = curl.etagCompare, let text = try? String(contentsOfFile: path, encoding: .utf8) {
+                let tag = text.split(whereSeparator: \.isNewline).first.map(String.init) ?? ""
+                if !tag.isEmpty { request.setValue(tag, forHeader: "If-None-Match") }
+            }
+            if let cond = curl.timeCond, let (date, modifiedSince) = CurlFlags.timeCondition(cond) {
+                request.setValue(CurlFlags.httpDate(date), forHeader: modifiedSince ? "If-Modified-Since" : "If-Unmodified-Since")
+            }
+        }
+        guard let credential, let user = credential.user, let password = credential.password else { return }
+        if scheme == "http" || scheme == "https" {
+            if curl.oauth2Bearer != nil { return }
             if !digest, !anyauth, request.value(forHeader: "Authorization") == nil {
                 request.setBasicAuthorization(user: user, password: password)
             }

@@ -20,6 +20,18 @@ final class Transfer: @unchecked Sendable {
     var error: PorterError?
     var httpFailed = false
     var writeFailed = false
+    /// -z's condition was not met (the server sent the body anyway): nothing is written,
+    /// and the stop that follows is no failure (curl's rule).
+    var conditionUnmet = false
+    /// A failure the CLI itself decided on (a -T file it cannot read: curl's 26).
+    var exitOverride: PorterExit?
+    /// The exit code this transfer's outcome means (curl's numbers).
+    var exitCode: PorterExit {
+        if writeFailed { return .writeError }
+        if let exitOverride { return exitOverride }
+        if httpFailed { return .httpError }
+        return error.map(PorterExit.init) ?? .success
+    }
     /// Where a data task's body goes: stdout, or a device / FIFO named by -o (which is
     /// written through, never replaced by a file).
     var fd: Int32 = 1
@@ -71,7 +83,12 @@ func copySpool(_ spool: Int32, to fd: Int32) -> Bool {
 struct HotOptions {
     let head: Bool, header: [String], request: String?, remoteName: Bool, continueOffset: Int64?
     let createDirs: Bool, uploadFile: String?, silent: Bool, verbose: Bool, writeOut: String?
-    let fail: Bool, include: Bool, remoteHeaderName: Bool, noLocation: Bool, showError: Bool
+    let fail: Bool, include: Bool, remoteHeaderName: Bool, follows: Bool, showError: Bool
+    /// --fail-with-body: -f's exit, with the body written.
+    let failWithBody: Bool
+    /// --proto / --proto-redir: the schemes a URL / a redirect may use (nil: any).
+    let protocols: Set<String>?, redirectProtocols: Set<String>?
+    let progressBar: Bool, outputDir: String?
     let retry: Int, continueAt: String?
     /// A body option is given (-d, --data-*, -F, --json).
     let sendsBody: Bool
@@ -89,15 +106,23 @@ struct HotOptions {
         silent = o.silent
         verbose = o.verbose
         writeOut = o.writeOut
-        fail = o.fail
+        fail = o.fail || o.curl.failWithBody
         include = o.include
         remoteHeaderName = o.remoteHeaderName
-        noLocation = o.noLocation
+        follows = o.followsRedirects
+        failWithBody = o.curl.failWithBody
+        protocols = o.curl.proto.flatMap { CurlFlags.protocols($0, base: CurlFlags.allProtocols.union(Runner.knownSchemes)) }
+        // Without --proto-redir the library's rule holds (same scheme, or http / https).
+        redirectProtocols = o.curl.protoRedir.flatMap { CurlFlags.protocols($0, base: ["http", "https", "ftp", "ftps"]) }
+        progressBar = o.curl.progressBar
+        outputDir = o.curl.outputDir
         showError = o.showError
         retry = o.retry
         continueAt = o.continueAt
         sendsBody = !o.form.isEmpty || !o.json.isEmpty || o.dataBinary != nil || !o.data.isEmpty || !o.dataUrlencode.isEmpty
-        setsHeaders = o.userAgent != nil || o.referer != nil || o.range != nil
+            || !o.curl.dataRaw.isEmpty
+        setsHeaders = o.userAgent != nil || o.referer != nil || o.range != nil || o.curl.oauth2Bearer != nil
+            || o.curl.etagCompare != nil || o.curl.timeCond != nil
     }
 }
 
@@ -118,6 +143,9 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
     private let buffered: Bool
     private var logger: Logger
     private let umaskValue = FileCreationMask.current
+
+    /// --trace / --trace-ascii FILE.
+    private var trace: TraceWriter?
 
     /// -D FILE: where response heads go (1 for "-").
     private var dumpFD: Int32?
@@ -148,20 +176,29 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         }
         buffered = options.concurrency > 1
         if hot.verbose {
+            // The curl-style lines are -v's output; the library's log adds only its
+            // warnings (each event is printed once, not also as a debug log line).
             var l = Logger(label: "porter") { StreamLogHandler.standardError(label: $0) }
-            l.logLevel = .debug
+            l.logLevel = .warning
             logger = l
         } else {
             logger = Logger(label: "porter") { _ in SwiftLogNoOpLogHandler() }
         }
         signal(SIGPIPE, SIG_IGN)
+        if let path = options.curl.traceASCII ?? options.curl.trace {
+            guard let trace = TraceWriter(path: path, hex: options.curl.traceASCII == nil) else {
+                note("porter: cannot write the trace file \(path)")
+                throw ExitCode(PorterExit.writeError.rawValue)
+            }
+            self.trace = trace
+        }
         if options.netrc || options.netrcFile != nil {
             let path = options.netrcFile ?? ((ProcessInfo.processInfo.environment["HOME"] ?? NSHomeDirectory()) + "/.netrc")
             do {
                 netrc = try Netrc(contentsOf: path)
             } catch let e as PorterError {
                 note("porter: \(e.message)")
-                throw ExitCode(PorterExit(e.code).rawValue)
+                throw ExitCode(PorterExit.readError.rawValue)  // a netrc it will not read: curl's 26
             }
         }
         do {
@@ -175,7 +212,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
                 cookieStore = try PersistentCookieStore(path: PersistentCookieStore.defaultPath())
             } catch let e as PorterError {
                 note("porter: \(e.message)")
-                throw ExitCode(PorterExit(e.code).rawValue)
+                throw ExitCode(PorterExit(e).rawValue)
             }
         } else {
             cookieStore = MemoryCookieStore()
@@ -184,10 +221,9 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             if c.contains("=") {
                 literalCookie = c
             } else {
-                guard let text = try? String(contentsOfFile: c, encoding: .utf8) else {
-                    note("porter: cannot read the cookie file \(c)")
-                    throw ExitCode(PorterExit.notFound.rawValue)
-                }
+                // curl loads no cookies from a file it cannot read, and goes on.
+                let text = (try? String(contentsOfFile: c, encoding: .utf8)) ?? ""
+                if text.isEmpty, hot.verbose { note("* cannot read the cookie file \(c): no cookies from it") }
                 let (cookies, skipped) = NetscapeCookieFile.parse(text)
                 for cookie in cookies { cookieStore.setCookie(cookie) }
                 if skipped > 0, hot.verbose { note("* \(c): \(skipped) malformed line(s) skipped") }
@@ -225,7 +261,14 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             if let c = options.connectTimeout { config.connectionTimeout = c }
             config.waitsForConnectivity = options.waitForConnectivity
             if let r = options.limitRate { config.maximumBytesPerSecond = Fetch.rate(r) }
-            if let r = options.maxRedirs { config.maximumRedirects = r < 0 ? 100_000 : r }
+            // Without -L no redirect is followed (each 3xx is the answer); with it, curl's
+            // default limit is 50.
+            if hot.follows { config.maximumRedirects = options.maxRedirs.map { $0 < 0 ? 100_000 : $0 } ?? 50 }
+            if hot.follows, let allowed = hot.redirectProtocols { config.allowedRedirectSchemes = allowed }
+            let curl = options.curl
+            if curl.tlsv12 { config.tlsMinimumVersion = .tls1_2 }
+            if curl.tlsv13 { config.tlsMinimumVersion = .tls1_3 }
+            if let m = curl.tlsMax { config.tlsMaximumVersion = CurlFlags.tlsVersion(m) }
             // The CLI hands each chunk straight to stdout or a file: 1 MiB in flight keeps
             // the pipe full and memory low.
             config.receiveBufferLimit = 1 << 20
@@ -242,6 +285,22 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             if let cert = options.cert, let key = options.key { config.clientCertificate = (cert, key) }
             if let p = options.proxy, let url = URL(string: p.contains("://") ? p : "http://" + p) {
                 config.proxies = ProxyConfiguration(httpProxy: url, httpsProxy: url, allProxy: url)
+            }
+            // -U: the proxy's login, in the proxy URL (libcurl sends it with Basic, as curl -U).
+            if let u = curl.proxyUser, let colon = u.firstIndex(of: ":") {
+                func withUser(_ url: URL?) -> URL? {
+                    guard let url, var parts = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return url }
+                    parts.user = String(u[..<colon])
+                    parts.password = String(u[u.index(after: colon)...])
+                    return parts.url ?? url
+                }
+                config.proxies.httpProxy = withUser(config.proxies.httpProxy)
+                config.proxies.httpsProxy = withUser(config.proxies.httpsProxy)
+                config.proxies.allProxy = withUser(config.proxies.allProxy)
+            }
+            // --noproxy: curl's list replaces NO_PROXY ("*": no proxy at all).
+            if let list = curl.noproxy {
+                config.proxies.noProxy = list.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
             }
             // The runner's callbacks are quick and keep their state per transfer: they run
             // where each transfer runs, with no hop to a delegate queue.
@@ -269,14 +328,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         let allDone = DispatchSemaphore(value: 0)
         let stopping = self.stopping
         @Sendable func record(_ t: Transfer) {
-            let code: PorterExit
-            if t.writeFailed { code = .writeError } else if let e = t.error {
-                code = t.httpFailed ? .httpError : PorterExit(e.code)
-            } else if t.httpFailed {
-                code = .httpError
-            } else {
-                code = .success
-            }
+            let code = t.exitCode
             if code != .success { progress.withLock { $0.result = code } }
         }
         /// One transfer fewer in flight; true when that was the last of all.
@@ -341,7 +393,9 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             source.setEventHandler { [weak self] in
                 guard let self else { return }
                 self.stopping.withLock { $0 = true }
-                if sig != SIGINT { self.fatalSignal.withLock { $0 = sig } }
+                // Clean up, then end by the signal, as curl (killed by it) does: a script's
+                // shell sees 128+N and a Ctrl-C stops a loop of porter calls.
+                self.fatalSignal.withLock { $0 = sig }
                 let all = self.lock.withLock { Array(self.sessions.values) }
                 for s in all { for t in s.allTasks { t.cancel() } }
             }
@@ -359,8 +413,13 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         guard let url = Fetch.guessURL(t.urlText, knownSchemes: Runner.knownSchemes), url.scheme != nil else {
             return PorterError(.badURL, "not a valid URL: \(t.urlText)")
         }
+        let scheme = url.scheme?.lowercased() ?? ""
+        if let allowed = hot.protocols, !allowed.contains(scheme) {
+            return PorterError(.unsupportedURL, "--proto does not allow \(scheme): \(t.urlText)", url: url)
+        }
         var request = Request(url: url)
         if hot.head { request.method = "HEAD" }
+        configureCurl(&request, scheme: scheme)
         if let literalCookie { _ = request.setValue(literalCookie, forHeader: "Cookie") }
         // curl's -H rules: "Name: value" adds (repeats add more), "Name:" removes the field
         // (the ones Porter or libcurl add themselves too), "Name;" sends it empty.
@@ -379,6 +438,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             do {
                 try options.applyBody(to: &request)
             } catch let e as PorterError {
+                t.exitOverride = .readError  // an input file it cannot read: curl's 26
                 return e
             } catch {
                 return PorterError(.unknown, "\(error)")
@@ -391,7 +451,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             guard let name = PathText.fileName(from: url.path) else {
                 return PorterError(.badURL, "-O: the URL has no file name: \(t.urlText)")
             }
-            t.output = name
+            t.output = hot.outputDir.map { $0 + "/" + name } ?? name
         }
         if let offset = hot.continueOffset, t.output == nil || t.output == "-" {
             request.setValue("bytes=\(offset)-", forHeader: "Range")
@@ -420,18 +480,34 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         let session = session(downloadDirectory: dir)
         let task: SessionTask
         if let file = hot.uploadFile {
-            if url.absoluteString.hasSuffix("/") {
-                request.url = url.appendingPathComponent(PathText.lastComponent(of: file))
+            // curl reads the file first: one it cannot read is its exit 26, nothing sent.
+            guard access(file, R_OK) == 0, OutputFile.kind(of: file) != .folder else {
+                t.exitOverride = .readError
+                return PorterError(.fileDoesNotExist, "cannot read the file to upload: \(file)", cause: .errno(errno))
+            }
+            // A URL ending in '/' gets the file's name, on the request's URL (which -u's
+            // login may have gone into), not the one typed.
+            if request.url.absoluteString.hasSuffix("/") {
+                request.url = request.url.appendingPathComponent(PathText.lastComponent(of: file))
+            }
+            // curl asks "Expect: 100-continue" for every non-empty PUT over HTTP/1.1 (a
+            // POST only above 1 MiB, which the library's own rule already does).
+            let size = (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? NSNumber)?.int64Value ?? 0
+            if scheme == "http" || (scheme == "https" && options.http11), size > 0, request.value(forHeader: "Expect") == nil,
+               !request.suppressedHeaders.contains("expect") {
+                request.setValue("100-continue", forHeader: "Expect")
             }
             task = session.uploadTask(with: request, fromFile: URL(fileURLWithPath: file))
         } else if let output = fileOutput {
             task = continuedDownload(session, request, into: output, directory: dir ?? ".") ?? session.downloadTask(with: request)
-            if stderrIsTTY && !hot.silent { t.bar = ProgressBar() }
+            if hot.progressBar || (stderrIsTTY && !hot.silent) { t.bar = ProgressBar() }
         } else {
             task = session.dataTask(with: request)
         }
         lock.withLock { transfers[ObjectIdentifier(task)] = t }
-        if hot.verbose {
+        // libcurl's handlers (http, https, ftp, ftps) show the request as sent (the debug
+        // hook in configureCurl); for the others, the request as porter asked for it.
+        if hot.verbose, !Runner.curlSchemes.contains(scheme) {
             note("> \(request.method) \(request.url.maskingPassword)")
             for field in request.headerFields {
                 note("> \(field.name.rawName): \(Runner.masked(field.name.rawName, field.value))")
@@ -440,6 +516,55 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         t.start = .now()
         task.resume()
         return nil
+    }
+
+    /// The schemes whose built-in handlers run on libcurl and honour the curl request
+    /// properties (the debug hook, -4 / -6, --connect-to).
+    static let curlSchemes: Set<String> = HTTPHandler.schemes.union(FTPHandler.schemes)
+
+    /// The request properties the libcurl handlers honour: -L (a 3xx is the answer
+    /// without it), -v's request head as sent, --trace, -4 / -6, --connect-to, --ssl(-reqd).
+    private func configureCurl(_ request: inout Request, scheme: String) {
+        guard Runner.curlSchemes.contains(scheme) else { return }
+        if !hot.follows { request.setProperty(true, forKey: HTTPHandler.deliversRedirectsProperty) }
+        let curl = options.curl
+        if curl.ipv4 { request.setProperty(4, forKey: HTTPHandler.ipResolveProperty) }
+        if curl.ipv6 { request.setProperty(6, forKey: HTTPHandler.ipResolveProperty) }
+        if !curl.connectTo.isEmpty { request.setProperty(curl.connectTo, forKey: HTTPHandler.connectToProperty) }
+        if curl.sslReqd { request.setProperty("required", forKey: FTPHandler.tlsProperty) }
+        if curl.ssl { request.setProperty("try", forKey: FTPHandler.tlsProperty) }
+        let verbose = hot.verbose
+        let trace = self.trace
+        guard verbose || trace != nil else { return }
+        let sink: @Sendable (Int, Data) -> Void = { kind, bytes in
+            trace?.record(kind, bytes)
+            // curl -v: the request head exactly as libcurl sent it (2: CURLINFO_HEADER_OUT).
+            if verbose, kind == 2 { Runner.showSentHead(bytes) }
+        }
+        request.setProperty(sink, forKey: HTTPHandler.debugProperty)
+    }
+
+    /// -v's "> " lines for a request head (or FTP commands) as sent, credentials masked.
+    static func showSentHead(_ bytes: Data) {
+        var lines: [String] = []
+        // Split on the bytes: in a Swift String "\r\n" is one Character.
+        for raw in bytes.split(separator: 0x0A, omittingEmptySubsequences: false) {
+            var line = String(decoding: raw, as: UTF8.self)
+            if line.hasSuffix("\r") { line.removeLast() }
+            if line.isEmpty { continue }
+            if let colon = line.firstIndex(of: ":"), !line.hasPrefix(" ") {
+                let name = String(line[..<colon])
+                let value = String(line[line.index(after: colon)...]).trimmingCharacters(in: .whitespaces)
+                let shown = masked(name, value)
+                lines.append("> " + (shown == value ? line : name + ": " + shown))
+            } else if line.uppercased().hasPrefix("PASS ") {
+                lines.append("> PASS ***")
+            } else {
+                lines.append("> " + line)
+            }
+        }
+        lines.append(">")
+        note(lines.joined(separator: "\n"))
     }
 
     /// What -v shows of a header: credentials and cookie values masked.
@@ -535,11 +660,31 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             return false
         }
         if !showHead(response) { t.writeFailed = true; return false }
-        if hot.fail, let s = response.statusCode, s >= 400 {
-            t.httpFailed = true
+        if timeConditionUnmet(response) {
+            t.conditionUnmet = true
             return false
         }
+        if let path = options.curl.etagSave, !saveETag(response, to: path) { t.writeFailed = true; return false }
+        if hot.fail, let s = response.statusCode, s >= 400 {
+            t.httpFailed = true
+            return hot.failWithBody  // --fail-with-body: the body is still written
+        }
         return true
+    }
+
+    /// -z: a 200 whose Last-Modified does not meet the condition is not written (libcurl's
+    /// CURLOPT_TIMECONDITION: a server may ignore If-Modified-Since or compare exactly).
+    private func timeConditionUnmet(_ response: Response) -> Bool {
+        guard let cond = options.curl.timeCond, response.statusCode == 200,
+              let (date, modifiedSince) = CurlFlags.timeCondition(cond),
+              let last = response.value(forHeader: "Last-Modified").flatMap(HTTPDate.parse) else { return false }
+        return modifiedSince ? last <= date : last > date
+    }
+
+    /// --etag-save FILE: the ETag as sent and a newline (an empty file when there is none), as curl.
+    private func saveETag(_ response: Response, to path: String) -> Bool {
+        let tag = response.value(forHeader: "ETag").map { $0 + "\n" } ?? ""
+        return PrivateFiles.writeAtomically(Data(tag.utf8), to: path)
     }
 
     func dataTask(_ task: DataTask, didReceive response: Response,
@@ -599,7 +744,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             t.output = named
         }
         if t.response == nil, let r = task.response, !noteResponse(t, r) { return }
-        if t.httpFailed { return }
+        if t.httpFailed, !hot.failWithBody { return }
         t.bytes = task.countOfBytesReceived
         // The download was private (0600) while it grew; the output rule gives it the mode
         // a new file would have (0666 less the umask, as curl's) or an existing file's.
@@ -645,8 +790,17 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             return
         }
         if let t = transfer(for: task), !showHead(response) { t.writeFailed = true }
-        if hot.noLocation {
-            completion(nil)  // the 3xx is the answer
+        if !hot.follows {
+            completion(nil)  // without -L the 3xx is the answer (curl's default)
+            return
+        }
+        // --proto-redir: a redirect elsewhere fails the transfer (curl's exit 1), same
+        // scheme or not.
+        let scheme = newRequest.url.scheme?.lowercased() ?? ""
+        if let allowed = hot.redirectProtocols, !allowed.contains(scheme), let t = transfer(for: task) {
+            t.error = PorterError(.redirectNotAllowed, "--proto-redir does not allow a redirect to \(scheme)", url: newRequest.url)
+            completion(nil)
+            task.cancel()
             return
         }
         if hot.verbose { note("* redirected to \(newRequest.url.maskingPassword)") }
@@ -746,7 +900,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         if let data = error?.resumeData, let resume = try? ResumeData(data: data) { unlink(resume.partialFilePath) }
         if t.response == nil { t.response = task.response }
         if t.bytes == 0 { t.bytes = task.countOfBytesReceived }
-        if let error, t.error == nil, !(t.httpFailed && error.code == .cancelled) {
+        if let error, t.error == nil, !((t.httpFailed || t.conditionUnmet) && error.code == .cancelled) {
             t.error = error
         }
         lock.withLock { _ = transfers.removeValue(forKey: ObjectIdentifier(task)) }

@@ -29,8 +29,7 @@ enum WriteOut {
         case "http/1.0"?: version = "1.0"
         default: version = "0"
         }
-        let exit = t.writeFailed ? PorterExit.writeError
-            : t.httpFailed ? PorterExit.httpError : t.error.map { PorterExit($0.code) } ?? .success
+        let exit = t.exitCode
         let effective = t.response?.url.maskingPassword ?? last?.request.url.maskingPassword ?? t.urlText
         return [
             ("url", .text(t.urlText)),

@@ -106,7 +106,8 @@ public struct ProtectionSpace: Sendable, Hashable, CustomStringConvertible {
         switch scheme.lowercased() {
         case "http", "ws": return 80
         case "https", "wss": return 443
-        case "ftp", "ftps": return 21
+        case "ftp": return 21
+        case "ftps": return 990  // implicit TLS (explicit TLS is ftp:// on 21)
         case "sftp", "scp", "ssh": return 22
         case "gopher": return 70
         default: return 0

@@ -149,6 +149,14 @@ public final class CurlLoadState: @unchecked Sendable {
     public private(set) var body: BodySource?
     private var pump: StreamPump?
     private var lastSent: Int64 = 0
+    /// Body bytes handed to libcurl: what "sent" may count at most (libcurl's own count
+    /// includes a chunked upload's framing).
+    private var bodyRead: Int64 = 0
+    // The receive-rate gate (loop thread): a token bucket of `rate` bytes a second.
+    private var rate: Double = 0
+    private var tokens: Double = 0
+    private var refilled: UInt64 = 0
+    private var rateHeld = false
     /// The loop of the transfer, for waking a paused upload (set by `startUpload`).
     private weak var loop: CurlLoop?
 
@@ -193,6 +201,47 @@ public final class CurlLoadState: @unchecked Sendable {
             }
         }
         lastSent = 0
+        bodyRead = 0
+    }
+
+    /// Holds the receive rate to `bytesPerSecond` over any window, not just on average:
+    /// libcurl's CURLOPT_MAX_RECV_SPEED_LARGE reads up to a hundred buffers between two
+    /// checks and averages over 3 s, so a download started with a burst of a megabyte
+    /// (318 KB/s for "200k"). Loop thread, before the transfer starts.
+    public func limitRate(_ bytesPerSecond: Int64?) {
+        rate = Double(max(0, bytesPerSecond ?? 0))
+        tokens = burst
+        refilled = DispatchTime.now().uptimeNanoseconds
+        rateHeld = false
+    }
+
+    /// A tenth of a second's worth (at least 1 KiB) may pass at once.
+    private var burst: Double { max(1024, rate / 10) }
+
+    /// The write callback's gate (loop thread): true when `count` bytes may be taken now;
+    /// false when the transfer must pause (CURL_WRITEFUNC_PAUSE: libcurl hands the same
+    /// bytes again) — it is resumed when they may pass.
+    public func admit(_ count: Int, on loop: CurlLoop) -> Bool {
+        guard rate > 0 else { return true }
+        if rateHeld { return false }
+        let now = DispatchTime.now().uptimeNanoseconds
+        tokens = min(burst, tokens + Double(now &- refilled) / 1e9 * rate)
+        refilled = now
+        let need = min(Double(count), burst)
+        if tokens >= need {
+            tokens -= Double(count)
+            return true
+        }
+        rateHeld = true
+        let wait = (need - tokens) / rate
+        DispatchQueue.global().asyncAfter(deadline: .now() + wait) { [weak self, weak loop] in
+            loop?.enqueue { [weak self] in
+                guard let self, self.rateHeld else { return }
+                self.rateHeld = false
+                if !self.isStopped, !self.wantsPause { self.transfer?.resume() }
+            }
+        }
+        return false
     }
 
     public func closeUpload() {
@@ -204,22 +253,30 @@ public final class CurlLoadState: @unchecked Sendable {
     /// libcurl's read callback (loop thread).
     public func read(_ buffer: UnsafeMutableRawBufferPointer) -> CurlTransfer.ReadResult {
         guard let body, !isStopped else { return .abort }
-        if let pump { return pump.read(into: buffer) }
-        do {
-            let n = try body.read(into: buffer)
-            return n == 0 ? .end : .bytes(n)
-        } catch {
-            return .abort
+        let result: CurlTransfer.ReadResult
+        if let pump {
+            result = pump.read(into: buffer)
+        } else {
+            do {
+                let n = try body.read(into: buffer)
+                result = n == 0 ? .end : .bytes(n)
+            } catch {
+                return .abort
+            }
         }
+        if case .bytes(let n) = result { bodyRead += Int64(n) }
+        return result
     }
 
     /// libcurl's progress callback: reports upload progress to `client` (loop thread).
     public func progress(uploadTotal total: Int64, uploaded now: Int64, client: any ProtocolClient) -> Bool {
         if isStopped { return false }
-        if now > lastSent {
-            let delta = now - lastSent
-            lastSent = now
-            client.didSendBodyData(bytesSent: delta, totalBytesSent: now,
+        // Body bytes only: libcurl's count includes a chunked body's framing.
+        let sent = min(now, bodyRead)
+        if sent > lastSent {
+            let delta = sent - lastSent
+            lastSent = sent
+            client.didSendBodyData(bytesSent: delta, totalBytesSent: sent,
                                    totalBytesExpectedToSend: total > 0 ? total : (body?.length ?? -1))
         }
         return true

@@ -14,9 +14,24 @@ public enum CurlOptions {
     public enum TLS: Sendable {
         /// As the URL's scheme says (https: TLS; http, ftp: none).
         case byScheme
-        /// Explicit TLS on a plain-text protocol, required (ftps:// → AUTH TLS, CURLUSESSL_ALL).
+        /// Explicit TLS on a plain-text protocol, required (ftp:// with AUTH TLS,
+        /// CURLUSESSL_ALL: curl's --ssl-reqd).
         case required
+        /// Explicit TLS where the server offers it, plain text otherwise (CURLUSESSL_TRY:
+        /// curl's --ssl).
+        case attempted
     }
+
+    /// Request properties (`Request.setProperty`) every libcurl-based handler honours:
+    /// - `debugProperty`: a `@Sendable (Int, Data) -> Void` that gets what libcurl sends
+    ///   and receives (CURLOPT_DEBUGFUNCTION; the Int is curl_infotype: 0 text, 1 header
+    ///   in, 2 header out, 3 data in, 4 data out) — curl's -v and --trace. The request
+    ///   head comes exactly as sent, credentials included: mask before showing it.
+    /// - `ipResolveProperty`: 4 or 6, curl's -4 / -6 (CURLOPT_IPRESOLVE).
+    /// - `connectToProperty`: `[String]` of "HOST1:PORT1:HOST2:PORT2", curl's --connect-to.
+    public static let debugProperty = "porter.curl.debug"
+    public static let ipResolveProperty = "porter.curl.ipResolve"
+    public static let connectToProperty = "porter.curl.connectTo"
 
     /// Applies the shared options to `t` for a load of `request` under `config`.
     /// - `protocols`: libcurl's allowed protocols ("http,https", "ftp").
@@ -39,7 +54,22 @@ public enum CurlOptions {
             t.set(CURLOPT_BUFFERSIZE, Int(min(16 * 1024, max(1024, rate / 16))))
         }
 
-        if case .required = tls { t.set(CURLOPT_USE_SSL, Int(CURLUSESSL_ALL.rawValue)) }
+        switch tls {
+        case .required: t.set(CURLOPT_USE_SSL, Int(CURLUSESSL_ALL.rawValue))
+        case .attempted: t.set(CURLOPT_USE_SSL, Int(CURLUSESSL_TRY.rawValue))
+        case .byScheme: break
+        }
+        switch request.property(forKey: ipResolveProperty) as? Int {
+        case 4?: t.set(CURLOPT_IPRESOLVE, Int(CURL_IPRESOLVE_V4))
+        case 6?: t.set(CURLOPT_IPRESOLVE, Int(CURL_IPRESOLVE_V6))
+        default: break
+        }
+        if let connectTo = request.property(forKey: connectToProperty) as? [String], !connectTo.isEmpty {
+            t.set(CURLOPT_CONNECT_TO, list: connectTo)
+        }
+        if let sink = request.property(forKey: debugProperty) as? @Sendable (Int, Data) -> Void {
+            t.debug { kind, bytes in sink(Int(kind.rawValue), Data(bytes)) }
+        }
         // Verified unless explicitly disabled; a server the delegate trusted by hand is
         // accepted by its exact public key only.
         let verifies = verify && !config.tlsVerificationDisabled && pinnedKey == nil

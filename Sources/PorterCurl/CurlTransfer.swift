@@ -35,6 +35,27 @@ public final class CurlTransfer: @unchecked Sendable {
     public var onComplete: (CURLcode) -> Void = { _ in }
     /// Called before the loop waits, once per `requestFlush()`.
     public var onFlush: () -> Void = {}
+
+    /// What libcurl reports through CURLOPT_DEBUGFUNCTION: the kind (`DebugKind`) and
+    /// the bytes, exactly as sent or received. Off (no CURLOPT_VERBOSE) until `debug(_:)`.
+    public typealias DebugSink = @Sendable (DebugKind, UnsafeRawBufferPointer) -> Void
+    /// curl_infotype's values.
+    public enum DebugKind: Int32, Sendable {
+        case text = 0, headerIn = 1, headerOut = 2, dataIn = 3, dataOut = 4, sslDataIn = 5, sslDataOut = 6
+    }
+    private var debugSink: DebugSink?
+    /// Reports libcurl's traffic to `sink` (curl -v, --trace): the request head as sent,
+    /// with the fields libcurl adds itself. Loop thread, before `start()`.
+    public func debug(_ sink: @escaping DebugSink) {
+        debugSink = sink
+        _ = porter_easy_setopt_ptr(easy, CURLOPT_DEBUGDATA, Unmanaged.passUnretained(self).toOpaque())
+        _ = porter_easy_setopt_debug_cb(easy, curlDebug)
+        _ = porter_easy_setopt_long(easy, CURLOPT_VERBOSE, 1)
+    }
+    fileprivate func reportDebug(_ type: Int32, _ bytes: UnsafeRawBufferPointer) {
+        guard let debugSink, let kind = DebugKind(rawValue: type) else { return }
+        debugSink(kind, bytes)
+    }
     private var flushRequested = false
 
     /// Asks for one `onFlush` call before the loop next waits (loop thread).
@@ -251,6 +272,7 @@ public final class CurlTransfer: @unchecked Sendable {
         onProgress = { _, _, _, _ in false }
         onComplete = { _ in }
         onFlush = {}
+        debugSink = nil
     }
 }
 
@@ -287,4 +309,10 @@ private let curlRead: porter_curl_data_cb = { ptr, size, count, user in
 private let curlProgress: porter_curl_xferinfo_cb = { user, dlTotal, dlNow, ulTotal, ulNow in
     guard let t = transfer(user) else { return 1 }
     return t.onProgress(Int64(dlTotal), Int64(dlNow), Int64(ulTotal), Int64(ulNow)) ? 0 : 1
+}
+
+private let curlDebug: porter_curl_debug_cb = { _, type, data, size, user in
+    guard let t = transfer(user), let data else { return 0 }
+    t.reportDebug(type, UnsafeRawBufferPointer(start: data, count: size))
+    return 0
 }

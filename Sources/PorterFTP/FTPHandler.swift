@@ -6,8 +6,10 @@ import PorterStorage
 
 /// The handler for `ftp:` and `ftps:` on libcurl, through the public contract only.
 ///
-/// - `ftps://` is FTP with *explicit* TLS (AUTH TLS on the usual port, then TLS for the
-///   data connections too), verified like https.
+/// - `ftps://` is FTP over *implicit* TLS (port 990 by default), as in curl; explicit
+///   TLS (AUTH TLS on an `ftp://` connection, then TLS for the data connections too) is
+///   the request property `tlsProperty`: "required" (curl's --ssl-reqd) or "try"
+///   (curl's --ssl). Both are verified like https.
 /// - Downloads know their size up front (SIZE) and resume with REST. A URL ending in `/`
 ///   lists the folder in Porter's `DirectoryListing` format (from MLSD; servers without
 ///   MLSD give their LIST text as `text/plain`).
@@ -17,6 +19,9 @@ import PorterStorage
 /// - Passive mode (EPSV, then PASV).
 public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
     public static var schemes: Set<String> { ["ftp", "ftps"] }
+    /// A request property: "required" (AUTH TLS or fail, CURLUSESSL_ALL) or "try"
+    /// (CURLUSESSL_TRY) for an `ftp://` URL.
+    public static let tlsProperty = "porter.ftp.tls"
     /// The task's life cycle runs on the libcurl loop that carries the transfer.
     public static func executor(for request: Request, context: SessionContext) -> (any TaskExecutor)? {
         CurlLoop.loop(for: context.configuration)
@@ -55,20 +60,27 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
     public func pauseDelivery() { state.setPaused(true) }
     public func resumeDelivery() { state.resumeDelivery(on: loop) }
 
-    /// The URL libcurl gets: ftps:// becomes ftp:// with explicit TLS required.
-    private var curlURL: String {
-        var c = URLComponents(url: request.url, resolvingAgainstBaseURL: false)
-        if c?.scheme?.lowercased() == "ftps" { c?.scheme = "ftp" }
-        return c?.url?.absoluteString ?? request.url.absoluteString
+    /// The URL libcurl gets: as it is (libcurl's ftps:// is implicit TLS, curl's meaning).
+    private var curlURL: String { request.url.absoluteString }
+
+    /// How the control connection uses TLS: ftps:// by its scheme (implicit); ftp:// as
+    /// `tlsProperty` asks (explicit), plain otherwise.
+    private var tls: CurlOptions.TLS {
+        guard request.scheme == "ftp" else { return .byScheme }
+        switch request.property(forKey: FTPHandler.tlsProperty) as? String {
+        case "required"?: return .required
+        case "try"?: return .attempted
+        default: return .byScheme
+        }
     }
 
     /// What every handle of this load gets, the listing fallback's too: the shared
-    /// options (TLS required for ftps, proxy, overrides, timeouts), the URL and the login.
+    /// options (TLS for ftps and explicit TLS, proxy, overrides, timeouts), the URL and the login.
     private func configure(_ t: CurlTransfer) {
         let config = client.context.configuration
         t.set(CURLOPT_URL, curlURL)
-        CurlOptions.apply(to: t, request: request, configuration: config, protocols: "ftp",
-                          tls: request.scheme == "ftps" ? .required : .byScheme)
+        CurlOptions.apply(to: t, request: request, configuration: config, protocols: request.scheme == "ftps" ? "ftps" : "ftp",
+                          tls: tls)
         t.set(CURLOPT_FTP_USE_EPSV, 1)
         if let credential, let user = credential.user, let password = credential.password {
             t.set(CURLOPT_USERNAME, user)
@@ -91,6 +103,7 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
             t.set(CURLOPT_RESUME_FROM_LARGE, offset: range.offset)
         }
         state.startUpload(request.body, on: loop)
+        state.limitRate(client.context.configuration.maximumBytesPerSecond)
         if let body = state.body {
             t.set(CURLOPT_UPLOAD, 1)
             t.set(CURLOPT_INFILESIZE_LARGE, offset: body.length ?? -1)
@@ -130,7 +143,7 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
             // SIZE has been answered by now: the length is known before the first byte.
             respond(length: t.info(offset: CURLINFO_CONTENT_LENGTH_DOWNLOAD_T))
         }
-        if state.wantsPause {
+        if state.wantsPause || !state.admit(bytes.count, on: loop) {
             stager.handOver()
             return .pause
         }
@@ -192,7 +205,7 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
 
     private func challenge(failure: PorterError) {
         let url = request.url
-        let space = ProtectionSpace(host: url.host ?? "", port: url.port ?? 21, protocol: request.scheme, realm: "ftp",
+        let space = ProtectionSpace(host: url.host ?? "", port: url.port ?? ProtectionSpace.defaultPort(for: request.scheme), protocol: request.scheme, realm: "ftp",
                                     authenticationMethod: .default)
         var proposed: Credential?
         if credential == nil, let user = url.user, let password = url.password {

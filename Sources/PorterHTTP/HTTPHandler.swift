@@ -26,6 +26,16 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         CurlLoop.loop(for: context.configuration)
     }
     public static let defaultUserAgent = "Porter/\(porterVersion)"
+    /// A request property (`Request.setProperty(true, forKey:)`): a 3xx is the response,
+    /// body and all, and is not reported as a redirect — curl without -L. (A delegate that
+    /// refuses a redirect gets the 3xx's head only.)
+    public static let deliversRedirectsProperty = "porter.http.deliversRedirects"
+    /// See `CurlOptions.debugProperty` (curl -v / --trace: the request head as sent).
+    public static let debugProperty = CurlOptions.debugProperty
+    /// See `CurlOptions.ipResolveProperty` (4 or 6: curl's -4 / -6) and
+    /// `CurlOptions.connectToProperty` (curl's --connect-to); ftp and ftps honour them too.
+    public static let ipResolveProperty = CurlOptions.ipResolveProperty
+    public static let connectToProperty = CurlOptions.connectToProperty
     /// Stream and WebSocket tasks: a connect-only libcurl connection on the session's loop.
     public static func openStream(to target: ByteStreamTarget, context: SessionContext) -> (any ByteStream)? {
         CurlStream(target: target, configuration: context.configuration)
@@ -223,6 +233,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         }
 
         configureMethodAndBody(t)
+        state.limitRate(config.maximumBytesPerSecond)
         // A large or streamed body may still ask Expect: 100-continue; a server that
         // ignores it costs a quarter of a second, not libcurl's whole second.
         t.set(CURLOPT_EXPECT_100_TIMEOUT_MS, 250)
@@ -331,7 +342,8 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
                              maximumRatio: client.context.configuration.maximumDecodingRatio)
             : nil
         decodeError = nil
-        if [301, 302, 303, 307, 308].contains(status), head.fields.combined(.location) != nil {
+        if [301, 302, 303, 307, 308].contains(status), head.fields.combined(.location) != nil,
+           request.property(forKey: HTTPHandler.deliversRedirectsProperty) as? Bool != true {
             mode = .redirect(response)
             return
         }
@@ -381,6 +393,10 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         switch mode {
         case .body:
             if state.wantsPause {
+                stager.handOver()
+                return .pause
+            }
+            if !state.admit(bytes.count, on: loop) {
                 stager.handOver()
                 return .pause
             }

@@ -53,7 +53,7 @@ final class ConnectivityTests: XCTestCase {
     func testWithoutWaitingNoRouteFailsAtOnce() throws {
         let start = Date()
         let r = try porterInNamespace(["-sS", url])
-        XCTAssertEqual(r.status, 5, "cannot connect: \(r.stderr)")
+        XCTAssertEqual(r.status, 7, "curl's 7: cannot connect: \(r.stderr)")
         XCTAssertLessThan(Date().timeIntervalSince(start), 20)
     }
 
@@ -87,7 +87,7 @@ final class ConnectivityTests: XCTestCase {
         let start = Date()
         let r = try porterInNamespace(["-sS", "--wait-for-connectivity", "--max-time", "1.5", url])
         let took = Date().timeIntervalSince(start)
-        XCTAssertEqual(r.status, 6, "timed out: \(r.stderr)")
+        XCTAssertEqual(r.status, 28, "curl's 28: timed out: \(r.stderr)")
         XCTAssertTrue(r.stderr.contains("waited for connectivity"), r.stderr)
         XCTAssertGreaterThanOrEqual(took, 1.4)
         XCTAssertLessThan(took, 8)
@@ -97,10 +97,10 @@ final class ConnectivityTests: XCTestCase {
     /// fault too: the task waits (here until its resource timeout).
     func testNoNameServerMeansWaiting() throws {
         let r = try porterInNamespace(["-sS", "--wait-for-connectivity", "--max-time", "1.5", "http://porter-test.invalid/"])
-        XCTAssertEqual(r.status, 6, r.stderr)
+        XCTAssertEqual(r.status, 28, r.stderr)
         XCTAssertTrue(r.stderr.contains("waited for connectivity"), r.stderr)
         let plain = try porterInNamespace(["-sS", "--max-time", "10", "http://porter-test.invalid/"])
-        XCTAssertEqual(plain.status, 5, "without waiting: cannot find the host at once: \(plain.stderr)")
+        XCTAssertEqual(plain.status, 6, "without waiting: cannot find the host at once (curl's 6): \(plain.stderr)")
     }
 
     /// With a name server on this machine (systemd-resolved's 127.0.0.53, as on Ubuntu)
@@ -113,7 +113,7 @@ final class ConnectivityTests: XCTestCase {
         try Data("nameserver 127.0.0.53\n".utf8).write(to: URL(fileURLWithPath: etc + "/resolv.conf"))
         try setLoopback(up: true)
         let r = try porterInNamespace(["-sS", "--wait-for-connectivity", "--max-time", "1.5", "http://porter-test.invalid/"])
-        XCTAssertEqual(r.status, 6, "waited, then timed out: \(r.stderr)")
+        XCTAssertEqual(r.status, 28, "waited, then timed out: \(r.stderr)")
         XCTAssertTrue(r.stderr.contains("waited for connectivity"), r.stderr)
     }
 
@@ -122,7 +122,7 @@ final class ConnectivityTests: XCTestCase {
         try setLoopback(up: true)
         let start = Date()
         let r = try porterInNamespace(["-sS", "--wait-for-connectivity", "--max-time", "30", "http://127.0.0.1:\(port + 1)/"])
-        XCTAssertEqual(r.status, 5, r.stderr)
+        XCTAssertEqual(r.status, 7, r.stderr)
         XCTAssertLessThan(Date().timeIntervalSince(start), 20, "a wait would last --max-time's 30 s")
     }
 }

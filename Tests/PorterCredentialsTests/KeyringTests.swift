@@ -242,7 +242,7 @@ final class KeyringTests: XCTestCase {
         let at = try keyring.run(porterBinary, ["credentials", "where"])
         XCTAssertTrue(at.stdout.hasPrefix("memory only: the secret service's collection is locked"), at.stdout)
         let list = try keyring.run(porterBinary, ["credentials", "list"])
-        XCTAssertEqual(list.status, 13, "a store that cannot be used")
+        XCTAssertEqual(list.status, 101, "a store that cannot be used")
         XCTAssertTrue(list.stderr.contains("locked"), list.stderr)
         XCTAssertLessThan(Date().timeIntervalSince(start), 40)
 

@@ -2,7 +2,8 @@ import XCTest
 import PorterTestSupport
 @testable import Porter
 
-/// ftp and ftps (explicit TLS) against pyftpdlib on loopback.
+/// ftp, explicit FTPS (ftp:// with AUTH TLS) and ftps:// (implicit TLS, curl's meaning)
+/// against pyftpdlib on loopback.
 final class FTPTests: XCTestCase {
     nonisolated(unsafe) static var setup: Result<(Process, Int, String), Error>?
 
@@ -33,7 +34,7 @@ final class FTPTests: XCTestCase {
             try NginxFixture.makeCertificates(in: dir + "/tls")
             let (p, port) = try startReadyServer(python, [root.appendingPathComponent("Tests/PorterHTTPTests/ftpserver.py").path,
                                                           files, dir + "/tls/leaf.pem", dir + "/tls/leaf.key",
-                                                          dir + "/ftp.log"])
+                                                          dir + "/ftp.log", dir + "/implicit.port"])
             guard port > 0 else { throw NginxFixture.Failure.setup("the FTP server did not start") }
             return (p, port, dir)
         }
@@ -48,8 +49,8 @@ final class FTPTests: XCTestCase {
         super.tearDown()
     }
 
-    private var port = 0
-    private var dir = ""
+    private(set) var port = 0
+    private(set) var dir = ""
     override func setUpWithError() throws {
         let (_, p, d) = try XCTUnwrap(FTPTests.setup).get()
         port = p
@@ -63,7 +64,7 @@ final class FTPTests: XCTestCase {
         change(&c)
         return Session(configuration: c, delegate: delegate)
     }
-    private func url(_ path: String, user: String = "alice:secret@", scheme: String = "ftp") -> URL {
+    func url(_ path: String, user: String = "alice:secret@", scheme: String = "ftp") -> URL {
         URL(string: "\(scheme)://\(user)127.0.0.1:\(port)\(path)")!
     }
 
@@ -177,14 +178,14 @@ final class FTPTests: XCTestCase {
     /// option builder, so ftps stays ftps (the fallback once logged in without TLS; this
     /// user's logins are refused without it) and the CA is still checked.
     func testFTPSListingFallbackKeepsTLS() async throws {
-        let (data, response) = try await session().data(from: url("/docs/", user: "legacy:secret@", scheme: "ftps"))
+        let (data, response) = try await session().data(for: explicitTLS(url("/docs/", user: "legacy:secret@")))
         XCTAssertEqual(response.mimeType, "text/plain")
         let text = String(decoding: data, as: UTF8.self)
         XCTAssertTrue(text.contains("a.txt") && text.contains("b.txt"), text)
         let log = (try? String(contentsOfFile: dir + "/ftp.log", encoding: .utf8)) ?? ""
         XCTAssertTrue(log.contains("legacy") && log.contains("LIST"), "no LIST fallback in the transcript:\n\(log.suffix(1500))")
         do {
-            _ = try await session(nil) { $0.caCertificateFile = nil }.data(from: url("/docs/", user: "legacy:secret@", scheme: "ftps"))
+            _ = try await session(nil) { $0.caCertificateFile = nil }.data(for: explicitTLS(url("/docs/", user: "legacy:secret@")))
             XCTFail("an unknown CA must fail the listing too")
         } catch let e as PorterError { XCTAssertEqual(e.code, .serverCertificateUntrusted) }
     }
@@ -201,11 +202,18 @@ final class FTPTests: XCTestCase {
         XCTAssertNotEqual(try runProcess(porterBinary, [url], environment: withoutProxies).status, 0, "anonymous cannot read docs/")
     }
 
+    /// ftp:// with explicit TLS required (`FTPHandler.tlsProperty`, curl's --ssl-reqd).
+    func explicitTLS(_ url: URL, _ mode: String = "required") -> Request {
+        var r = Request(url: url)
+        r.setProperty(mode, forKey: FTPHandler.tlsProperty)
+        return r
+    }
+
     func testExplicitTLS() async throws {
-        let (data, _) = try await session().data(from: url("/docs/b.txt", scheme: "ftps"))
+        let (data, _) = try await session().data(for: explicitTLS(url("/docs/b.txt")))
         XCTAssertEqual(String(decoding: data, as: UTF8.self), "beta beta\n")
         do {
-            _ = try await session(nil) { $0.caCertificateFile = nil }.data(from: url("/docs/b.txt", scheme: "ftps"))
+            _ = try await session(nil) { $0.caCertificateFile = nil }.data(for: explicitTLS(url("/docs/b.txt")))
             XCTFail("an unknown CA must fail")
         } catch let e as PorterError { XCTAssertEqual(e.code, .serverCertificateUntrusted) }
     }

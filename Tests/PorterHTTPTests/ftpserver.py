@@ -1,9 +1,11 @@
 """FTP + explicit FTPS server for Porter's tests (pyftpdlib from a venv: Debian's
 python3-pyftpdlib breaks FTPS downloads with this libcurl). Prints "READY <port>".
 
-usage: ftpserver.py ROOT CERT KEY [LOG]   (user alice / secret with full rights on
-ROOT, anonymous read-only on ROOT/pub, user legacy / secret read-only with no MLSD and
-TLS required; LOG gets every command and reply)
+usage: ftpserver.py ROOT CERT KEY [LOG [IMPLICIT_PORT_FILE]]   (user alice / secret
+with full rights on ROOT, anonymous read-only on ROOT/pub, user legacy / secret
+read-only with no MLSD and TLS required; LOG gets every command and reply). With
+IMPLICIT_PORT_FILE, a second listener speaks implicit FTPS (TLS from the first byte, as
+on port 990: curl's ftps://) and its port is written to that file before READY.
 """
 import logging, os, sys
 from pyftpdlib.authorizers import DummyAuthorizer
@@ -47,5 +49,19 @@ handler.tls_data_required = False
 handler.authorizer = authorizer
 handler.banner = "porter test ftp"
 server = FTPServer(("127.0.0.1", 0), handler)
+
+
+class ImplicitHandler(Handler):
+    """Implicit FTPS: the TLS handshake comes first, then the banner, over TLS."""
+
+    def handle(self):
+        self.secure_connection(self.ssl_context)
+        super().handle()
+
+
+if len(sys.argv) > 5:
+    implicit = FTPServer(("127.0.0.1", 0), ImplicitHandler, ioloop=server.ioloop)
+    with open(sys.argv[5], "w") as f:
+        f.write("%d\n" % implicit.address[1])
 print("READY %d" % server.address[1], flush=True)
 server.serve_forever(handle_exit=True)

@@ -121,9 +121,9 @@ class GopherTests: XCTestCase {
         let r = try porter(["--plugin-path", Self.buildDir, url("/0/welcome.txt").absoluteString])
         XCTAssertEqual(r.status, 0, r.err)
         XCTAssertEqual(r.out, "Hello from gopher.\nSecond line.\n")
-        // Without the plugin the scheme is unknown: exit 2.
+        // Without the plugin the scheme is unknown: exit 1 (curl's unsupported protocol).
         let without = try porter([url("/").absoluteString])
-        XCTAssertEqual(without.status, 2, without.err)
+        XCTAssertEqual(without.status, 1, without.err)
         // PORTER_PLUGIN_PATH works the same way.
         let env = try porter([url("/0/welcome.txt").absoluteString], env: ["PORTER_PLUGIN_PATH": Self.buildDir])
         XCTAssertEqual(env.status, 0, env.err)
@@ -146,7 +146,7 @@ class GopherTests: XCTestCase {
         XCTAssertTrue(r.out.contains("refused \(loose)\n        stage: file; reason: the file is writable by others"), r.out)
         // A URL of a scheme no loaded plugin serves points at `porter plugins`.
         let bad = try porter(["--plugin-path", folder.path + "/junk.so", url("/").absoluteString])
-        XCTAssertEqual(bad.status, 2)
+        XCTAssertEqual(bad.status, 1, "curl's 1: unsupported protocol")
         XCTAssertTrue(bad.err.contains("1 plugin(s) were refused at start-up; 'porter plugins' says why"), bad.err)
     }
 }

@@ -90,7 +90,7 @@ final class IsolationTests: XCTestCase {
         XCTAssertGreaterThan(ptestStatus()?.workersStarted ?? 0, startedBefore, file: file, line: line)
 
         let isolated = try porter(["ptest://h\(path)"], inProcess: false)
-        XCTAssertEqual(isolated.status, 14, "exit 14 (pluginCrashed): \(isolated.stderr)", file: file, line: line)
+        XCTAssertEqual(isolated.status, 102, "exit 102 (pluginCrashed): \(isolated.stderr)", file: file, line: line)
         XCTAssertTrue(isolated.stderr.contains(name), isolated.stderr, file: file, line: line)
         let control = try porter(["ptest://h\(path)"], inProcess: true, env: ["SWIFT_BACKTRACE": "enable=no"])
         XCTAssertEqual(control.status, signal, "in process the plugin's \(name) is the program's: \(control.stderr)",

@@ -293,11 +293,11 @@ class SFTPTests: XCTestCase {
                                        home: home.path)
         XCTAssertEqual(status, 0, err)
         XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: out)), SSHDFixture.bigFile)
-        // An unknown host: refused (exit 7, TLS / server identity) unless --insecure.
+        // An unknown host: refused (exit 60, as curl for an unknown host key) unless --insecure.
         let stranger = try PluginFixture.folder("stranger")
         let (refused, why) = try porter(["--plugin-path", GopherTests.buildDir, sshd.url("/hello.txt").absoluteString],
                                         home: stranger.path)
-        XCTAssertEqual(refused, 7, why)
+        XCTAssertEqual(refused, 60, why)
         XCTAssertTrue(why.contains("unknown host key"), why)
         let (insecure, text) = try porter(["-k", "--plugin-path", GopherTests.buildDir, sshd.url("/hello.txt").absoluteString],
                                           home: stranger.path)
@@ -318,9 +318,9 @@ class SFTPTests: XCTestCase {
         let home = try PluginFixture.folder("keyhome")
         try FileManager.default.createDirectory(atPath: home.path + "/.ssh", withIntermediateDirectories: true)
         try FileManager.default.copyItem(atPath: sshd.knownHosts, toPath: home.path + "/.ssh/known_hosts")
-        // No key anywhere: a clear authentication error (exit 8).
+        // No key anywhere: a clear authentication error (exit 67, curl's login denied).
         let (none, noneText) = try porter(["HOME": home.path])
-        XCTAssertEqual(none, 8, noneText)
+        XCTAssertEqual(none, 67, noneText)
         // The agent's key.
         let socket = home.path + "/agent.sock"
         // In the foreground (-D) under posix_spawn: a forking agent would hold a pipe open.
@@ -347,7 +347,7 @@ class SFTPTests: XCTestCase {
         stopDaemon(agentPID, signal: SIGTERM)
         agentPID = 0
         let (gone, goneText) = try porter(["HOME": home.path, "SSH_AUTH_SOCK": socket])
-        XCTAssertEqual(gone, 8, goneText)
+        XCTAssertEqual(gone, 67, goneText)
         // The default key file.
         try FileManager.default.copyItem(atPath: sshd.userKey, toPath: home.path + "/.ssh/id_ed25519")
         let (file, fileText) = try porter(["HOME": home.path])

@@ -18,6 +18,10 @@ CURLcode porter_easy_setopt_ptr(CURL *handle, CURLoption option, const void *val
 /* CURLOPT_WRITEFUNCTION, CURLOPT_HEADERFUNCTION, CURLOPT_READFUNCTION. */
 CURLcode porter_easy_setopt_data_cb(CURL *handle, CURLoption option, porter_curl_data_cb cb);
 CURLcode porter_easy_setopt_xferinfo_cb(CURL *handle, porter_curl_xferinfo_cb cb);
+/* CURLOPT_DEBUGFUNCTION (with CURLOPT_DEBUGDATA and CURLOPT_VERBOSE set by the caller):
+ * what libcurl sends and receives, as curl -v / --trace show it. */
+typedef int (*porter_curl_debug_cb)(CURL *handle, int type, char *data, size_t size, void *userdata);
+CURLcode porter_easy_setopt_debug_cb(CURL *handle, porter_curl_debug_cb cb);
 
 CURLcode porter_easy_getinfo_long(CURL *handle, CURLINFO info, long *value);
 CURLcode porter_easy_getinfo_off(CURL *handle, CURLINFO info, curl_off_t *value);
