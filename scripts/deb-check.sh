@@ -122,7 +122,7 @@ static const porter_handler_vtable handler = { sizeof handler, NULL, start, noth
 static const porter_scheme schemes[] = { { "tiny", 0 } };
 static const porter_plugin_descriptor descriptor = {
     sizeof descriptor, PORTER_PLUGIN_ABI_MAJOR, PORTER_PLUGIN_ABI_MINOR, "tiny", "1.0",
-    schemes, 1, &handler, NULL, NULL, 0, NULL, 0 };
+    schemes, 1, &handler, NULL, NULL, 0, NULL, 0, 0 };
 
 int32_t porter_plugin_entry(const porter_host *h, const porter_plugin_descriptor **out, char *error, size_t capacity) {
     (void)error; (void)capacity;

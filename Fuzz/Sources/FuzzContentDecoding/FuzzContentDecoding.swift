@@ -1,5 +1,5 @@
 // Content codings (Sources/PorterHTTP/ContentDecoder.swift: gzip, deflate, br, zstd, as
-// bodies from a server) and the HSTS texts (Sources/PorterCore/HTTPStateStores.swift:
+// bodies from a server) and the HSTS texts (Sources/PorterStorage/HTTPStateStores.swift:
 // curl's HSTS cache file and the Strict-Transport-Security value).
 // Input: byte 0 picks the coding (and the ratio guard), byte 1 the chunk size libcurl
 // would hand over, the rest is the body; the whole input is also read as HSTS text.
@@ -9,6 +9,7 @@ import Foundation
 import FuzzDriver
 @testable import PorterCore
 @testable import PorterHTTP
+@testable import PorterStorage
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
