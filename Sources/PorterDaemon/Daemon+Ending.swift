@@ -18,8 +18,7 @@ extension Daemon {
     func adoptPartial(_ named: String, bytes: Int64, as partial: String) -> Bool {
         let prefix = partialsFolder + "/"
         guard named.hasPrefix(prefix), case let name = String(named.dropFirst(prefix.count)),
-              name.hasPrefix("task-"), name.hasSuffix(".part.resume"),
-              case let number = name.dropFirst(5).dropLast(12), !number.isEmpty, number.allSatisfy({ $0.isASCII && $0.isNumber }),
+              PartialFile.isDaemonsName(name),
               partial.hasPrefix(prefix), case let target = String(partial.dropFirst(prefix.count)), !target.contains("/") else { return false }
         let dir = open(partialsFolder, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard dir >= 0 else { return false }

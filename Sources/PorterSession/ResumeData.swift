@@ -87,7 +87,13 @@ public enum PartialFile {
         if bytes.count == temp.count + 6, Array(bytes.prefix(temp.count)) == temp {
             return bytes.suffix(6).allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x7A) }
         }
-        // porterd's: task-<digits>.part.resume
+        return isDaemonsName(name)
+    }
+
+    /// Whether `name` is one porterd gives the partial files it hands back with resume
+    /// data: `task-<digits>.part.resume` (porterd adopts no other).
+    public static func isDaemonsName(_ name: String) -> Bool {
+        let bytes = Array(name.utf8)
         let prefix = Array("task-".utf8), suffix = Array(".part.resume".utf8)
         guard bytes.count > prefix.count + suffix.count, Array(bytes.prefix(prefix.count)) == prefix,
               Array(bytes.suffix(suffix.count)) == suffix else { return false }

@@ -84,6 +84,16 @@ class DaemonTestCase: XCTestCase {
         daemonHome?.remove()
         super.tearDown()
     }
+
+    /// Polls `condition` until it holds or `seconds` pass (a generous deadline, not a wait).
+    func waitUntil(_ seconds: Double, _ condition: () -> Bool) -> Bool {
+        let end = Date().addingTimeInterval(seconds)
+        while Date() < end {
+            if condition() { return true }
+            usleep(50_000)
+        }
+        return condition()
+    }
 }
 
 final class BackgroundSessionTests: DaemonTestCase {
@@ -97,15 +107,6 @@ final class BackgroundSessionTests: DaemonTestCase {
 
     func expectedMedium() -> Data {
         Data((0..<NginxFixture.mediumSize).map { NginxFixture.bigByte($0) })
-    }
-
-    func waitUntil(_ seconds: Double, _ condition: () -> Bool) -> Bool {
-        let end = Date().addingTimeInterval(seconds)
-        while Date() < end {
-            if condition() { return true }
-            usleep(50_000)
-        }
-        return condition()
     }
 
     /// The process that started a download lets go (as an app that exits); porterd

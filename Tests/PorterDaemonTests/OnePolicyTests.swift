@@ -34,15 +34,6 @@ final class OnePolicyTests: DaemonTestCase {
 
     var liar: String { "http://127.0.0.1:\(Self.liarPort)" }
 
-    func waitUntil(_ seconds: Double, _ condition: () -> Bool) -> Bool {
-        let end = Date().addingTimeInterval(seconds)
-        while Date() < end {
-            if condition() { return true }
-            usleep(50_000)
-        }
-        return condition()
-    }
-
     func counts(_ tag: String) throws -> String {
         try String(contentsOf: URL(string: liar + "/count?" + tag)!, encoding: .utf8)
     }
