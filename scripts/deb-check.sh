@@ -21,6 +21,12 @@ ok() { passed=$((passed + 1)); }
 bad() { failed=$((failed + 1)); echo "deb-check: FAIL: $*"; }
 contains() { grep -qF -- "$2" <<<"$1"; }
 apt() { DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 "$@"; }
+finish_interrupted_dpkg() {
+    if [ -n "$(dpkg --audit 2>/dev/null)" ]; then
+        echo "deb-check: dpkg was interrupted earlier on this machine; running dpkg --configure -a"
+        DEBIAN_FRONTEND=noninteractive dpkg --configure -a --force-confold >/dev/null 2>&1 || true
+    fi
+}
 cleanup() {
     if [ -n "$installed" ] && dpkg-query -W -f='${Status}' porter 2>/dev/null | grep -q 'ok installed'; then
         apt remove -y -qq porter >/dev/null 2>&1
@@ -52,8 +58,11 @@ for f in $files; do
     if [ -e "$f" ] || [ -L "$f" ]; then echo "deb-check: $f exists and belongs to no porter package; not overwriting it"; exit 1; fi
 done
 
-# Install; on a machine whose package lists are empty or stale, refresh them first.
+# Install; on a machine whose package lists are empty or stale, refresh them first. A
+# dpkg run that was killed earlier (apt then refuses everything with "dpkg was
+# interrupted") is finished first, as apt's own message asks.
 installed=yes
+finish_interrupted_dpkg
 if ! apt install -y -qq "$deb" >"$tmp/apt.log" 2>&1; then
     apt update -qq >>"$tmp/apt.log" 2>&1
     if ! apt install -y -qq "$deb" >>"$tmp/apt.log" 2>&1; then

@@ -83,6 +83,12 @@ if [ ${#need[@]} -gt 0 ]; then
         printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
         $SUDO chmod +x /usr/sbin/policy-rc.d
     fi
+    # A dpkg run killed earlier on this machine makes apt refuse everything ("dpkg was
+    # interrupted"): finish it first, as apt's message asks.
+    if [ -n "$(dpkg --audit 2>/dev/null)" ]; then
+        echo "install-deps: dpkg was interrupted earlier; running dpkg --configure -a"
+        DEBIAN_FRONTEND=noninteractive $SUDO dpkg --configure -a --force-confold || true
+    fi
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
