@@ -42,46 +42,46 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     }
 
     /// The request being sent; an authentication retry may give it a fresh body stream.
-    private var request: Request  // loop thread after init
-    private let client: any ProtocolClient
-    private let loop: CurlLoop
-    private let stager: BodyStager
-    private let state = CurlLoadState()
+    var request: Request  // loop thread after init
+    let client: any ProtocolClient
+    let loop: CurlLoop
+    let stager: BodyStager
+    let state = CurlLoadState()
     static let receiveBufferSize = 256 * 1024
     static let stagingBufferSize = BodyStager.bufferSize
 
     // Loop thread only:
-    private var transfer: CurlTransfer? {  // loop thread; kept in `state` so stopLoading can end it
+    var transfer: CurlTransfer? {  // loop thread; kept in `state` so stopLoading can end it
         get { state.transfer }
         set { state.transfer = newValue }
     }
-    private var head = Head()
-    private var mode = Mode.waiting
-    private var credential: Credential?
-    private var authMethod: AuthenticationMethod?
-    private var proxyCredential: Credential?
-    private var proxyAuthMethod: AuthenticationMethod?
-    private var trustedKeyPin: String?
+    var head = Head()
+    var mode = Mode.waiting
+    var credential: Credential?
+    var authMethod: AuthenticationMethod?
+    var proxyCredential: Credential?
+    var proxyAuthMethod: AuthenticationMethod?
+    var trustedKeyPin: String?
     /// `trustedKeyPin` came from `TrustedServers` (an earlier load's decision), not from
     /// this load's own challenge: a server showing another key is checked afresh.
-    private var pinFromEarlierDecision = false
-    private var skipStoredPin = false
-    private var trustAsked = false
+    var pinFromEarlierDecision = false
+    var skipStoredPin = false
+    var trustAsked = false
     /// Refused credentials per scheme ("server-basic", "proxy-ntlm"): the challenge's
     /// previousFailureCount.
-    private var failures: [String: Int] = [:]
+    var failures: [String: Int] = [:]
     /// Schemes not to offer again in this load (rejected by the delegate, or a failed Negotiate).
-    private var closedSchemes: Set<String> = []
+    var closedSchemes: Set<String> = []
     /// Decodes the current response's body (gzip, deflate, br, zstd); nil: delivered as it came.
-    private var decoder: ContentDecoder?
-    private var decodeError: PorterError?
+    var decoder: ContentDecoder?
+    var decodeError: PorterError?
     /// A response brought an Alt-Svc field for the session's cache (libcurl writes the file
     /// when the handle closes).
-    private var altSvcLearned = false
-    private var tlsFacts: (version: String, cipher: String)?
-    private var started = Date()
+    var altSvcLearned = false
+    var tlsFacts: (version: String, cipher: String)?
+    var started = Date()
 
-    private enum Mode {
+    enum Mode {
         case waiting
         case body
         case redirect(Response)
@@ -92,7 +92,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         case notModified(Response)
     }
 
-    private struct Head {
+    struct Head {
         var status = 0
         var fields = HTTPFields()
         var version = ""
@@ -100,14 +100,14 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     }
 
     /// The cache's stored response for this request (GET / HEAD), if any.
-    private let cached: CachedResponse?
+    let cached: CachedResponse?
     /// Set when this load asks the server whether `cached` is still good.
-    private var revalidating = false
+    var revalidating = false
     /// Set when this load asks for the rest of `cached`, a stored part (RFC 9111 §3.4).
-    private var completing: CachedResponse?
+    var completing: CachedResponse?
     /// The fields the cache added (validators, Range / If-Range): a redirect's request
     /// goes without them, as the client made it.
-    private var cacheFields: [String] = []
+    var cacheFields: [String] = []
 
     public init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {
         self.request = request
@@ -118,7 +118,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         self.stager = BodyStager(client: client, loop: loop)
     }
 
-    private var isStopped: Bool { state.isStopped }
+    var isStopped: Bool { state.isStopped }
 
     public func startLoading() {
         // RFC 6797 §8.3: a known HSTS host is never loaded over plain http, not even from
@@ -158,7 +158,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     /// without the network (`Response.isInternalRedirect`; its metrics' fetch type is
     /// "local"), that the session follows to the https URL with the request's method,
     /// body and fields.
-    private func upgradeForHSTS(to upgraded: URL) {
+    func upgradeForHSTS(to upgraded: URL) {
         var fields = HTTPFields()
         fields[.location] = upgraded.absoluteString
         fields[HTTPField.Name("Non-Authoritative-Reason")!] = "HSTS"
@@ -180,7 +180,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     /// whose certificate verified is noted for its host (an IP address never is). Not
     /// over plain http, not with verification off, not from a server the delegate trusted
     /// by hand (trustedKeyPin): a certificate error means no HSTS.
-    private func noteStrictTransportSecurity() {
+    func noteStrictTransportSecurity() {
         let config = client.context.configuration
         guard let store = config.hstsStore, request.url.scheme?.lowercased() == "https",
               !config.tlsVerificationDisabled, trustedKeyPin == nil,
@@ -194,7 +194,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
 
     // MARK: - set-up (loop thread)
 
-    private func begin() {
+    func begin() {
         guard !isStopped else { return }
         let config = client.context.configuration
         guard let t = CurlTransfer.make(on: loop, reportingTo: client, url: request.url) else { return }
@@ -252,7 +252,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         t.start()
     }
 
-    private func configureMethodAndBody(_ t: CurlTransfer) {
+    func configureMethodAndBody(_ t: CurlTransfer) {
         let method = request.method.uppercased()
         state.startUpload(request.body, on: loop)
         if method == "HEAD" {
@@ -286,7 +286,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
 
     // MARK: - callbacks (loop thread)
 
-    private func header(_ raw: UnsafeRawBufferPointer) -> Bool {
+    func header(_ raw: UnsafeRawBufferPointer) -> Bool {
         guard !isStopped else { return false }
         // The bytes are parsed by ResponseHeadParser; the fields move into it and back
         // (swap: no copy, so appending stays in place).
@@ -301,7 +301,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         return true
     }
 
-    private func makeResponse() -> Response {
+    func makeResponse() -> Response {
         // The effective URL is the request's unless libcurl moved (it follows no redirect
         // itself, so almost never): parse it only then.
         let effective = transfer?.info(string: CURLINFO_EFFECTIVE_URL)
@@ -327,7 +327,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         return Int64(spec[..<dash].trimmingCharacters(in: .whitespaces))
     }
 
-    private func endOfHead() {
+    func endOfHead() {
         // The TLS session is only at hand while the transfer runs.
         if tlsFacts == nil, request.url.scheme?.lowercased() == "https" { tlsFacts = transfer?.tlsInfo() }
         let response = makeResponse()
@@ -388,7 +388,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         if let prefix, !prefix.isEmpty { client.didLoad(prefix) }
     }
 
-    private func data(_ bytes: UnsafeRawBufferPointer) -> CurlTransfer.WriteResult {
+    func data(_ bytes: UnsafeRawBufferPointer) -> CurlTransfer.WriteResult {
         if isStopped { return .abort }
         switch mode {
         case .body:
@@ -442,7 +442,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         return .consumed
     }
 
-    private func complete(_ code: CURLcode) {
+    func complete(_ code: CURLcode) {
         guard !isStopped, let t = transfer else { stager.drop(); return }
         stager.handOver()
         state.closeUpload()
@@ -498,7 +498,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     }
 
     /// The transfer ended well: the response's end, a redirect, a challenge, or another try.
-    private func finishLoad(redirectTarget: String?) {
+    func finishLoad(redirectTarget: String?) {
         switch mode {
         case .waiting:
             client.didFail(with: decodeError ?? PorterError(.badServerResponse, "no response from the server", url: request.url))
@@ -522,7 +522,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         }
     }
 
-    private func reportMetrics(_ t: CurlTransfer) {
+    func reportMetrics(_ t: CurlTransfer) {
         var m = TransactionMetrics(request: request, fetchType: "networkLoad")
         func at(_ info: CURLINFO) -> Date? {
             let us = t.info(offset: info)
@@ -562,7 +562,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         client.didCollect(m)
     }
 
-    private func decodingFailure(_ error: ContentDecoder.Failure) -> PorterError {
+    func decodingFailure(_ error: ContentDecoder.Failure) -> PorterError {
         switch error {
         case .damaged:
             return PorterError(.cannotDecodeContentData, "the \(head.fields.combined(.contentEncoding) ?? "encoded") body is damaged",
@@ -571,322 +571,5 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             return PorterError(.dataLengthExceedsMaximum,
                                "the body decodes to more than \(limit) times its size (maximumDecodingRatio)", url: request.url)
         }
-    }
-
-    // MARK: - redirects
-
-    private func redirect(_ response: Response, target: String?) {
-        guard let target, let url = URL(string: target) else {
-            // A Location libcurl cannot resolve: the 3xx is the answer.
-            client.didReceive(response, cacheStoragePolicy: .notAllowed)
-            client.didFinishLoading()
-            return
-        }
-        var next = request
-        next.url = url
-        for name in cacheFields { if let n = HTTPField.Name(name) { next.headerFields[n] = nil } }
-        let method = request.method.uppercased()
-        let status = response.statusCode ?? 0
-        if (status == 303 && method != "HEAD") || ((status == 301 || status == 302) && method == "POST") {
-            next.method = "GET"
-            next.body = nil
-            next.headerFields[.contentType] = nil
-            next.headerFields[.contentLength] = nil
-            next.headerFields[.transferEncoding] = nil
-        }
-        client.wasRedirected(to: next, redirectResponse: response)
-    }
-
-    // MARK: - authentication
-
-    /// "server-ntlm", "proxy-basic": the key of the per-scheme bookkeeping below.
-    private static func key(_ method: AuthenticationMethod, proxy: Bool) -> String { "\(proxy ? "proxy" : "server")-\(method)" }
-
-    /// A 401 / 407 becomes a challenge for the strongest scheme offered (Negotiate, NTLM,
-    /// Digest, Basic) that is still open: a scheme the delegate rejected
-    /// (`rejectProtectionSpace`), or a Negotiate that failed (the Kerberos tickets will not
-    /// do better the second time), gives way to the next. With none left, the 401 / 407
-    /// is the response.
-    private func challenge(_ response: Response, body kept: Data) {
-        let isProxy = response.statusCode == 407
-        let offered = HTTPHandler.parseChallenges(response.headerFields[fields: isProxy ? .proxyAuthenticate : .wwwAuthenticate].map(\.value))
-        if (isProxy ? proxyAuthMethod : authMethod) == .negotiate {
-            closedSchemes.insert(HTTPHandler.key(.negotiate, proxy: isProxy))
-        }
-        guard let (method, realm) = offered.first(where: { !closedSchemes.contains(HTTPHandler.key($0.0, proxy: isProxy)) }) else {
-            deliver(response, body: kept)
-            return
-        }
-        let url = request.url
-        let target = isProxy ? (client.context.configuration.proxies.proxy(for: url) ?? url) : url
-        let space = ProtectionSpace(host: target.host ?? "", port: target.port ?? (target.scheme == "https" ? 443 : 80),
-                                    protocol: target.scheme?.lowercased() ?? "http", realm: realm,
-                                    authenticationMethod: method, isProxy: isProxy)
-        var proposed: Credential?
-        let proxyURL = isProxy ? client.context.configuration.proxies.proxy(for: url) : nil
-        if isProxy, proxyCredential == nil, let user = proxyURL?.user, let password = proxyURL?.password {
-            proposed = Credential(user: user.removingPercentEncoding ?? user, password: password.removingPercentEncoding ?? password)
-        } else if !isProxy, credential == nil, let user = url.user, let password = url.password {
-            proposed = Credential(user: user.removingPercentEncoding ?? user, password: password.removingPercentEncoding ?? password)
-        }
-        let failed = failures[HTTPHandler.key(method, proxy: isProxy)] ?? 0
-        let challenge = AuthenticationChallenge(protectionSpace: space, proposedCredential: proposed,
-                                                previousFailureCount: failed, failureResponse: response) { [self] disposition in
-            loop.enqueue { [self] in answer(disposition, method: method, response: response, body: kept) }
-        }
-        client.didReceive(challenge)
-    }
-
-    private func answer(_ disposition: ChallengeDisposition, method: AuthenticationMethod, response: Response, body kept: Data) {
-        guard !isStopped else { return }
-        let isProxy = response.statusCode == 407
-        var use: Credential?
-        switch disposition {
-        case .useCredential(let c) where c.user != nil:
-            use = c
-        case .performDefaultHandling where method == .negotiate:
-            // Negotiate's default: the user's own Kerberos tickets (GSS-API's default
-            // credential cache, KRB5CCNAME), as URLSession uses the system's. libcurl
-            // takes no user name or password for it; an empty one turns it on.
-            use = Credential(user: "", password: "", persistence: .none)
-        case .rejectProtectionSpace:
-            // The next scheme offered, if any (URLSession's meaning of rejecting a space).
-            closedSchemes.insert(HTTPHandler.key(method, proxy: isProxy))
-            challenge(response, body: kept)
-            return
-        case .cancelAuthenticationChallenge:
-            return  // the session ends the task and stops this handler
-        default:
-            // Default handling or an unusable credential: the 401/407 is the answer.
-            deliver(response, body: kept)
-            return
-        }
-        guard let use else { return }
-        if isProxy {
-            proxyCredential = use
-            proxyAuthMethod = method
-        } else {
-            credential = use
-            authMethod = method
-        }
-        failures[HTTPHandler.key(method, proxy: isProxy), default: 0] += 1
-        if case .stream = request.body {
-            client.needNewBodyStream { [self] stream in
-                loop.enqueue { [self] in
-                    guard let stream else {
-                        client.didFail(with: PorterError(.requestBodyStreamExhausted,
-                            "authentication needs the body again and no new stream was given", url: request.url))
-                        return
-                    }
-                    retry(with: .stream(stream))
-                }
-            }
-        } else {
-            retry(with: request.body)
-        }
-    }
-
-    /// The 401 / 407 itself, as the response.
-    private func deliver(_ response: Response, body kept: Data) {
-        client.didReceive(response, cacheStoragePolicy: .notAllowed)
-        if !kept.isEmpty { client.didLoad(kept) }
-        client.didFinishLoading()
-    }
-
-    private func retry(with body: RequestBody?) {
-        request.body = body
-        transfer = nil
-        begin()
-    }
-
-    // MARK: - server trust
-
-    /// The default check refused the server: fetch its chain (a connect-only handshake
-    /// without verification) and let the delegate decide. Trusting it pins its key.
-    private func askServerTrust(failure: PorterError) {
-        guard let probe = CurlTransfer.make(on: loop, reportingTo: client, url: request.url) else { return }
-        transfer = probe
-        let url = request.url
-        let config = client.context.configuration
-        probe.set(CURLOPT_URL, url.absoluteString)
-        // The same proxy, address overrides and client certificate as the load; only
-        // verification is off, to fetch the chain the delegate is shown.
-        CurlOptions.apply(to: probe, request: request, configuration: config, protocols: "https", verify: false)
-        probe.set(CURLOPT_CONNECT_ONLY, 1)
-        probe.set(CURLOPT_CERTINFO, 1)
-        probe.onComplete = { [self] code in
-            guard !isStopped else { return }
-            let chain = code == CURLE_OK ? probe.certificateChain() : []
-            transfer = nil
-            guard !chain.isEmpty else {
-                client.didFail(with: failure)
-                return
-            }
-            let trust = ServerTrust(certificateChain: chain, evaluationFailure: failure.cause?.message ?? failure.message)
-            let space = ProtectionSpace(host: url.host ?? "", port: url.port ?? 443, protocol: "https", realm: nil,
-                                        authenticationMethod: .serverTrust, serverTrust: trust)
-            let challenge = AuthenticationChallenge(protectionSpace: space, proposedCredential: nil, previousFailureCount: 0,
-                                                    error: failure) { [self] disposition in
-                loop.enqueue { [self] in
-                    guard !isStopped else { return }
-                    switch disposition {
-                    case .useCredential(let c):
-                        guard case .trust(let accepted) = c.kind, let leaf = accepted.certificateChain.first,
-                              let pin = HTTPHandler.publicKeyPin(ofDER: leaf) else {
-                            client.didFail(with: failure)
-                            return
-                        }
-                        trustedKeyPin = pin
-                        if let key = TrustedServers.Key(url, session: client.context.sessionIdentifier) {
-                            TrustedServers.remember(pin, for: key)
-                        }
-                        begin()
-                    case .cancelAuthenticationChallenge:
-                        break  // the session ends the task
-                    default:
-                        client.didFail(with: failure)
-                    }
-                }
-            }
-            client.didReceive(challenge)
-        }
-        probe.start()
-    }
-
-    /// "sha256//BASE64" of a DER certificate's public key, as CURLOPT_PINNEDPUBLICKEY takes it.
-    static func publicKeyPin(ofDER der: Data) -> String? {
-        var digest = [UInt8](repeating: 0, count: 32)
-        let ok = der.withUnsafeBytes { raw -> Bool in
-            guard let base = raw.bindMemory(to: UInt8.self).baseAddress else { return false }
-            return porter_spki_sha256(base, raw.count, &digest) == 0
-        }
-        return ok ? "sha256//" + Data(digest).base64EncodedString() : nil
-    }
-
-    /// Every challenge in the WWW-Authenticate (or Proxy-Authenticate) field values, each
-    /// scheme once, strongest first — Negotiate, NTLM, Digest, Basic, then others as sent,
-    /// as curl's --anyauth ranks them — with its realm. One field may carry several
-    /// challenges separated by commas (RFC 9110 §11.6.1), and a proxy often sends several
-    /// fields: "Negotiate", "Digest realm="x", nonce=..., qop="auth"", "Basic realm="y"".
-    static func parseChallenges(_ values: [String]) -> [(AuthenticationMethod, String?)] {
-        var found: [(method: AuthenticationMethod, realm: String?)] = []
-        for value in values {
-            for item in splitOutsideQuotes(value) {
-                let text = item.trimmingCharacters(in: .whitespaces)
-                guard !text.isEmpty else { continue }
-                let word = text.prefix { $0 != " " && $0 != "\t" }
-                if word.contains("=") {
-                    // A parameter of the challenge before it.
-                    if let last = found.indices.last, found[last].realm == nil { found[last].realm = realmParameter(text) }
-                    continue
-                }
-                let rest = text.dropFirst(word.count).trimmingCharacters(in: .whitespaces)
-                found.append((method(named: word.lowercased()), realmParameter(rest)))
-            }
-        }
-        func rank(_ m: AuthenticationMethod) -> Int {
-            switch m {
-            case .negotiate: return 0
-            case .ntlm: return 1
-            case .httpDigest: return 2
-            case .httpBasic: return 3
-            default: return 4
-            }
-        }
-        var seen = Set<AuthenticationMethod>()
-        let unique = found.filter { seen.insert($0.method).inserted }
-        return unique.enumerated().sorted { (rank($0.element.method), $0.offset) < (rank($1.element.method), $1.offset) }
-            .map { ($0.element.method, $0.element.realm) }
-    }
-
-    /// The strongest challenge of one field value: "Digest realm="x", nonce=..." → (.httpDigest, "x").
-    static func parseChallenge(_ header: String) -> (AuthenticationMethod, String?) {
-        parseChallenges([header]).first ?? (.custom(""), nil)
-    }
-
-    private static func method(named scheme: String) -> AuthenticationMethod {
-        switch scheme {
-        case "basic": return .httpBasic
-        case "digest": return .httpDigest
-        case "ntlm": return .ntlm
-        case "negotiate": return .negotiate
-        default: return .custom(scheme)
-        }
-    }
-
-    /// The items of a comma-separated list, commas inside quoted strings kept.
-    private static func splitOutsideQuotes(_ value: String) -> [Substring] {
-        var items: [Substring] = []
-        var start = value.startIndex, i = value.startIndex
-        var quoted = false, escaped = false
-        while i < value.endIndex {
-            let c = value[i]
-            if escaped { escaped = false } else if quoted && c == "\\" { escaped = true } else if c == "\"" { quoted.toggle() } else if c == ",", !quoted {
-                items.append(value[start..<i])
-                start = value.index(after: i)
-            }
-            i = value.index(after: i)
-        }
-        items.append(value[start...])
-        return items
-    }
-
-    /// The value of `realm=...` (a quoted string, unescaped, or a token) when `param` is that parameter.
-    private static func realmParameter(_ param: String) -> String? {
-        guard let eq = param.firstIndex(of: "="),
-              param[..<eq].trimmingCharacters(in: .whitespaces).lowercased() == "realm" else { return nil }
-        let raw = param[param.index(after: eq)...].trimmingCharacters(in: .whitespaces)
-        guard raw.hasPrefix("\"") else { return raw.isEmpty ? nil : raw }
-        var out = "", escaped = false
-        for c in raw.dropFirst() {
-            if escaped { out.append(c); escaped = false } else if c == "\\" { escaped = true } else if c == "\"" { break } else { out.append(c) }
-        }
-        return out
-    }
-}
-
-
-/// The server-trust decisions of each session, so that the delegate is asked once per
-/// connection, as URLSession asks, and not once per request.
-///
-/// The rule: when a session's delegate trusts a server it was shown (host, port), that
-/// server's public key is remembered for the session. A later https load of the session
-/// to the same host and port is made pinned to that key (verification replaced by the
-/// key, exactly as the load the delegate answered was), so libcurl reuses the connection
-/// the delegate trusted (its TLS settings match) and nothing is asked. A connection that
-/// presents another key fails the pin: the decision is forgotten and the load is made
-/// verified again, and if that fails the delegate is asked about the new key. Another
-/// session, another host name for the same address, or another port asks on its own.
-/// A refused or cancelled challenge remembers nothing.
-enum TrustedServers {
-    struct Key: Hashable {
-        let session: UInt64
-        let host: String
-        let port: Int
-
-        init?(_ url: URL, session: UInt64) {
-            guard url.scheme?.lowercased() == "https", let host = url.host?.lowercased(), !host.isEmpty else { return nil }
-            self.session = session
-            self.host = host
-            self.port = url.port ?? 443
-        }
-    }
-
-    private static let pins = Locked([Key: String]())
-    /// Sessions come and go without telling handlers: the table is bounded instead.
-    private static let limit = 4096
-
-    static func pin(for key: Key) -> String? { pins.withLock { $0[key] } }
-
-    static func remember(_ pin: String, for key: Key) {
-        pins.withLock { table in
-            if table.count >= limit, table[key] == nil { table.removeAll(keepingCapacity: true) }
-            table[key] = pin
-        }
-    }
-
-    /// Forgets `pin` for `key` (not a newer decision another load made meanwhile).
-    static func forget(_ key: Key, pin: String) {
-        pins.withLock { table in if table[key] == pin { table[key] = nil } }
     }
 }
