@@ -352,8 +352,26 @@ struct Fetch: ParsableCommand {
     @Flag(name: .long, help: "With -u: Basic, sent with the first request (the default).")
     var basic = false
 
-    @Flag(name: .long, help: "With -u: whichever method the server asks for (challenge-driven).")
+    @Flag(name: .long, help: "With -u: whichever method the server asks for, Negotiate and NTLM included (challenge-driven).")
     var anyauth = false
+
+    @Flag(name: .long, help: "With -u: NTLM only (challenge-driven).")
+    var ntlm = false
+
+    @Flag(name: .long, help: "Negotiate (SPNEGO) with your Kerberos tickets; curl's '--negotiate -u :' (challenge-driven).")
+    var negotiate = false
+
+    /// The server authentication methods the CLI answers, as curl's -u options choose
+    /// them: Basic unless one of --digest, --ntlm, --negotiate or --anyauth says
+    /// otherwise (nil: every method). A challenge for another method is not answered: the
+    /// 401 is the response, as curl prints it.
+    var serverAuthMethods: Set<AuthenticationMethod>? {
+        if anyauth { return nil }
+        if digest { return [.httpDigest] }
+        if ntlm { return [.ntlm] }
+        if negotiate { return [.negotiate] }
+        return [.httpBasic]
+    }
 
     @Option(name: .long, help: "Retry transient failures (timeouts, connection failures, 408, 429, 500, 502, 503, 504) up to N times.")
     var retry: Int = 0
@@ -417,7 +435,9 @@ struct Fetch: ParsableCommand {
         }
         if retry < 0 || retry > 1000 { throw ValidationError("--retry wants 0 to 1000, not \(retry)") }
         if let r = limitRate, Fetch.rate(r) == nil { throw ValidationError("--limit-rate wants a number with an optional k, m or g, not \(r)") }
-        if [digest, basic, anyauth].filter({ $0 }).count > 1 { throw ValidationError("--basic, --digest and --anyauth exclude each other") }
+        if [digest, basic, anyauth, ntlm, negotiate].filter({ $0 }).count > 1 {
+            throw ValidationError("--basic, --digest, --ntlm, --negotiate and --anyauth exclude each other")
+        }
         if !form.isEmpty && (!data.isEmpty || dataBinary != nil || !json.isEmpty || !dataUrlencode.isEmpty || !curl.dataRaw.isEmpty) {
             throw ValidationError("-F and -d / --data-binary / --json / --data-urlencode exclude each other")
         }

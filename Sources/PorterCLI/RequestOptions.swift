@@ -174,7 +174,7 @@ extension Fetch {
     }
 
     /// -A, -e, -r and -u's Basic header (sent with the first request, curl's default;
-    /// --digest and --anyauth wait for the challenge). For other schemes, -u goes into
+    /// --digest, --ntlm, --negotiate and --anyauth wait for the challenge). For other schemes, -u goes into
     /// the URL's user information, so an ftp login uses it at once.
     func applyHeaders(to request: inout Request, credential: Credential?) {
         if let a = userAgent { request.setValue(a, forHeader: "User-Agent") }
@@ -198,7 +198,7 @@ extension Fetch {
         guard let credential, let user = credential.user, let password = credential.password else { return }
         if scheme == "http" || scheme == "https" {
             if curl.oauth2Bearer != nil { return }
-            if !digest, !anyauth, request.value(forHeader: "Authorization") == nil {
+            if serverAuthMethods == [.httpBasic], request.value(forHeader: "Authorization") == nil {
                 request.setBasicAuthorization(user: user, password: password)
             }
         } else if request.url.user == nil, var parts = URLComponents(url: request.url, resolvingAgainstBaseURL: false) {

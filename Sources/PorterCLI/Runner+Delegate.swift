@@ -209,7 +209,8 @@ extension Runner {
               completion: @escaping @Sendable (ChallengeDisposition) -> Void) {
         if hot.verbose { note("* \(challenge)") }
         completion(Runner.answer(challenge, originalURL: task.originalRequest.url,
-                                 loadingURL: task.currentRequest?.url ?? task.originalRequest.url, user: credential, netrc: netrc))
+                                 loadingURL: task.currentRequest?.url ?? task.originalRequest.url, user: credential, netrc: netrc,
+                                 methods: options.serverAuthMethods))
     }
 
     /// How the CLI answers a challenge, as curl does:
@@ -223,13 +224,21 @@ extension Runner {
     /// - a refused credential is not tried again, and with nothing (else) to answer, the
     ///   401 / 407 itself is the response (default handling), as URLSession delivers it.
     static func answer(_ challenge: AuthenticationChallenge, originalURL: URL, loadingURL: URL? = nil, user: Credential?,
-                       netrc: Netrc?) -> ChallengeDisposition {
+                       netrc: Netrc?, methods: Set<AuthenticationMethod>? = nil) -> ChallengeDisposition {
         let space = challenge.protectionSpace
         switch space.authenticationMethod {
         case .serverTrust, .clientCertificate:
             return .performDefaultHandling
         default:
             break
+        }
+        // A method the command line did not ask for (curl answers Basic unless told
+        // otherwise): the next method the server offers, and with none left the 401.
+        // Only http's methods are chosen so; a plugin's challenge is answered as asked.
+        let httpMethods: Set<AuthenticationMethod> = [.httpBasic, .httpDigest, .ntlm, .negotiate]
+        if !space.isProxy, let methods, httpMethods.contains(space.authenticationMethod),
+           !methods.contains(space.authenticationMethod) {
+            return .rejectProtectionSpace
         }
         guard challenge.previousFailureCount == 0, !space.isProxy else { return .performDefaultHandling }
         if let user, space.isOrigin(of: originalURL) { return .useCredential(user) }

@@ -99,14 +99,24 @@ final class NegotiateTests: XCTestCase {
         } catch let e as PorterError { XCTAssertEqual(e.code, .userCancelledAuthentication) }
     }
 
-    /// The CLI as a curl user calls it (`--anyauth -u :`, curl's `--negotiate -u :`), and plain.
+    /// The CLI as a curl user calls it (`--negotiate -u :`, `--negotiate`, `--anyauth -u :`),
+    /// and plain: as curl, a plain command line does not use the tickets — the 401 is
+    /// the response (exit 0, or 22 with -f).
     func testCLI() throws {
         let cache = try realm.ticketCache("alice-cli", user: "alice", password: "alicepw")
-        let withUser = try porter(["--anyauth", "-u", ":", protected.absoluteString], cache: cache)
-        XCTAssertEqual(withUser.status, 0, withUser.stderr)
-        XCTAssertEqual(withUser.stdout, "kerberos area\n")
-        let plain = try porter([protected.absoluteString], cache: cache)
-        XCTAssertEqual(plain.stdout, "kerberos area\n", plain.stderr)
+        for args in [["--negotiate", "-u", ":"], ["--negotiate"], ["--anyauth", "-u", ":"]] {
+            let r = try porter(args + [protected.absoluteString], cache: cache)
+            XCTAssertEqual(r.status, 0, "\(args): \(r.stderr)")
+            XCTAssertEqual(r.stdout, "kerberos area\n", "\(args)")
+        }
+        let plain = try porter(["-i", protected.absoluteString], cache: cache)
+        XCTAssertEqual(plain.status, 0, plain.stderr)
+        XCTAssertTrue(plain.stdout.hasPrefix("HTTP/1.1 401"), plain.stdout)
+        XCTAssertFalse(plain.stdout.contains("kerberos area"))
+        let failing = try porter(["-f", protected.absoluteString], cache: cache)
+        XCTAssertEqual(failing.status, 22, "curl -f without --negotiate: \(failing.stderr)")
+        let basic = try porter(["-f", "-u", "alice:alicepw", protected.absoluteString], cache: cache)
+        XCTAssertEqual(basic.status, 22, "-u alone answers Basic only, as curl: \(basic.stderr)")
 
         let none = try porter(["-f", protected.absoluteString], cache: try realm.ticketCache("empty-cli", user: nil))
         XCTAssertEqual(none.status, 22, "the 401, as curl -f reports it: \(none.stderr)")
@@ -182,6 +192,14 @@ final class NTLMTests: XCTestCase {
         XCTAssertTrue(r.stdout.hasPrefix("ntlm user=carol "), r.stdout)
         let wrong = try porter(["-f", "--anyauth", "-u", "carol:nope", url("/cli-wrong").absoluteString])
         XCTAssertEqual(wrong.status, 22, wrong.stderr)
+        let ntlm = try porter(["--ntlm", "-u", "carol:carolpw", url("/cli-ntlm").absoluteString])
+        XCTAssertEqual(ntlm.status, 0, ntlm.stderr)
+        XCTAssertTrue(ntlm.stdout.hasPrefix("ntlm user=carol "), ntlm.stdout)
+        // curl's default (Basic) and --digest do not answer an NTLM challenge: the 401.
+        for args in [["-u", "carol:carolpw"], ["--digest", "-u", "carol:carolpw"]] {
+            let r = try porter(["-f"] + args + [url("/cli-basic").absoluteString])
+            XCTAssertEqual(r.status, 22, "\(args): \(r.stderr)")
+        }
     }
 }
 
