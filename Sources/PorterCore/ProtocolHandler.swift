@@ -2,12 +2,15 @@ import Foundation
 
 /// The URLProtocol of Porter: one instance loads one request.
 ///
-/// Threading: Porter calls `startLoading`, `stopLoading` from the session's delivery
-/// queue, never concurrently with each other; they must return promptly (do the I/O
-/// on a thread, queue or event loop of the handler's own), as every task of the session
-/// is delivered on that queue. `pauseDelivery` and `resumeDelivery`
-/// may come from any thread, including from inside a `ProtocolClient` call the handler
-/// is making, so they must only flip state and return (see `FlowControl`).
+/// Threading: Porter calls `startLoading` and `stopLoading` on the task's executor —
+/// the one `executor(for:context:)` names (libcurl's handlers name their loop thread,
+/// so their reports need no hop), else a serial queue of the session's — never
+/// concurrently with each other. They must return promptly (do the I/O on a thread,
+/// queue or event loop of the handler's own), as the other tasks on that executor wait
+/// meanwhile. `pauseDelivery` and `resumeDelivery` may come from any thread, including
+/// from inside a `ProtocolClient` call the handler is making, so they must only flip
+/// state and return (see `FlowControl`). Debug builds assert that a task's life cycle
+/// runs on its executor.
 ///
 /// A handler reports through its `ProtocolClient`, from any thread, in this order:
 /// optional challenges, then a response (or a redirect), data, then exactly one of

@@ -257,6 +257,7 @@ public final class CurlTransfer: @unchecked Sendable {
     }
 
     func finish(_ code: CURLcode) {
+        assert(loop.isCurrent, "a transfer finished off its loop thread")
         guard !ended else { return }
         ended = true
         let done = onComplete
@@ -282,6 +283,7 @@ private func transfer(_ p: UnsafeMutableRawPointer?) -> CurlTransfer? {
 
 private let curlWrite: porter_curl_data_cb = { ptr, size, count, user in
     guard let t = transfer(user), let ptr else { return 0 }
+    assert(t.loop.isCurrent, "libcurl wrote off the transfer's loop thread")
     let n = size * count
     switch t.onData(UnsafeRawBufferPointer(start: ptr, count: n)) {
     case .consumed: return n
@@ -292,6 +294,7 @@ private let curlWrite: porter_curl_data_cb = { ptr, size, count, user in
 
 private let curlHeader: porter_curl_data_cb = { ptr, size, count, user in
     guard let t = transfer(user), let ptr else { return 0 }
+    assert(t.loop.isCurrent, "libcurl sent a header off the transfer's loop thread")
     let n = size * count
     return t.onHeader(UnsafeRawBufferPointer(start: ptr, count: n)) ? n : 0
 }

@@ -36,6 +36,7 @@ public class DataTask: SessionTask, @unchecked Sendable {
     }
 
     override func sinkResponse(_ response: Response, driver: TaskDriver) {
+        assert(driver.executor.isCurrent, "a task's sink ran off its executor")
         super.sinkResponse(response, driver: driver)
         switch sink {
         case .completion:
@@ -50,6 +51,7 @@ public class DataTask: SessionTask, @unchecked Sendable {
     }
 
     override func sinkData(_ data: Data, driver: TaskDriver) {
+        assert(driver.executor.isCurrent, "a task's sink ran off its executor")
         super.sinkData(data, driver: driver)
         switch sink {
         case .completion:
@@ -84,6 +86,7 @@ public class DataTask: SessionTask, @unchecked Sendable {
     }
 
     override func sinkComplete(_ error: PorterError?, driver: TaskDriver) {
+        assert(driver.executor.isCurrent, "a task's sink ran off its executor")
         super.sinkComplete(error, driver: driver)
         // A delegate of the task's own (data(for:delegate:), bytes(for:delegate:)) hears
         // the end as URLSession's does, whatever the sink; the session's hears it only

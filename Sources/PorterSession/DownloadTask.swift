@@ -73,6 +73,7 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
     }
 
     override func sinkResponse(_ response: Response, driver: TaskDriver) {
+        assert(driver.executor.isCurrent, "a task's sink ran off its executor")
         super.sinkResponse(response, driver: driver)
         written = 0
         if let resume = resumeFrom {
@@ -125,6 +126,7 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
     }
 
     override func sinkData(_ data: Data, driver: TaskDriver) {
+        assert(driver.executor.isCurrent, "a task's sink ran off its executor")
         super.sinkData(data, driver: driver)
         var handedToDelegate = false
         defer { if !handedToDelegate { driver.consumed(data.count) } }
@@ -166,6 +168,7 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
     }
 
     override func sinkComplete(_ error: PorterError?, driver: TaskDriver) {
+        assert(driver.executor.isCurrent, "a task's sink ran off its executor")
         var error = error
         if writeFailed, error == nil {
             // Never hand over a file the task could not write whole.

@@ -41,6 +41,7 @@ extension TaskDriver {
 
     /// The answer to challenge `id`, on the executor.
     private func settle(_ asked: AuthenticationChallenge, id: UInt64, _ disposition: ChallengeDisposition) {
+        assert(executor.isCurrent, "a challenge was settled off the task's executor")
         let resolved = disposition == .performDefaultHandling ? defaultDisposition(for: asked) : disposition
         // A challenge the task no longer waits for (it ended, or the handler withdrew it)
         // changes nothing, not even the store.

@@ -144,6 +144,7 @@ final class TaskDriver: @unchecked Sendable {
     /// while an action is being performed (a handler reporting from inside
     /// `startLoading`, a sink failing) waits its turn here instead of re-entering.
     func run(_ work: Work) {
+        assert(executor.isCurrent, "a task's life cycle ran off its executor")
         if running {
             pending.append(work)
             return
