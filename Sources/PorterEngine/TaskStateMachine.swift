@@ -40,6 +40,15 @@ package struct TaskStateMachine: Sendable {
         case error(PorterError.Code, String)
     }
 
+    /// What a completing action tells the shell about the task as it ends (filled in by
+    /// the machine at the end, whatever path ended it).
+    package struct Ending: Sendable, Equatable {
+        package var redirectCount: Int
+        /// `cancel(byProducingResumeData:)` asked for resume data.
+        package var producesResumeData: Bool
+        package static let unset = Ending(redirectCount: 0, producesResumeData: false)
+    }
+
     package enum Wait: Equatable, Sendable {
         case none
         /// `start` was performed; the driver reports `loadPlanned`.
@@ -74,6 +83,11 @@ package struct TaskStateMachine: Sendable {
         /// The consumer is back under the flow limit's low-water mark.
         case drained
         case timeout
+        /// The session's clock looked at this task: `idleFor` seconds since its last
+        /// activity, `elapsed` since it started, against its limits. The machine decides
+        /// whether the time counts (not while suspended, paused by the consumer or
+        /// waiting for the delegate) and whether it is a timeout.
+        case clock(idleFor: Double, elapsed: Double, idleLimit: Double, totalLimit: Double)
         case completionDelivered
         /// The answer to `checkConnectivity`: whether a route to the host exists now.
         case connectivityChecked(reachable: Bool)
@@ -88,10 +102,10 @@ package struct TaskStateMachine: Sendable {
         indirect case start(Request)
         /// Make a handler for `request` (generation is current) and start it; pause it at
         /// once when `paused`.
-        indirect case load(Request, cachedResponse: CachedResponse?, paused: Bool)
+        indirect case load(Request, cachedResponse: CachedResponse?, paused: Bool, generation: UInt64)
         /// Deliver the stored response as a handler's reports (`serving`: the head to
         /// deliver instead of the stored one; `revalidated`: store it back).
-        indirect case serveCached(CachedResponse, serving: Response?, revalidated: Bool)
+        indirect case serveCached(CachedResponse, serving: Response?, revalidated: Bool, generation: UInt64)
         case pauseHandler
         case resumeHandler
         /// Hand the response to the task without asking.
@@ -101,19 +115,30 @@ package struct TaskStateMachine: Sendable {
         indirect case continueAfterDecision(Response)
         indirect case becomeDownload(Response)
         case deliverData(Data)
+        /// Bytes the consumer will never see (a replaced handler's, or reported after the
+        /// end, or kept and then dropped): give their flow credit back.
+        case discardData(Int)
+        /// What a response does to the session's stores before anyone sees it — cookies
+        /// set, cache entries it invalidates (RFC 9111 §4.4) — then `then`.
+        indirect case recordResponse(Response, then: Action)
+        /// The time since the last activity does not count (the task waits for someone
+        /// other than the peer): start the idle clock again.
+        case restartIdleClock
         /// Ask the delegate about `request` (already stripped of credentials when it
         /// leaves the origin).
         indirect case askRedirect(Request, Response)
         /// Stop the handler; start loading `request` (generation already bumped).
         indirect case followRedirect(Request)
         /// Stop the handler; `response` (a redirect) is the task's final response.
-        indirect case completeWithRedirectResponse(Response)
+        indirect case completeWithRedirectResponse(Response, Ending = .unset)
         indirect case askChallenge(UInt64, AuthenticationChallenge)
         indirect case replyChallenge(AuthenticationChallenge, ChallengeDisposition)
         /// A handler broke the contract in a harmless way; log it and carry on.
         case ignoreViolation(String)
-        indirect case complete(Outcome)
-        indirect case stopAndComplete(Outcome)
+        indirect case complete(Outcome, Ending = .unset)
+        indirect case stopAndComplete(Outcome, Ending = .unset)
+        /// `cancel(byProducingResumeData:)` on a task that had already ended.
+        case resumeDataUnavailable
         /// Stop the handler (it failed for want of a connection) and find out whether
         /// there is a route to `request`'s host; report `connectivityChecked`.
         indirect case checkConnectivity(Request)
@@ -152,6 +177,8 @@ package struct TaskStateMachine: Sendable {
 
     private var deferred: [(UInt64, HandlerReport)] = []
     private var deferredHead = 0
+    /// Bytes of kept data reports that were dropped, not yet given back.
+    private var discardedBytes = 0
     @OutOfLine private var pendingResponse: (Response, CacheStoragePolicy)?
     @OutOfLine private var pendingRedirect: Response?
     @OutOfLine private var pendingChallenge: AuthenticationChallenge?
@@ -174,6 +201,12 @@ package struct TaskStateMachine: Sendable {
     /// The handler should not deliver now.
     package var handlerPaused: Bool { lifecycle == .suspended || flowPaused }
     package var deferredCount: Int { deferred.count - deferredHead }
+    /// Bytes of data reports kept for later (for tests: flow credit is conserved).
+    package var keptDataBytes: Int {
+        deferred[deferredHead...].reduce(discardedBytes) { sum, kept in
+            if case .data(let d) = kept.1 { return sum + d.count } else { return sum }
+        }
+    }
 
     package mutating func handle(_ event: Event) -> Action {
         switch event {
@@ -194,7 +227,7 @@ package struct TaskStateMachine: Sendable {
             lifecycle = .suspended
             return flowPaused ? .none : toHandler(.pauseHandler)
         case .cancel(let producingResumeData):
-            guard lifecycle == .running || lifecycle == .suspended else { return .none }
+            guard lifecycle == .running || lifecycle == .suspended else { return producingResumeData ? .resumeDataUnavailable : .none }
             if producingResumeData { wantsResumeData = true }
             lifecycle = .canceling
             return finish(.stopAndComplete(.cancelled))
@@ -208,6 +241,13 @@ package struct TaskStateMachine: Sendable {
                     "no route to the host appeared within timeoutIntervalForResource (the task waited for connectivity)")))
             }
             return end(.stopAndComplete(.error(.timedOut, "the request timed out")))
+        case .clock(let idleFor, let elapsed, let idleLimit, let totalLimit):
+            guard !isFinal, started else { return .none }
+            // Time spent suspended, paused by a slow consumer or waiting for the delegate
+            // is not the peer's; waiting for a route is bounded by the total alone.
+            let quiet = lifecycle != .running || wait != .none || flowPaused
+            if (!quiet && idleFor > idleLimit) || elapsed > totalLimit { return handle(.timeout) }
+            return quiet ? .restartIdleClock : .none
         case .connectivityChecked(let reachable):
             guard !isFinal, wait == .connectivityCheck else { return .none }
             if reachable {
@@ -239,10 +279,10 @@ package struct TaskStateMachine: Sendable {
             switch CacheStep.decide(lookup) {
             case .serve(let hit):
                 cachedResponse = hit
-                return .serveCached(hit, serving: nil, revalidated: false)
+                return .serveCached(hit, serving: nil, revalidated: false, generation: generation)
             case .load(let candidate):
                 cachedResponse = candidate
-                return .load(prepared, cachedResponse: candidate, paused: handlerPaused)
+                return .load(prepared, cachedResponse: candidate, paused: handlerPaused, generation: generation)
             case .fail(let code, let message):
                 return end(.stopAndComplete(.error(code, message)))
             }
@@ -289,7 +329,10 @@ package struct TaskStateMachine: Sendable {
             }
             return .replyChallenge(challenge, disposition)
         case .handler(let gen, let report):
-            guard !isFinal, gen == generation else { return .none }
+            guard !isFinal, gen == generation else {
+                if case .data(let d) = report { return .discardData(d.count) }
+                return .none
+            }
             if case .challengeWithdrawn(let challenge) = report {
                 // Ends the wait for that challenge at once, even behind kept reports.
                 if wait == .challengeDecision(challenge.identifier) {
@@ -300,28 +343,48 @@ package struct TaskStateMachine: Sendable {
             }
             // Everything else, a failure included, keeps its place in line: the delegate
             // sees the response and the data that came before a failure, then the failure.
-            guard canProcessHandlerEvents, deferredCount == 0 else {
+            let action: Action
+            if canProcessHandlerEvents, deferredCount == 0 {
+                action = process(report)
+            } else {
                 deferred.append((gen, report))
-                return .none
+                action = .none
             }
-            return process(report)
+            // The stores hear of a response when it arrives, kept or not, before the
+            // delegate or a redirect's next hop sees anything.
+            switch report {
+            case .response(let r, _), .redirect(_, let r): return .recordResponse(r, then: action)
+            default: return action
+            }
         }
     }
 
     /// The next kept report's action, when the machine lets it through now; nil when
     /// none is kept or the task waits (suspended, or for the delegate).
     package mutating func nextDeferredAction() -> Action? {
+        if discardedBytes > 0 {
+            defer { discardedBytes = 0 }
+            return .discardData(discardedBytes)
+        }
         while canProcessHandlerEvents, deferredHead < deferred.count {
             let (gen, report) = deferred[deferredHead]
             deferredHead += 1
             if deferredHead == deferred.count { clearDeferred() }
-            guard gen == generation else { continue }
+            guard gen == generation else {
+                if case .data(let d) = report { return .discardData(d.count) }
+                continue
+            }
             return process(report)
         }
         return nil
     }
 
+    /// Drops the kept reports; the flow credit of their data comes back through
+    /// `nextDeferredAction` (`discardData`).
     private mutating func clearDeferred() {
+        for (_, report) in deferred[deferredHead...] {
+            if case .data(let d) = report { discardedBytes += d.count }
+        }
         deferred.removeAll(keepingCapacity: true)
         deferredHead = 0
     }
@@ -342,7 +405,13 @@ package struct TaskStateMachine: Sendable {
         pendingResponse = nil
         pendingRedirect = nil
         pendingChallenge = nil
-        return action
+        let ending = Ending(redirectCount: redirectCount, producesResumeData: wantsResumeData)
+        switch action {
+        case .complete(let o, _): return .complete(o, ending)
+        case .stopAndComplete(let o, _): return .stopAndComplete(o, ending)
+        case .completeWithRedirectResponse(let r, _): return .completeWithRedirectResponse(r, ending)
+        default: return action
+        }
     }
 
     private mutating func process(_ report: HandlerReport) -> Action {
@@ -405,7 +474,7 @@ package struct TaskStateMachine: Sendable {
             }
             // The stored response is served through this machine as a handler's reports.
             cachedResponse = nil
-            return .serveCached(hit, serving: served, revalidated: revalidated)
+            return .serveCached(hit, serving: served, revalidated: revalidated, generation: generation)
         case .challengeWithdrawn:
             return .none  // handled in `handle`
         }

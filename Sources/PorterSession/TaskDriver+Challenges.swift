@@ -43,14 +43,8 @@ extension TaskDriver {
     private func settle(_ asked: AuthenticationChallenge, id: UInt64, _ disposition: ChallengeDisposition) {
         assert(executor.isCurrent, "a challenge was settled off the task's executor")
         let resolved = disposition == .performDefaultHandling ? defaultDisposition(for: asked) : disposition
-        // A challenge the task no longer waits for (it ended, or the handler withdrew it)
-        // changes nothing, not even the store.
-        guard !machine.isFinal, machine.wait == .challengeDecision(id) else { return }
-        if case .useCredential(let credential) = resolved, credential.user != nil {
-            let space = asked.protectionSpace
-            usedCredentials[space] = credential
-            if credential.persistence != .none { session.configuration.credentialStore?.set(credential, for: space) }
-        }
+        // The machine replies only to a challenge the task still waits for (not one that
+        // ended or was withdrawn); the store changes with the reply (`replyChallenge`).
         run(.event(.challengeDecision(id, resolved)))
     }
 

@@ -48,15 +48,10 @@ extension TaskDriver {
     }
 
     private func checkTimeoutsNow() {
-        guard !machine.isFinal else { return }
         let now = DispatchTime.now()
-        // Time spent suspended, paused by a slow consumer or waiting for the delegate is not the peer's.
-        if machine.lifecycle != .running || machine.wait != .none || machine.flowPaused { lastActivity = now }
         let idleFor = Double(now.uptimeNanoseconds - lastActivity.uptimeNanoseconds) / 1e9
         let elapsed = Double(now.uptimeNanoseconds - startTime.uptimeNanoseconds) / 1e9
-        if idleFor > idleLimit || elapsed > totalLimit {
-            logger.debug("timeout after \(elapsed)s for \(currentRequest.url.maskingPassword)")
-            run(.event(.timeout))
-        }
+        // The machine decides whether the time counts and whether it is a timeout.
+        run(.event(.clock(idleFor: idleFor, elapsed: elapsed, idleLimit: idleLimit, totalLimit: totalLimit)))
     }
 }

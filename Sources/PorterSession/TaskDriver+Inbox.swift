@@ -127,21 +127,9 @@ extension TaskDriver {
     func take(_ gen: UInt64, _ item: InboxItem) {
         switch item {
         case .report(let report):
-            if gen == machine.generation, !machine.isFinal {
-                switch report {
-                case .response(let r, _), .redirect(_, let r):
-                    storeCookies(from: r)
-                    invalidateCache(after: r)
-                default: break
-                }
-            }
-            let kept = machine.deferredCount
-            let action = machine.handle(.handler(generation: gen, report))
-            if case .data(let d) = report, machine.deferredCount == kept {
-                // Dropped (a replaced handler's, or after the end): nobody will consume it.
-                if case .deliverData = action {} else { consumed(d.count) }
-            }
-            perform(action)
+            // The machine decides all of it: the stores' part of a response
+            // (`recordResponse`), delivery, keeping, or dropping data (`discardData`).
+            perform(machine.handle(.handler(generation: gen, report)))
         case .metrics(let m):
             guard machine.generation == gen, !machine.isFinal else { return }
             transactionMetrics.append(m)

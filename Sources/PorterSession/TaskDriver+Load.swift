@@ -8,9 +8,9 @@ import PorterEngine
 extension TaskDriver {
     /// Prepares `request` and reports `loadPlanned` (or `startFailed`); with a stream
     /// body that must be fetched again first, asks the delegate for it.
-    func begin(_ request: Request, needsStream: Bool) {
+    func begin(_ request: Request, needsStream: Bool, afterRedirect: Bool) {
         guard needsStream else { return plan(request) }
-        let why = machine.redirectCount == 0
+        let why = !afterRedirect
             ? "a streamed upload needs a body stream and the delegate gave none"
             : "the redirect needs the body again and the delegate gave no new stream"
         askNewBodyStream { stream in
@@ -80,10 +80,10 @@ extension TaskDriver {
     }
 
     /// Makes the handler for the current request and starts it.
-    func load(_ request: Request, cachedResponse: CachedResponse?, paused: Bool) {
+    func load(_ request: Request, cachedResponse: CachedResponse?, paused: Bool, generation: UInt64) {
         guard let factory = plannedFactory else { return }
         logger.debug("start \(request) with \(factory.name)")
-        let client = HandlerClient(driver: self, generation: machine.generation,
+        let client = HandlerClient(driver: self, generation: generation,
                                    context: SessionContext(configuration: session.configuration, sessionIdentifier: session.identifier,
                                                            executor: executor))
         let made = factory.makeHandler(request: request, cachedResponse: cachedResponse, client: client)
@@ -94,7 +94,7 @@ extension TaskDriver {
     }
 
     /// Serves a stored response through the machine, as a handler's reports.
-    func serveCached(_ stored: CachedResponse, serving served: Response?, revalidated: Bool) {
+    func serveCached(_ stored: CachedResponse, serving served: Response?, revalidated: Bool, generation gen: UInt64) {
         // The handler (if any) is done; it stays referenced until the task ends.
         handler?.stopLoading()
         var hit = stored
@@ -117,7 +117,6 @@ extension TaskDriver {
         var fetch = TransactionMetrics(request: currentRequest, fetchType: fetchType)
         fetch.response = hit.response
         transactionMetrics.append(fetch)
-        let gen = machine.generation
         run(.event(.handler(generation: gen, .response(hit.response, .notAllowed))))
         if !hit.data.isEmpty, currentRequest.method.uppercased() != "HEAD" {   // HEAD answered from a stored GET
             hold(hit.data.count)

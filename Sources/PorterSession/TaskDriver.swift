@@ -48,6 +48,10 @@ final class TaskDriver: @unchecked Sendable {
     /// space (`TaskDriver+Challenges`).
     var failureCounts: [ProtectionSpace: Int] = [:]
     var usedCredentials: [ProtectionSpace: Credential] = [:]
+    /// Set by the task's completing action: the cancel asked for resume data.
+    var producesResumeData = false
+    /// `cancel(byProducingResumeData:)`'s answer while its event runs, for a task that had ended.
+    var resumeDataUnavailable: (@Sendable () -> Void)?
     /// The factory `prepare` chose for the current request.
     var plannedFactory: (any ProtocolHandlerFactory)?
     /// The handler's canonical form of the current request: the cache key.
@@ -134,7 +138,9 @@ final class TaskDriver: @unchecked Sendable {
     /// `cancel(byProducingResumeData:)`: `alreadyOver` runs when the task had ended.
     func cancelProducingResumeData(alreadyOver: @escaping @Sendable () -> Void) {
         executor.execute {
-            if self.machine.isFinal { alreadyOver() } else { self.run(.event(.cancel(producingResumeData: true))) }
+            self.resumeDataUnavailable = alreadyOver
+            self.run(.event(.cancel(producingResumeData: true)))
+            self.resumeDataUnavailable = nil
         }
     }
 
@@ -161,7 +167,8 @@ final class TaskDriver: @unchecked Sendable {
     }
 
     private func perform(_ work: Work) {
-        lastActivity = .now()
+        // Anything that happens to the task is activity, except the clock looking at it.
+        if case .event(.clock) = work {} else { lastActivity = .now() }
         switch work {
         case .event(let event):
             perform(machine.handle(event))
@@ -194,12 +201,12 @@ final class TaskDriver: @unchecked Sendable {
             if let startError {
                 run(.event(.startFailed(startError)))
             } else {
-                begin(request, needsStream: needsBodyStreamBeforeStart)
+                begin(request, needsStream: needsBodyStreamBeforeStart, afterRedirect: false)
             }
-        case .load(let request, let cached, let paused):
-            load(request, cachedResponse: cached, paused: paused)
-        case .serveCached(let hit, let served, let revalidated):
-            serveCached(hit, serving: served, revalidated: revalidated)
+        case .load(let request, let cached, let paused, let generation):
+            load(request, cachedResponse: cached, paused: paused, generation: generation)
+        case .serveCached(let hit, let served, let revalidated, let generation):
+            serveCached(hit, serving: served, revalidated: revalidated, generation: generation)
         case .pauseHandler:
             handler?.pauseDelivery()
         case .resumeHandler:
@@ -233,7 +240,17 @@ final class TaskDriver: @unchecked Sendable {
             // Counted as held when it was handed over (`hold`); the consumer says when it
             // is done with it (`consumed`).
             owner?.sinkData(data, driver: self)
-        case .askRedirect(let newRequest, let redirectResponse):
+        case .discardData(let count):
+            consumed(count)
+        case .recordResponse(let r, let then):
+            storeCookies(from: r)
+            invalidateCache(after: r)
+            perform(then)
+        case .restartIdleClock:
+            lastActivity = .now()
+        case .resumeDataUnavailable:
+            resumeDataUnavailable?()
+            resumeDataUnavailable = nil        case .askRedirect(let newRequest, let redirectResponse):
             logger.debug("redirect \(currentRequest.url.maskingPassword) -> \(newRequest.url.maskingPassword)")
             TaskEventCenter.shared.post(.redirected(taskID: eventID, from: currentRequest.url, to: newRequest.url))
             observation?.didReceive(redirectResponse)
@@ -249,23 +266,30 @@ final class TaskDriver: @unchecked Sendable {
         case .followRedirect(let next):
             stopHandler()
             response = nil
-            begin(next, needsStream: next.body.map { if case .stream = $0 { return true } else { return false } } ?? false)
-        case .completeWithRedirectResponse(let r):
+            begin(next, needsStream: next.body.map { if case .stream = $0 { return true } else { return false } } ?? false,
+                  afterRedirect: true)
+        case .completeWithRedirectResponse(let r, let ending):
             stopHandler()
             response = r
             owner?.sinkResponse(r, driver: self)
-            finish(nil)
+            finish(nil, ending)
         case .askChallenge(let id, let challenge):
             askChallenge(challenge, id: id)
         case .replyChallenge(let challenge, let disposition):
+            // The answer's effect on the stores, then the handler hears it.
+            if case .useCredential(let credential) = disposition, credential.user != nil {
+                let space = challenge.protectionSpace
+                usedCredentials[space] = credential
+                if credential.persistence != .none { session.configuration.credentialStore?.set(credential, for: space) }
+            }
             challenge.reply(disposition)
         case .ignoreViolation(let why):
             logger.warning("handler for \(currentRequest.url.maskingPassword): \(why)")
-        case .complete(let outcome):
-            finish(error(for: outcome))
-        case .stopAndComplete(let outcome):
+        case .complete(let outcome, let ending):
+            finish(error(for: outcome), ending)
+        case .stopAndComplete(let outcome, let ending):
             stopHandler()
-            finish(error(for: outcome))
+            finish(error(for: outcome), ending)
         case .checkConnectivity(let request):
             stopHandler()
             let configuration = session.configuration
@@ -290,7 +314,8 @@ final class TaskDriver: @unchecked Sendable {
         case .retryLoad(let request):
             logger.debug("the network changed: loading \(request.url.maskingPassword) again")
             response = nil
-            begin(request, needsStream: request.body.map { if case .stream = $0 { return true } else { return false } } ?? false)
+            begin(request, needsStream: request.body.map { if case .stream = $0 { return true } else { return false } } ?? false,
+                  afterRedirect: false)
         }
     }
 
@@ -327,7 +352,8 @@ final class TaskDriver: @unchecked Sendable {
 
     // MARK: - completion
 
-    private func finish(_ error: PorterError?) {
+    private func finish(_ error: PorterError?, _ ending: TaskStateMachine.Ending) {
+        producesResumeData = ending.producesResumeData
         session.timeouts.unwatch(self)
         guard let task = owner else { return }
         TaskEventCenter.shared.post(.completed(taskID: eventID, url: currentRequest.url,
@@ -339,7 +365,7 @@ final class TaskDriver: @unchecked Sendable {
         }
         let metrics = TaskMetrics(transactionMetrics: transactionMetrics.isEmpty
                                     ? [TransactionMetrics(request: currentRequest)] : transactionMetrics,
-                                  taskStartDate: startDate, taskEndDate: Date(), redirectCount: machine.redirectCount)
+                                  taskStartDate: startDate, taskEndDate: Date(), redirectCount: ending.redirectCount)
         // The state reads .completed in (and after) the completion callback, as with
         // URLSessionTask; metrics come first, then the completion.
         _ = machine.handle(.completionDelivered)
@@ -362,5 +388,6 @@ final class TaskDriver: @unchecked Sendable {
     }
 
     var cacheCandidateStoragePolicy: CacheStoragePolicy { storagePolicy }
-    var wantsResumeData: Bool { machine.wantsResumeData }
+    /// The completing action said `cancel(byProducingResumeData:)` ended the task.
+    var wantsResumeData: Bool { producesResumeData }
 }

@@ -43,9 +43,9 @@ final class TaskStateMachineTests: XCTestCase {
         switch a {
         case .none: return "none"
         case .start(let r): return "start(\(r.url.absoluteString))"
-        case .load(let r, let cached, let paused):
+        case .load(let r, let cached, let paused, _):
             return "load(\(r.url.absoluteString)\(cached != nil ? ",cached" : "")\(paused ? ",paused" : ""))"
-        case .serveCached(_, let served, let revalidated): return "serveCached(\(served != nil),\(revalidated))"
+        case .serveCached(_, let served, let revalidated, _): return "serveCached(\(served != nil),\(revalidated))"
         case .pauseHandler: return "pauseHandler"
         case .resumeHandler: return "resumeHandler"
         case .deliverResponse(let r, _): return "deliverResponse(\(r.statusCode ?? 0))"
@@ -53,14 +53,18 @@ final class TaskStateMachineTests: XCTestCase {
         case .continueAfterDecision: return "continueAfterDecision"
         case .becomeDownload: return "becomeDownload"
         case .deliverData(let d): return "deliverData(\(d.count))"
+        case .discardData(let n): return "discardData(\(n))"
+        case .recordResponse(let r, let then): return "record(\(r.statusCode ?? 0)):" + tag(then)
+        case .restartIdleClock: return "restartIdleClock"
+        case .resumeDataUnavailable: return "resumeDataUnavailable"
         case .askRedirect(let r, _): return "askRedirect(\(r.url.absoluteString))"
         case .followRedirect(let r): return "followRedirect(\(r.url.absoluteString))"
-        case .completeWithRedirectResponse: return "completeWithRedirectResponse"
+        case .completeWithRedirectResponse(_, _): return "completeWithRedirectResponse"
         case .askChallenge(let id, let c): return id == c.identifier ? "askChallenge" : "askChallenge(mismatch)"
         case .replyChallenge(_, let d): return "replyChallenge(\(d))"
         case .ignoreViolation: return "ignoreViolation"
-        case .complete(let o): return "complete(\(outcome(o)))"
-        case .stopAndComplete(let o): return "stopAndComplete(\(outcome(o)))"
+        case .complete(let o, _): return "complete(\(outcome(o)))"
+        case .stopAndComplete(let o, _): return "stopAndComplete(\(outcome(o)))"
         case .checkConnectivity(let r): return "checkConnectivity(\(r.url.absoluteString))"
         case .waitForConnectivity(let notify): return "waitForConnectivity(\(notify))"
         case .retryLoad(let r): return "retryLoad(\(r.url.absoluteString))"
@@ -93,7 +97,7 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertEqual(step(&m, .resume), "start(http://a.example/start)")
         XCTAssertEqual(m.lifecycle, .running)
         XCTAssertEqual(step(&m, .resume), "none")
-        XCTAssertEqual(report(&m, .response(response, .allowed)), "none", "nothing from a handler before the load is planned")
+        XCTAssertEqual(report(&m, .response(response, .allowed)), "record(200):none", "nothing from a handler before the load is planned")
         XCTAssertEqual(step(&m, planned(request)), "load(http://a.example/start)")
         XCTAssertEqual(step(&m, planned(request)), "none", "a second plan is ignored")
         XCTAssertEqual(drain(&m), ["deliverResponse(200)"], "the early report was kept, not lost")
@@ -113,7 +117,7 @@ final class TaskStateMachineTests: XCTestCase {
 
     func testHappyPathCarriesThePayloads() {
         var m = running()
-        XCTAssertEqual(report(&m, .response(response, .allowed)), "deliverResponse(200)")
+        XCTAssertEqual(report(&m, .response(response, .allowed)), "record(200):deliverResponse(200)")
         XCTAssertEqual(report(&m, .data(chunk)), "deliverData(3)")
         guard case .deliverData(let d) = m.handle(.handler(generation: m.generation, .data(Data("xy".utf8)))) else {
             return XCTFail("data must be delivered")
@@ -144,7 +148,7 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertTrue(m.wantsResumeData)
         XCTAssertEqual(m.lifecycle, .canceling)
         XCTAssertEqual(step(&m, .cancel(producingResumeData: false)), "none", "a second cancel is a no-op")
-        XCTAssertEqual(report(&m, .response(response, .allowed)), "none")
+        XCTAssertEqual(report(&m, .response(response, .allowed)), "record(200):none")
         XCTAssertEqual(step(&m, .completionDelivered), "none")
         XCTAssertEqual(m.lifecycle, .completed)
     }
@@ -175,14 +179,14 @@ final class TaskStateMachineTests: XCTestCase {
     func testSecondResponseIsDropped() {
         var m = running()
         _ = report(&m, .response(response, .allowed))
-        XCTAssertEqual(report(&m, .response(response, .allowed)), "ignoreViolation")
+        XCTAssertEqual(report(&m, .response(response, .allowed)), "record(200):ignoreViolation")
         XCTAssertEqual(report(&m, .data(chunk)), "deliverData(3)")
     }
 
     func testSuspendKeepsReportsWithTheirPayloadsUntilResume() {
         var m = running()
         _ = m.handle(.suspend)
-        XCTAssertEqual(report(&m, .response(response, .allowed)), "none")
+        XCTAssertEqual(report(&m, .response(response, .allowed)), "record(200):none")
         XCTAssertEqual(report(&m, .data(chunk)), "none")
         XCTAssertEqual(m.deferredCount, 2)
         XCTAssertFalse(m.canProcessHandlerEvents)
@@ -204,7 +208,7 @@ final class TaskStateMachineTests: XCTestCase {
 
     func testFailKeepsItsPlaceBehindAPendingDecision() {
         var m = running(asks: true)
-        XCTAssertEqual(report(&m, .response(response, .allowed)), "askResponseDisposition")
+        XCTAssertEqual(report(&m, .response(response, .allowed)), "record(200):askResponseDisposition")
         XCTAssertEqual(report(&m, .data(chunk)), "none")
         XCTAssertEqual(report(&m, .fail(PorterError(.networkConnectionLost, "x"))), "none",
                        "the data before the failure is delivered first")
@@ -223,7 +227,7 @@ final class TaskStateMachineTests: XCTestCase {
 
     func testResponseDisposition() {
         var m = running(asks: true)
-        XCTAssertEqual(report(&m, .response(response, .allowed)), "askResponseDisposition")
+        XCTAssertEqual(report(&m, .response(response, .allowed)), "record(200):askResponseDisposition")
         XCTAssertEqual(report(&m, .data(chunk)), "none", "no data reaches anyone before the decision")
         XCTAssertEqual(report(&m, .finish), "none")
         XCTAssertEqual(step(&m, .responseDecision(.allow)), "continueAfterDecision")
@@ -262,7 +266,7 @@ final class TaskStateMachineTests: XCTestCase {
     func testRedirectFollowBumpsGenerationAndDropsTheOldHandler() {
         var m = running()
         let old = m.generation
-        XCTAssertEqual(report(&m, redirect(to: "http://a.example/next")), "askRedirect(http://a.example/next)")
+        XCTAssertEqual(report(&m, redirect(to: "http://a.example/next")), "record(302):askRedirect(http://a.example/next)")
         XCTAssertEqual(report(&m, .data(chunk)), "none")
         var chosen = Request(url: URL(string: "http://a.example/chosen")!)
         chosen.method = "GET"
@@ -273,7 +277,7 @@ final class TaskStateMachineTests: XCTestCase {
         XCTAssertEqual(m.deferredCount, 0, "the old handler's kept reports are dropped")
         XCTAssertEqual(tag(m.handle(.handler(generation: old, .finish))), "none", "the old handler is not heard any more")
         XCTAssertEqual(step(&m, planned(chosen)), "load(http://a.example/chosen)")
-        XCTAssertEqual(report(&m, .response(response, .allowed)), "deliverResponse(200)")
+        XCTAssertEqual(report(&m, .response(response, .allowed)), "record(200):deliverResponse(200)")
     }
 
     func testRedirectRefusedByDelegateCompletesWithTheRedirectResponse() {
@@ -286,24 +290,24 @@ final class TaskStateMachineTests: XCTestCase {
     func testRedirectLimitSchemesAndOrder() {
         var m = running(policy: policy(max: 2))
         for i in 0..<2 {
-            XCTAssertEqual(report(&m, redirect(to: "http://a.example/\(i)")), "askRedirect(http://a.example/\(i))")
+            XCTAssertEqual(report(&m, redirect(to: "http://a.example/\(i)")), "record(302):askRedirect(http://a.example/\(i))")
             let next = Request(url: URL(string: "http://a.example/\(i)")!)
             XCTAssertEqual(step(&m, .redirectDecision(next)), "followRedirect(http://a.example/\(i))")
             _ = m.handle(planned(next))
         }
-        XCTAssertEqual(report(&m, redirect(to: "http://a.example/3")), "stopAndComplete(error(tooManyRedirects))")
+        XCTAssertEqual(report(&m, redirect(to: "http://a.example/3")), "record(302):stopAndComplete(error(tooManyRedirects))")
 
         var s = running(policy: policy(allowed: ["http", "https"]))
-        XCTAssertEqual(report(&s, redirect(to: "file:///etc/passwd")), "stopAndComplete(error(redirectNotAllowed))")
+        XCTAssertEqual(report(&s, redirect(to: "file:///etc/passwd")), "record(302):stopAndComplete(error(redirectNotAllowed))")
         var p = running(policy: policy(allowed: ["http", "https", "gopher"], accepts: false))
-        XCTAssertEqual(report(&p, redirect(to: "gopher://h/")), "stopAndComplete(error(redirectNotAllowed))",
+        XCTAssertEqual(report(&p, redirect(to: "gopher://h/")), "record(302):stopAndComplete(error(redirectNotAllowed))",
                        "an allowed scheme whose handler refuses to be a target")
         var ok = running(policy: policy(allowed: ["http", "https"]))
-        XCTAssertEqual(report(&ok, redirect(to: "https://a.example/")), "askRedirect(https://a.example/)")
+        XCTAssertEqual(report(&ok, redirect(to: "https://a.example/")), "record(302):askRedirect(https://a.example/)")
 
         var after = running()
         _ = report(&after, .response(response, .allowed))
-        XCTAssertEqual(report(&after, redirect(to: "http://a.example/x")), "stopAndComplete(error(protocolViolation))")
+        XCTAssertEqual(report(&after, redirect(to: "http://a.example/x")), "record(302):stopAndComplete(error(protocolViolation))")
     }
 
     func testRedirectToAnotherOriginLosesTheCredentials() {
@@ -334,7 +338,7 @@ final class TaskStateMachineTests: XCTestCase {
         var m = running()
         let c = challenge()
         XCTAssertEqual(report(&m, .challenge(c)), "askChallenge")
-        XCTAssertEqual(report(&m, .response(response, .allowed)), "none")
+        XCTAssertEqual(report(&m, .response(response, .allowed)), "record(200):none")
         XCTAssertEqual(step(&m, .challengeDecision(c.identifier + 1000, .performDefaultHandling)), "none",
                        "an answer to another challenge is ignored")
         guard case .replyChallenge(let replied, _) = m.handle(.challengeDecision(c.identifier, .performDefaultHandling)) else {
@@ -377,6 +381,88 @@ final class TaskStateMachineTests: XCTestCase {
         var m = running()
         XCTAssertEqual(step(&m, .timeout), "stopAndComplete(error(timedOut))")
         XCTAssertEqual(step(&m, .timeout), "none")
+    }
+
+    /// The clock: the machine decides whether idle time counts and whether it is a
+    /// timeout; the shell only measures.
+    func testTheClockCountsOnlyTheTimeThePeerOwes() {
+        let late = M.Event.clock(idleFor: 61, elapsed: 61, idleLimit: 60, totalLimit: 600)
+        var idle = M(request: request, redirectPolicy: policy(), asksResponseDisposition: false)
+        XCTAssertEqual(step(&idle, late), "none", "a task never started has no clock")
+        var m = running()
+        XCTAssertEqual(step(&m, .clock(idleFor: 59, elapsed: 59, idleLimit: 60, totalLimit: 600)), "none")
+        var suspended = running()
+        _ = suspended.handle(.suspend)
+        XCTAssertEqual(step(&suspended, late), "restartIdleClock", "suspended: not the peer's time")
+        XCTAssertEqual(step(&suspended, .clock(idleFor: 0, elapsed: 601, idleLimit: 60, totalLimit: 600)),
+                       "stopAndComplete(error(timedOut))", "the resource limit holds even while suspended")
+        var paused = running()
+        _ = paused.handle(.backlog)
+        XCTAssertEqual(step(&paused, late), "restartIdleClock", "held back by the consumer")
+        var asking = running(asks: true)
+        _ = asking.handle(.handler(generation: asking.generation, .response(response, .allowed)))
+        XCTAssertEqual(step(&asking, late), "restartIdleClock", "waiting for the delegate")
+        XCTAssertEqual(step(&m, late), "stopAndComplete(error(timedOut))")
+        XCTAssertEqual(step(&m, late), "none")
+    }
+
+    /// A response's store effects (cookies, cache invalidation) are an action of their
+    /// own, ahead of whatever the response leads to, and only for the current handler.
+    func testResponseStoreEffectsComeFirst() {
+        var m = running()
+        let old = m.generation
+        guard case .recordResponse(let r, let then) = m.handle(.handler(generation: old, redirect(to: "http://a.example/n"))) else {
+            return XCTFail("a redirect's cookies are stored before the next hop")
+        }
+        XCTAssertEqual(r.statusCode, 302)
+        XCTAssertEqual(tag(then), "askRedirect(http://a.example/n)")
+        _ = m.handle(.redirectDecision(Request(url: URL(string: "http://a.example/n")!)))
+        XCTAssertEqual(tag(m.handle(.handler(generation: old, .response(response, .allowed)))), "none",
+                       "a replaced handler's response touches no store")
+        _ = m.handle(planned(Request(url: URL(string: "http://a.example/n")!)))
+        XCTAssertEqual(report(&m, .response(response, .allowed)), "record(200):deliverResponse(200)")
+        XCTAssertEqual(report(&m, .finish), "complete(finished)")
+        XCTAssertEqual(report(&m, .response(response, .allowed)), "none", "nothing after the end")
+    }
+
+    /// Data the consumer will never see gives its flow credit back, whichever way it is
+    /// dropped: a replaced handler's, after the end, or kept and then dropped.
+    func testDroppedDataGivesItsCreditBack() {
+        var m = running()
+        let old = m.generation
+        _ = report(&m, .response(response, .allowed))
+        _ = m.handle(.suspend)
+        XCTAssertEqual(report(&m, .data(chunk)), "none", "kept while suspended")
+        XCTAssertEqual(m.keptDataBytes, 3)
+        XCTAssertEqual(step(&m, .cancel(producingResumeData: false)), "stopAndComplete(cancelled)")
+        XCTAssertEqual(drain(&m), ["discardData(3)"], "kept data dropped by the end")
+        XCTAssertEqual(tag(m.handle(.handler(generation: old, .data(chunk)))), "discardData(3)", "after the end")
+
+        var r = running(asks: false)
+        _ = report(&r, redirect(to: "http://a.example/n"))
+        XCTAssertEqual(report(&r, .data(chunk)), "none", "kept behind the redirect decision")
+        XCTAssertEqual(step(&r, .redirectDecision(Request(url: URL(string: "http://a.example/n")!))), "followRedirect(http://a.example/n)")
+        XCTAssertEqual(drain(&r), ["discardData(3)"], "the old hop's kept data")
+        XCTAssertEqual(tag(r.handle(.handler(generation: old, .data(chunk)))), "discardData(3)", "a replaced handler's")
+    }
+
+    /// The completing action carries what the shell needs: redirects followed, whether
+    /// the cancel asked for resume data; and a cancel for resume data after the end says so.
+    func testTheEndCarriesWhatTheShellNeeds() {
+        var m = running()
+        _ = report(&m, redirect(to: "http://a.example/n"))
+        _ = m.handle(.redirectDecision(Request(url: URL(string: "http://a.example/n")!)))
+        _ = m.handle(planned(Request(url: URL(string: "http://a.example/n")!)))
+        guard case .stopAndComplete(.cancelled, let ending) = m.handle(.cancel(producingResumeData: true)) else {
+            return XCTFail("the cancel ends the task")
+        }
+        XCTAssertEqual(ending, M.Ending(redirectCount: 1, producesResumeData: true))
+        XCTAssertEqual(step(&m, .cancel(producingResumeData: true)), "resumeDataUnavailable")
+        XCTAssertEqual(step(&m, .cancel(producingResumeData: false)), "none")
+        var f = running()
+        _ = report(&f, .response(response, .allowed))
+        guard case .complete(.finished, let e) = f.handle(.handler(generation: f.generation, .finish)) else { return XCTFail() }
+        XCTAssertEqual(e, M.Ending(redirectCount: 0, producesResumeData: false))
     }
 
     func testCacheStep() {
@@ -475,6 +561,7 @@ final class TaskStateMachineTests: XCTestCase {
             { .handler(generation: $0.generation, .fail(PorterError(.cannotConnectToHost, "no route"))) },
             { _ in .connectivityChecked(reachable: false) }, { _ in .connectivityChecked(reachable: true) },
             { _ in .networkChanged },
+            { _ in .clock(idleFor: 100, elapsed: 1, idleLimit: 60, totalLimit: 600) },
         ]
         var alphabet = full
         var sequences = 0
@@ -484,18 +571,35 @@ final class TaskStateMachineTests: XCTestCase {
             default: return false
             }
         }
-        func walk(_ m: M, depth: Int, completed: Bool, paused: Bool, trail: [M.Event]) {
+        /// A response's store effects come first; what follows is the action proper.
+        func flatten(_ a: M.Action) -> [M.Action] {
+            if case .recordResponse(_, let then) = a { return [a] + flatten(then) }
+            return [a]
+        }
+        func walk(_ m: M, depth: Int, completed: Bool, paused: Bool, held: Int, trail: [M.Event]) {
             if depth == 0 { sequences += 1; return }
             for make in alphabet {
                 var next = m
                 let event = make(next)
                 let trail = trail + [event]
-                var actions = [next.handle(event)]
-                while let a = next.nextDeferredAction() { actions.append(a) }
+                var actions = flatten(next.handle(event))
+                while let a = next.nextDeferredAction() { actions += flatten(a) }
                 var done = completed
                 var handlerPaused = paused
+                // Flow credit: every byte reported is held until it is delivered or
+                // given back, exactly once.
+                var held = held
+                if case .handler(_, .data(let d)) = event { held += d.count }
                 for action in actions {
-                    if done { XCTAssertEqual(tag(action), "none", "action after completion") }
+                    switch action {
+                    case .deliverData(let d): held -= d.count
+                    case .discardData(let n): held -= n
+                    default: break
+                    }
+                    if case .recordResponse = action { XCTAssertFalse(done, "a store effect after completion") }
+                    if done, case .discardData = action {} else if done {
+                        XCTAssertEqual(tag(action), "none", "action after completion")
+                    }
                     if completes(action) {
                         XCTAssertFalse(done, "two completions")
                         XCTAssertTrue(next.isFinal)
@@ -508,7 +612,7 @@ final class TaskStateMachineTests: XCTestCase {
                     case .resumeHandler:
                         XCTAssertTrue(handlerPaused, "resumed without a pause after \(trail.map { "\($0)".prefix(40) })")
                         handlerPaused = false
-                    case .load(_, _, let p):
+                    case .load(_, _, let p, _):
                         handlerPaused = p
                     case .followRedirect, .retryLoad:
                         // A new handler comes; it is made paused or not by `load`.
@@ -521,12 +625,13 @@ final class TaskStateMachineTests: XCTestCase {
                     XCTAssertEqual(handlerPaused, next.handlerPaused, "pause state drifted after \(trail.map { "\($0)".prefix(40) })")
                 }
                 if next.isFinal { XCTAssertEqual(next.deferredCount, 0) }
-                walk(next, depth: depth - 1, completed: done, paused: handlerPaused, trail: trail)
+                XCTAssertEqual(held, next.keptDataBytes, "flow credit lost or given back twice after \(trail.map { "\($0)".prefix(40) })")
+                walk(next, depth: depth - 1, completed: done, paused: handlerPaused, held: held, trail: trail)
             }
         }
         for (asks, waits) in [(false, false), (true, false), (false, true)] {
             walk(M(request: request, redirectPolicy: policy(max: 1), asksResponseDisposition: asks, waitsForConnectivity: waits),
-                 depth: 4, completed: false, paused: false, trail: [])
+                 depth: 4, completed: false, paused: false, held: 0, trail: [])
         }
         XCTAssertEqual(sequences, 3 * Int(pow(Double(full.count), 4.0)))
         // Longer runs of the events that move the pause state.
@@ -535,7 +640,7 @@ final class TaskStateMachineTests: XCTestCase {
         var loaded = M(request: request, redirectPolicy: policy(max: 1), asksResponseDisposition: true)
         _ = loaded.handle(.resume)
         _ = loaded.handle(planned(request))
-        walk(loaded, depth: 7, completed: false, paused: false, trail: [])
+        walk(loaded, depth: 7, completed: false, paused: false, held: 0, trail: [])
         XCTAssertEqual(sequences, Int(pow(Double(alphabet.count), 7.0)))
     }
 }
