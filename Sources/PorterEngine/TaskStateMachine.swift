@@ -439,6 +439,7 @@ package struct TaskStateMachine: Sendable {
             return .deliverResponse(response, policy)
         case .data(let data):
             guard responseReceived else {
+                discardedBytes += data.count
                 return end(.stopAndComplete(.error(.protocolViolation, "the handler delivered data before a response")))
             }
             return .deliverData(data)

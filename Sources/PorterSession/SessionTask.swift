@@ -170,16 +170,16 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
 
     public func resume() {
         if let remote { return remote.control(taskIdentifier, .resume) }
-        driver.send(.resume)
+        driver.control(.resume, expecting: .running)
     }
     public func suspend() {
         if let remote { return remote.control(taskIdentifier, .suspend) }
-        driver.send(.suspend)
+        driver.control(.suspend, expecting: .suspended)
     }
     public func cancel() {
         cancelRequested.store(true, ordering: .releasing)
         if let remote { return remote.control(taskIdentifier, .cancel) }
-        driver.send(.cancel(producingResumeData: false))
+        driver.control(.cancel(producingResumeData: false), expecting: .canceling)
     }
 
     /// Set by `cancel()` before it returns: progress and data callbacks already queued

@@ -25,6 +25,11 @@ final class TaskDriver: @unchecked Sendable {
 
     // Read from any thread.
     private let lifecycleMirror = Atomic<Int>(TaskState.suspended.rawValue)
+    /// resume/suspend/cancel calls whose event the executor has not run yet, and the
+    /// state the last of them asked for: `state` reads as URLSessionTask's does, changed
+    /// when the call returns (the machine still decides; the mirror then agrees).
+    private let controlsInFlight = Atomic<Int>(0)
+    private let requestedState = Atomic<Int>(TaskState.suspended.rawValue)
     /// Received bytes handed to a consumer and not yet taken by it.
     let outstanding = Atomic<Int>(0)
     /// The machine's `flowPaused`, for consumers deciding whether to report `drained`.
@@ -107,7 +112,27 @@ final class TaskDriver: @unchecked Sendable {
 
     // MARK: - seen from any thread
 
-    var state: TaskState { TaskState(rawValue: lifecycleMirror.load(ordering: .acquiring)) ?? .completed }
+    var state: TaskState {
+        let decided = TaskState(rawValue: lifecycleMirror.load(ordering: .acquiring)) ?? .completed
+        guard decided != .completed, decided != .canceling, controlsInFlight.load(ordering: .acquiring) > 0 else { return decided }
+        return TaskState(rawValue: requestedState.load(ordering: .acquiring)) ?? decided
+    }
+
+    /// A resume, suspend or cancel from the application (any thread).
+    func control(_ event: TaskStateMachine.Event, expecting: TaskState) {
+        if executor.isCurrent, running {
+            run(.event(event))
+            return
+        }
+        // Queued, never run nested (see `send`): a resume from a completion must not grow
+        // the stack by one task's whole life.
+        requestedState.store(expecting.rawValue, ordering: .releasing)
+        controlsInFlight.add(1, ordering: .acquiringAndReleasing)
+        executor.execute {
+            self.run(.event(event))
+            self.controlsInFlight.subtract(1, ordering: .acquiringAndReleasing)
+        }
+    }
     var bufferedByteCount: Int { max(0, outstanding.load(ordering: .relaxed)) }
 
     /// Runs `event` on the executor. Called from inside this task's own run (a callback
