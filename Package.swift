@@ -177,6 +177,7 @@ let package = Package(
                            .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict),
         .testTarget(name: "PorterIPCTests", dependencies: ["PorterIPC"], swiftSettings: strict),
+        .testTarget(name: "PorterCurlTests", dependencies: ["PorterCurl", "PorterCore", "CCurl"], swiftSettings: strict),
         .testTarget(name: "PorterEngineTests", dependencies: ["PorterEngine", "PorterCore", .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),
         .testTarget(name: "PorterCredentialsTests", dependencies: ["Porter", "PorterCredentials", "PorterTestSupport"], swiftSettings: strict),
         .testTarget(name: "PorterFoundationTests", dependencies: ["Porter", "PorterFoundation", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),
