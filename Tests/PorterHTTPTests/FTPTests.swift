@@ -167,7 +167,7 @@ final class FTPTests: XCTestCase {
         // Generous: only a hang may end these waits (4 MiB at 256 KiB of credit took 26 s on a loaded 2-core machine).
         XCTAssertEqual(first.done.wait(timeout: .now() + 120), .success)
         let data = try XCTUnwrap(first.lock.withLock { first.resumeData },
-                                 "the size is the validator, so FTP downloads resume (the download ended with \(String(describing: first.lock.withLock { first.error })))")
+                                 "the size is the validator, so FTP downloads resume (the download ended with \(String(describing: first.lock.withLock { first.error })); written \(first.lock.withLock { first.writes }), cancelled at \(String(describing: first.lock.withLock { first.cancelledAt })))")
         let second = ResumeRecorder(cancelAt: nil)
         session(second).downloadTask(withResumeData: data).resume()
         XCTAssertEqual(second.done.wait(timeout: .now() + 120), .success)

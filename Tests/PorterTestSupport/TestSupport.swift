@@ -15,7 +15,16 @@ public final class ResumeRecorder: DownloadDelegate, @unchecked Sendable {
 
     public init(cancelAt: Int64?) { self.cancelAt = cancelAt }
 
+    /// The totals `didWriteData` reported, and the one the cancel was asked at (for a
+    /// failure's message: where the task was when it was told to stop).
+    public private(set) var writes: [Int64] = []
+    public private(set) var cancelledAt: Int64?
+
     public func downloadTask(_ task: DownloadTask, didWriteData w: Int64, totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
+        lock.withLock {
+            writes.append(totalBytesWritten)
+            if let c = cancelAt, totalBytesWritten >= c, cancelledAt == nil { cancelledAt = totalBytesWritten }
+        }
         if let c = cancelAt, totalBytesWritten >= c {
             task.cancel(byProducingResumeData: { d in self.lock.withLock { self.resumeData = d } })
         }
