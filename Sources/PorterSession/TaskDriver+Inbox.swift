@@ -127,6 +127,20 @@ extension TaskDriver {
     func take(_ gen: UInt64, _ item: InboxItem) {
         switch item {
         case .report(let report):
+            if gen == machine.generation, !machine.isFinal, let task = owner, task.isCancelRequested {
+                switch report {
+                case .finish, .fail:
+                    // cancel() returned before this end was taken: the task was cancelled
+                    // then (as URLSession's: once marked cancelled, it completes with the
+                    // cancellation), with resume data if asked. A handler that ran ahead of
+                    // the cancel's hop to this executor (a whole body in one libcurl
+                    // perform) no longer turns it into a success. The cancel's own event,
+                    // still queued, finds the task over.
+                    perform(machine.handle(.cancel(producingResumeData: task.cancelWantsResumeData)))
+                    return
+                default: break
+                }
+            }
             if gen == machine.generation, !machine.isFinal {
                 switch report {
                 case .response(let r, _), .redirect(_, let r):
