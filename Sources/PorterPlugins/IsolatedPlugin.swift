@@ -183,10 +183,14 @@ final class WorkerProcess: @unchecked Sendable {
     /// Larger than a data frame: a request with big header fields still fits.
     static let maximumPayload = 4 << 20
 
-    private init(pid: pid_t, channel: Channel, plugin: IsolatedPlugin) {
+    /// The copier of the worker's stderr (nil when no pipe could be made).
+    private let stderrCopy: WorkerStderr?
+
+    private init(pid: pid_t, channel: Channel, plugin: IsolatedPlugin, stderrCopy: WorkerStderr?) {
         self.pid = pid
         self.channel = channel
         self.plugin = plugin
+        self.stderrCopy = stderrCopy
     }
 
     static func start(plugin: IsolatedPlugin) throws(PorterError) -> WorkerProcess {
@@ -216,8 +220,8 @@ final class WorkerProcess: @unchecked Sendable {
             if errPipe[0] >= 0 { Glibc.close(errPipe[0]) }
             throw PorterError(.pluginCrashed, "plugin \(plugin.name): cannot start \(plugin.workerPath): \(String(cString: strerror(spawnErrno)))")
         }
-        if errPipe[0] >= 0 { WorkerStderr.copy(from: errPipe[0], plugin: plugin.name, pid: pid) }
-        let w = WorkerProcess(pid: pid, channel: host, plugin: plugin)
+        let stderrCopy = errPipe[0] >= 0 ? WorkerStderr.start(from: errPipe[0], plugin: plugin.name, pid: pid) : nil
+        let w = WorkerProcess(pid: pid, channel: host, plugin: plugin, stderrCopy: stderrCopy)
         // The greeting goes first; the reader takes the answer.
         w.send(WorkerWire.hello.frame)
         let bodies: [(String, @Sendable () -> Void)] = [("porter-plugin-\(pid)", { w.readLoop() }),
@@ -363,8 +367,12 @@ final class WorkerProcess: @unchecked Sendable {
             plugin.noteSandbox(sandbox)
         case .response(let id, let head): handler(id)?.workerResponse(head)
         case .redirect(let id, let url, let head): handler(id)?.workerRedirect(url, head)
-        case .finish(let id): handler(id)?.workerFinish()
+        case .finish(let id):
+            // What the plugin wrote to stderr before it ended the load is shown first.
+            stderrCopy?.drain()
+            handler(id)?.workerFinish()
         case .fail(let id, let code, let message, let domain, let causeCode):
+            stderrCopy?.drain()
             handler(id)?.workerFail(code: code, message: message, domain: domain, causeCode: causeCode)
         case .challenge(let id, let c): handler(id)?.workerChallenge(c)
         case .cancelChallenge(let id, let c): handler(id)?.workerCancelChallenge(c)
@@ -428,6 +436,8 @@ final class WorkerProcess: @unchecked Sendable {
         } else {
             why = "its worker closed its connection and was killed"
         }
+        // What it wrote before it went (a crash report, say) is shown before its loads fail.
+        stderrCopy?.drain()
         plugin.workerDied(self, crashed: crashed || !orphans.isEmpty)
         for h in orphans { h.workerDied("plugin \(plugin.name): \(why)") }
         if !exited {
@@ -441,67 +451,5 @@ final class WorkerProcess: @unchecked Sendable {
         } else {
             lock.withLock { reaped = true }
         }
-    }
-}
-
-/// Copies what a worker writes to its stderr pipe to this process's stderr, line by line:
-/// each line prefixed with the plugin's name, control characters escaped (no escape
-/// sequence of a plugin's reaches the user's terminal), at most `lineLimit` bytes of a
-/// line and `totalLimit` bytes in all.
-enum WorkerStderr {
-    static let lineLimit = 1024
-    static let totalLimit = 1 << 20
-
-    static func copy(from fd: Int32, plugin: String, pid: pid_t) {
-        let prefix = "porter: plugin \(escaped(Array(plugin.utf8.prefix(128)))): "
-        let thread = Thread {
-            var line: [UInt8] = []
-            var cut = false
-            var written = 0
-            var buffer = [UInt8](repeating: 0, count: 4096)
-            func flush() {
-                guard !line.isEmpty || cut else { return }
-                if written < totalLimit {
-                    let text = prefix + escaped(line) + (cut ? "…" : "") + "\n"
-                    written += text.utf8.count
-                    if written >= totalLimit { FileHandle.standardError.write(Data((text + prefix + "(more output dropped)\n").utf8)) }
-                    else { FileHandle.standardError.write(Data(text.utf8)) }
-                }
-                line.removeAll(keepingCapacity: true)
-                cut = false
-            }
-            while true {
-                let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-                if n < 0 && errno == EINTR { continue }
-                if n <= 0 { break }
-                for byte in buffer[0..<n] {
-                    if byte == 0x0A { flush(); continue }
-                    if line.count < lineLimit { line.append(byte) } else { cut = true }
-                }
-            }
-            flush()
-            Glibc.close(fd)
-        }
-        thread.name = "porter-plugin-\(pid)-stderr"
-        thread.stackSize = 128 << 10
-        thread.start()
-    }
-
-    /// The line as text with every control character (C0, DEL, C1) and invalid UTF-8
-    /// written as an escape, so nothing in it acts on a terminal.
-    static func escaped(_ bytes: [UInt8]) -> String {
-        var out = ""
-        for scalar in String(decoding: bytes, as: UTF8.self).unicodeScalars {
-            let v = scalar.value
-            switch v {
-            case 0x09: out += "\\t"
-            case 0x0D: out += "\\r"
-            case 0x5C: out += "\\\\"
-            case 0..<0x20, 0x7F..<0xA0, 0x2028, 0x2029, 0x202A...0x202E, 0x2066...0x2069, 0xFFFD:
-                out += String(format: "\\u{%X}", v)
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out
     }
 }

@@ -12,7 +12,8 @@ final class BackgroundLink: @unchecked Sendable {
     let identifier: String
     private weak var session: Session?
     private let launchCommand: [String]?
-    private let lock = NSLock()
+    /// Broadcast when `channel`, `failure`, `closed` or `connecting` change.
+    private let lock = NSCondition()
     private var channel: Channel?
     private var failure: PorterError?
     private var tasks: [Int: SessionTask] = [:]
@@ -20,6 +21,8 @@ final class BackgroundLink: @unchecked Sendable {
     private var resumeWaiters: [Int: @Sendable (Data?) -> Void] = [:]
     private var nextReference = 1
     private var closed = false
+    /// The connection thread still tries (false once it gave up or the link closed).
+    private var connecting = true
     /// Events handed to the delegate queue and not yet acknowledged: after a reconnect
     /// the daemon sends them again, and they must not reach the delegate twice.
     private var inFlight: Set<Int64> = []
@@ -46,7 +49,7 @@ final class BackgroundLink: @unchecked Sendable {
     var allTasks: [SessionTask] { lock.withLock { Array(tasks.values) }.sorted { $0.taskIdentifier < $1.taskIdentifier } }
 
     func close() {
-        let c = lock.withLock { () -> Channel? in closed = true; return channel }
+        let c = lock.withLock { () -> Channel? in closed = true; lock.broadcast(); return channel }
         c?.close()
     }
 
@@ -60,6 +63,10 @@ final class BackgroundLink: @unchecked Sendable {
         let reference: Int
         let channel: Channel?
         (reference, channel) = lock.withLock {
+            // The first connection may still be on its way (`init` waits only so long, and
+            // porterd starts slowly on a busy machine): wait for it to be made or to fail,
+            // rather than fail a task the daemon would have taken a moment later.
+            while self.channel == nil, failure == nil, !closed, connecting { lock.wait() }
             let r = nextReference
             nextReference += 1
             replies[r] = { m in answer.withLock { $0 = m }; done.signal() }
@@ -142,19 +149,21 @@ final class BackgroundLink: @unchecked Sendable {
     // MARK: - the connection (its own thread)
 
     private func run() {
+        defer { lock.withLock { connecting = false; lock.broadcast() } }
         var attempts = 0
         while !lock.withLock({ closed }), session != nil {
             do {
                 let c = try connect()
                 lock.withLock { attachedNow = false }
                 try c.send(message: BackgroundClientMessage.attach(session: identifier, launchCommand: launchCommand))
-                lock.withLock { channel = c; failure = nil }
+                lock.withLock { channel = c; failure = nil; lock.broadcast() }
                 try receive(on: c)
             } catch {
                 let e = PorterError(.unsupportedConfiguration, "background session '\(identifier)': porterd: \(error)")
                 let waiting = lock.withLock { () -> [(BackgroundDaemonMessage?) -> Void] in
                     channel = nil
                     failure = e
+                    lock.broadcast()
                     defer { replies.removeAll() }
                     return Array(replies.values)
                 }

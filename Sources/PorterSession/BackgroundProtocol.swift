@@ -78,7 +78,9 @@ public enum BackgroundProtocol {
             throw PorterError(.unsupportedConfiguration, "porterd was not found (next to this program, in $PORTERD_PATH or on PATH)")
         }
         try spawn(daemon)
-        let deadline = Date().addingTimeInterval(10)
+        // Waits for the socket (the event); the bound only ends the wait for a daemon that
+        // never listens, and is generous: a loaded machine starts a program slowly.
+        let deadline = Date().addingTimeInterval(30)
         while Date() < deadline {
             if let c = try? Channel.connect(path: path) {
                 try greet(c)

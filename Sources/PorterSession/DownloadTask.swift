@@ -48,6 +48,8 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
     }
 
     /// A background session's download, run by porterd.
+    override var cancelWantsResumeData: Bool { resumeCallback.withLock { $0 != nil } }
+
     override init(session: Session, remote link: BackgroundLink, snapshot: BackgroundTaskSnapshot) {
         self.sink = .delegate
         self.resumeFrom = nil
@@ -58,9 +60,13 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
     /// Cancels and hands back resume data (nil when the download cannot be resumed:
     /// nothing received yet, or the resource has no validator).
     public func cancel(byProducingResumeData completion: @escaping @Sendable (Data?) -> Void) {
-        cancelRequested.store(true, ordering: .releasing)
-        if let remote { return remote.cancelProducingResumeData(taskIdentifier, completion) }
+        if let remote {
+            cancelRequested.store(true, ordering: .releasing)
+            return remote.cancelProducingResumeData(taskIdentifier, completion)
+        }
+        // The callback first: an end taken once `cancelRequested` is seen asks for it.
         resumeCallback.withLock { $0 = completion }
+        cancelRequested.store(true, ordering: .releasing)
         let callback = resumeCallback
         let session = self.session
         driver.cancelProducingResumeData {

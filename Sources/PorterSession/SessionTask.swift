@@ -186,6 +186,9 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
     /// for the delegate are not made after it (the completion still is).
     let cancelRequested = Atomic<Bool>(false)
     var isCancelRequested: Bool { cancelRequested.load(ordering: .acquiring) }
+    /// The cancel asked for resume data (a download's `cancel(byProducingResumeData:)`);
+    /// known before `cancelRequested` is set.
+    var cancelWantsResumeData: Bool { false }
 
     // MARK: - delivery from the driver (on its executor); subclasses extend. Application
     // callbacks go through `session.deliver`.

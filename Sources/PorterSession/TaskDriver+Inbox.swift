@@ -127,6 +127,21 @@ extension TaskDriver {
     func take(_ gen: UInt64, _ item: InboxItem) {
         switch item {
         case .report(let report):
+            if let task = owner, task.isCancelRequested {
+                switch report {
+                case .finish, .fail:
+                    // cancel() returned before this end was taken: the task was cancelled
+                    // then (as URLSession's: once marked cancelled, it completes with the
+                    // cancellation), with resume data if asked. A handler that ran ahead of
+                    // the cancel's hop to this executor (a whole body in one libcurl
+                    // perform) no longer turns it into a success. The machine decides: a
+                    // task already over stays as it ended, and the cancel's own event,
+                    // still queued, finds it over.
+                    perform(machine.handle(.cancel(producingResumeData: task.cancelWantsResumeData)))
+                    return
+                default: break
+                }
+            }
             // The machine decides all of it: the stores' part of a response
             // (`recordResponse`), delivery, keeping, or dropping data (`discardData`).
             perform(machine.handle(.handler(generation: gen, report)))

@@ -413,6 +413,30 @@ final class BackgroundSessionTests: DaemonTestCase {
         c.finishTasksAndInvalidate()
     }
 
+    /// porterd slow to start (here a wrapper that waits before it runs porterd, as a
+    /// loaded machine makes a start slow): the session's init stops waiting for it after
+    /// 10 s, and a task made then waits for the connection instead of failing at once
+    /// with "porterd is not reachable" (the app's upload was lost so).
+    func testATaskWaitsForAPorterdSlowToStart() throws {
+        let real = try XCTUnwrap(daemonHome.environment["PORTERD_PATH"])
+        let wrapper = home + "/slow-porterd"
+        try "#!/bin/sh\nsleep 15\nexec '\(real)' \"$@\"\n".write(toFile: wrapper, atomically: true, encoding: .utf8)
+        chmod(wrapper, 0o755)
+        setenv("PORTERD_PATH", wrapper, 1)
+        defer { setenv("PORTERD_PATH", real, 1) }
+        let recorder = BackgroundRecorder()
+        let session = Session(configuration: .background(identifier: "slow-\(UUID().uuidString.prefix(6))"), delegate: recorder)
+        let task = session.downloadTask(with: URL(string: nginx.http + "/index.html")!)
+        task.resume()
+        while recorder.lock.withLock({ recorder.completions[task.taskIdentifier] }) == nil {
+            guard recorder.completed.wait(timeout: .now() + 120) == .success else { return XCTFail("no completion") }
+        }
+        XCTAssertEqual(recorder.lock.withLock { recorder.completions[task.taskIdentifier].map { $0 == nil } }, true,
+                       "\(recorder.lock.withLock { recorder.completions })")
+        XCTAssertEqual(recorder.lock.withLock { recorder.files[task.taskIdentifier] }, Data("hello from nginx\n".utf8))
+        session.finishTasksAndInvalidate()
+    }
+
     /// earliestBeginDate holds a task back; the session's bytes-per-second cap applies in
     /// porterd too.
     func testEarliestBeginDateAndTheRateCap() throws {

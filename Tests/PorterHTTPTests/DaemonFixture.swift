@@ -15,17 +15,19 @@ final class DaemonFixture: @unchecked Sendable {
         guard let made = mkdtemp(&template) else { throw NginxFixture.Failure.setup("mkdtemp failed") }
         dir = String(cString: made)
         chmod(dir, 0o777)  // daemons that drop to nobody write their logs here
-        port = try NginxFixture.freePort()
-        try config(dir, port).write(toFile: dir + "/" + configName, atomically: true, encoding: .utf8)
-        pid = try spawnDaemon(program, arguments(dir))
-        let deadline = Date().addingTimeInterval(10)
-        while !NginxFixture.accepts(port) {
-            if !isRunning(pid) || Date() > deadline {
-                stopDaemon(pid, signal: SIGKILL)
-                throw NginxFixture.Failure.setup("\(program) did not start on port \(port)")
+        let folder = dir
+        let started: (ports: [Int], pid: pid_t)
+        do {
+            // Started again on fresh ports when a port picked free was taken meanwhile.
+            started = try startListening(ports: 1) { ports in
+                try config(folder, ports[0]).write(toFile: folder + "/" + configName, atomically: true, encoding: .utf8)
+                return try spawnDaemon(program, arguments(folder))
             }
-            usleep(20_000)
+        } catch {
+            throw NginxFixture.Failure.setup("\(program) did not start: \(error)")
         }
+        port = started.ports[0]
+        pid = started.pid
     }
 
     func log(_ name: String) -> String { (try? String(contentsOfFile: dir + "/" + name, encoding: .utf8)) ?? "" }

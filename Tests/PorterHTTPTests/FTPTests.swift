@@ -101,7 +101,7 @@ final class FTPTests: XCTestCase {
         }
         let head = Head()
         session(head).dataTask(with: url("/big.bin")).resume()
-        XCTAssertEqual(head.done.wait(timeout: .now() + 20), .success)
+        XCTAssertEqual(head.done.wait(timeout: .now() + 120), .success)
         XCTAssertEqual(head.lock.withLock { head.length }, Int64(FTPTests.bigSize), "the size is known up front")
         XCTAssertEqual(head.lock.withLock { head.bytesBeforeResponse }, 0)
         XCTAssertEqual(head.lock.withLock { head.received }, FTPTests.bigSize)
@@ -164,11 +164,13 @@ final class FTPTests: XCTestCase {
     func testResumeWithREST() throws {
         let first = ResumeRecorder(cancelAt: 512 * 1024)
         session(first) { $0.receiveBufferLimit = 256 * 1024 }.downloadTask(with: url("/big.bin")).resume()
-        XCTAssertEqual(first.done.wait(timeout: .now() + 20), .success)
-        let data = try XCTUnwrap(first.lock.withLock { first.resumeData }, "the size is the validator, so FTP downloads resume")
+        // Generous: only a hang may end these waits (4 MiB at 256 KiB of credit took 26 s on a loaded 2-core machine).
+        XCTAssertEqual(first.done.wait(timeout: .now() + 120), .success)
+        let data = try XCTUnwrap(first.lock.withLock { first.resumeData },
+                                 "the size is the validator, so FTP downloads resume (the download ended with \(String(describing: first.lock.withLock { first.error })); written \(first.lock.withLock { first.writes }), cancelled at \(String(describing: first.lock.withLock { first.cancelledAt })))")
         let second = ResumeRecorder(cancelAt: nil)
         session(second).downloadTask(withResumeData: data).resume()
-        XCTAssertEqual(second.done.wait(timeout: .now() + 20), .success)
+        XCTAssertEqual(second.done.wait(timeout: .now() + 120), .success)
         XCTAssertNotNil(second.lock.withLock { second.resumedAt })
         let file = try XCTUnwrap(second.lock.withLock { second.file })
         XCTAssertEqual(file, Data((0..<FTPTests.bigSize).map(FTPTests.bigByte)))

@@ -301,8 +301,11 @@ final class IsolationTests: XCTestCase {
         } catch {
             ended = error
         }
+        // Ordered by events, not timed: the task ended while the stuck worker still ran,
+        // so the cancel did not wait for the kill at the stop timeout.
+        let workerAliveAtTheEnd = kill(pid, 0) == 0
         XCTAssertEqual((ended as? PorterError)?.code, .cancelled, "\(String(describing: ended))")
-        XCTAssertLessThan(Date().timeIntervalSince(started), 2, "the cancel waited on the worker")
+        XCTAssertTrue(workerAliveAtTheEnd, "the cancel waited on the worker (\(Date().timeIntervalSince(started)) s)")
         XCTAssertTrue(eventually(5) { kill(pid, 0) != 0 }, "the worker stuck in pause was not killed at the stop timeout")
         try await assertStillServing()
     }

@@ -31,8 +31,6 @@ final class SSHDFixture: @unchecked Sendable {
         guard let made = mkdtemp(&template) else { throw Failure.setup("mkdtemp failed") }
         dir = String(cString: made)
         chmod(dir, 0o755)
-        guard let p = freeLoopbackPort() else { throw Failure.setup("no free port") }
-        port = p
         data = dir + "/data"
         knownHosts = dir + "/known_hosts"
         changedKnownHosts = dir + "/known_hosts.changed"
@@ -45,8 +43,6 @@ final class SSHDFixture: @unchecked Sendable {
         let hostPub = try String(contentsOfFile: dir + "/host_ed25519.pub", encoding: .utf8).split(separator: " ")
         let otherPub = try String(contentsOfFile: dir + "/other_ed25519.pub", encoding: .utf8).split(separator: " ")
         hostKeyBlob = Data(base64Encoded: String(hostPub[1])) ?? Data()
-        try "[127.0.0.1]:\(port) \(hostPub[0]) \(hostPub[1])\n".write(toFile: knownHosts, atomically: true, encoding: .utf8)
-        try "[127.0.0.1]:\(port) \(otherPub[0]) \(otherPub[1])\n".write(toFile: changedKnownHosts, atomically: true, encoding: .utf8)
         try "".write(toFile: emptyKnownHosts, atomically: true, encoding: .utf8)
 
         // Users: both need a password set (sshd refuses locked accounts); the key user
@@ -78,12 +74,13 @@ final class SSHDFixture: @unchecked Sendable {
         chmod(data + "/secret.txt", 0o600)
         try runChecked("/bin/chown", [Self.passwordUser, data + "/incoming"])
 
-        let config = """
+        let (folder, knownHosts, changedKnownHosts) = (dir, knownHosts, changedKnownHosts)
+        func config(_ port: Int) -> String { """
             ListenAddress 127.0.0.1
             Port \(port)
-            HostKey \(dir)/host_ed25519
-            PidFile \(dir)/sshd.pid
-            AuthorizedKeysFile \(dir)/authorized_keys/%u
+            HostKey \(folder)/host_ed25519
+            PidFile \(folder)/sshd.pid
+            AuthorizedKeysFile \(folder)/authorized_keys/%u
             StrictModes no
             UsePAM no
             PasswordAuthentication yes
@@ -95,19 +92,25 @@ final class SSHDFixture: @unchecked Sendable {
             Match User \(Self.keyUser)
                 PasswordAuthentication no
 
-            """
-        try config.write(toFile: dir + "/sshd_config", atomically: true, encoding: .utf8)
+            """ }
         mkdir("/run/sshd", 0o755)
-        try runChecked("/usr/sbin/sshd", ["-t", "-f", dir + "/sshd_config"])
-        pid = try spawnDaemon("/usr/sbin/sshd", ["-D", "-E", dir + "/sshd.log", "-f", dir + "/sshd_config"])
-        let deadline = Date().addingTimeInterval(10)
-        while !loopbackAccepts(port) {
-            if !isRunning(pid) || Date() > deadline {
-                stop()
-                throw Failure.setup("sshd did not start on port \(port)")
+        let started: (ports: [Int], pid: pid_t)
+        do {
+            // Started again on a fresh port when the one picked free was taken meanwhile.
+            started = try startListening(ports: 1, log: { (try? String(contentsOfFile: folder + "/sshd.log", encoding: .utf8)) ?? "" }) { ports in
+                try "[127.0.0.1]:\(ports[0]) \(hostPub[0]) \(hostPub[1])\n".write(toFile: knownHosts, atomically: true, encoding: .utf8)
+                try "[127.0.0.1]:\(ports[0]) \(otherPub[0]) \(otherPub[1])\n".write(toFile: changedKnownHosts, atomically: true, encoding: .utf8)
+                try config(ports[0]).write(toFile: folder + "/sshd_config", atomically: true, encoding: .utf8)
+                try runChecked("/usr/sbin/sshd", ["-t", "-f", folder + "/sshd_config"])
+                return try spawnDaemon("/usr/sbin/sshd", ["-D", "-E", folder + "/sshd.log", "-f", folder + "/sshd_config"])
             }
-            usleep(20_000)
+        } catch {
+            port = 0
+            stop()
+            throw Failure.setup("sshd did not start: \(error)")
         }
+        port = started.ports[0]
+        pid = started.pid
     }
 
     static let bigFile = Data((0..<5_000_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ ($0 >> 11)) })

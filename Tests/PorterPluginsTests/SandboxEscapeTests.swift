@@ -210,6 +210,21 @@ final class SandboxEscapeTests: XCTestCase {
         XCTAssertTrue(control.contains("fd2-tty=1 open=ok tty=1"), control)
     }
 
+    /// What a plugin writes to stderr just before its load ends is on porter's stderr when
+    /// porter exits: the host copies the worker's stderr pipe up to the load's end before
+    /// it reports the end (it was copied by a thread that porter's exit could cut short,
+    /// so under load the last lines, or all of them, were lost).
+    func testAPluginsLastStderrLinesOutliveTheProgram() throws {
+        for _ in 0..<5 {
+            let r = try porter(["ptest://h/stderr-burst"])
+            XCTAssertEqual(r.status, 0, r.stderr)
+            XCTAssertEqual(r.stdout, "burst")
+            let lines = r.stderr.split(separator: "\n")
+            XCTAssertEqual(lines.filter { $0.hasSuffix("b…") || $0.hasSuffix("bbb") }.count, 40, r.stderr)
+            XCTAssertTrue(lines.last?.hasSuffix("burst-end") == true, "the last line is there: \(r.stderr.suffix(300))")
+        }
+    }
+
     /// Item 9: with the XDG folders outside HOME (here one under /var/tmp, one under
     /// /tmp, where workers may write), Porter's stores were readable by plugins. Now the
     /// worker's ruleset never grants them, wherever they are; what lies beside them stays

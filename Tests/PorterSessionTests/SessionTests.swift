@@ -345,7 +345,7 @@ final class SessionTests: XCTestCase {
         Thread.sleep(forTimeInterval: 0.05)
         t.cancel()
         t.cancel()
-        XCTAssertEqual(d.finished.wait(timeout: .now() + 5), .success)
+        XCTAssertEqual(d.finished.wait(timeout: .now() + 30), .success)
         Thread.sleep(forTimeInterval: 0.05)
         XCTAssertEqual(d.completions(t), 1)
         XCTAssertEqual(d.error(t)?.code, .cancelled)
@@ -359,7 +359,7 @@ final class SessionTests: XCTestCase {
         let t = session.dataTask(with: url("chunks://h/1/1"))
         d.finished.enter()
         t.cancel()
-        XCTAssertEqual(d.finished.wait(timeout: .now() + 5), .success)
+        XCTAssertEqual(d.finished.wait(timeout: .now() + 30), .success)
         XCTAssertEqual(d.error(t)?.code, .cancelled)
 
         let plain = Session(configuration: testConfiguration())
@@ -596,7 +596,7 @@ final class SessionTests: XCTestCase {
         session.finishTasksAndInvalidate()
         XCTAssertEqual(d.finished.wait(timeout: .now() + 10), .success)
         XCTAssertNil(d.error(t), "running tasks finish")
-        XCTAssertEqual(d.invalidated.wait(timeout: .now() + 5), .success)
+        XCTAssertEqual(d.invalidated.wait(timeout: .now() + 30), .success)
         XCTAssertEqual(d.events.last, "invalid")
         XCTAssertNil(session.delegate, "the delegate is released")
 
@@ -612,9 +612,9 @@ final class SessionTests: XCTestCase {
         d.finished.enter()
         t.resume()
         session.invalidateAndCancel()
-        XCTAssertEqual(d.finished.wait(timeout: .now() + 5), .success)
+        XCTAssertEqual(d.finished.wait(timeout: .now() + 30), .success)
         XCTAssertEqual(d.error(t)?.code, .cancelled)
-        XCTAssertEqual(d.invalidated.wait(timeout: .now() + 5), .success)
+        XCTAssertEqual(d.invalidated.wait(timeout: .now() + 30), .success)
     }
 
     func testSessionHandlersComeBeforeTheRegistry() async throws {

@@ -188,6 +188,13 @@ final class AuthHandler: ProtocolHandler, @unchecked Sendable {
 final class MisbehavingHandler: ProtocolHandler, @unchecked Sendable {
     static var schemes: Set<String> { ["bad"] }
     static let stops = Counter()
+    /// The steps of "finish-behind-cancel" (the delegate's side signals sawData and cancelled).
+    final class Race: Sendable {
+        let sawData = DispatchSemaphore(value: 0)
+        let mayCancel = DispatchSemaphore(value: 0)
+        let cancelled = DispatchSemaphore(value: 0)
+    }
+    nonisolated(unsafe) static var race = Race()
     let request: Request
     let client: any ProtocolClient
     init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {
@@ -214,6 +221,23 @@ final class MisbehavingHandler: ProtocolHandler, @unchecked Sendable {
             client.didLoad(Data("0123456789".utf8))
             client.didFinishLoading()
             client.didFail(with: PorterError(.networkConnectionLost, "late"))
+        case "finish-behind-cancel":
+            // The race of a handler that runs ahead of a cancel: its end is handed over
+            // after the delegate heard its data and before the delegate's cancel(), and the
+            // executor takes both only after cancel() returned (held meanwhile).
+            let client = self.client, executor = client.context.executor
+            let race = MisbehavingHandler.race, r = r
+            DispatchQueue.global().async {
+                client.didReceive(r, cacheStoragePolicy: .notAllowed)
+                client.didLoad(Data("0123456789".utf8))
+                guard race.sawData.wait(timeout: .now() + 120) == .success else { return client.didFail(with: PorterError(.unknown, "no data heard")) }
+                let gate = DispatchSemaphore(value: 0)
+                executor?.execute { _ = gate.wait(timeout: .now() + 120) }
+                client.didFinishLoading()
+                race.mayCancel.signal()
+                _ = race.cancelled.wait(timeout: .now() + 120)
+                gate.signal()
+            }
         case "silent":
             break
         case "response-then-silent":

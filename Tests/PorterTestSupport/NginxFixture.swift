@@ -38,9 +38,6 @@ public final class NginxFixture: @unchecked Sendable {
         guard let made = mkdtemp(&bytes) else { throw Failure.setup("mkdtemp failed") }
         dir = String(cString: made)
         chmod(dir, 0o755)
-        httpPort = try NginxFixture.freePort()
-        httpsPort = try NginxFixture.freePort()
-        altPort = try NginxFixture.freePort()
         caFile = dir + "/ca.pem"
 
         let fm = FileManager.default
@@ -67,6 +64,23 @@ public final class NginxFixture: @unchecked Sendable {
         _ = try NginxFixture.run("/bin/chmod", ["-R", "a+rX", dir])
         chmod(dir + "/www/dav", 0o777)  // nginx's worker (nobody) stores PUT bodies there
 
+        let folder = dir
+        let started: (ports: [Int], pid: pid_t)
+        do {
+            started = try startListening(ports: 3, log: { (try? String(contentsOfFile: folder + "/logs/stderr.log", encoding: .utf8)) ?? "" }) { ports in
+                try NginxFixture.config(dir: folder, httpPort: ports[0], httpsPort: ports[1], altPort: ports[2])
+                    .write(toFile: folder + "/nginx.conf", atomically: true, encoding: .utf8)
+                return try spawnDaemon("/usr/sbin/nginx", ["-p", folder, "-c", folder + "/nginx.conf", "-e", folder + "/logs/stderr.log"])
+            }
+        } catch {
+            throw Failure.setup("nginx did not start: \(error)")
+        }
+        (httpPort, httpsPort, altPort) = (started.ports[0], started.ports[1], started.ports[2])
+        pid = started.pid
+    }
+
+    /// nginx's config for these ports (the routes name the plain port and the alternative one).
+    static func config(dir: String, httpPort: Int, httpsPort: Int, altPort: Int) -> String {
         let routes = """
             root \(dir)/www;
             default_type application/octet-stream;
@@ -132,7 +146,7 @@ public final class NginxFixture: @unchecked Sendable {
             location = /hsts/bad { add_header Strict-Transport-Security "max-age=3600; max-age=5"; echo "bad"; }
             location = /alt/who { add_header Alt-Svc 'h2=":\(altPort)"; ma=3600'; default_type text/plain; echo "origin"; }
             """
-        let conf = """
+        return """
             daemon off;
             worker_processes 1;
             pid \(dir)/nginx.pid;
@@ -161,18 +175,6 @@ public final class NginxFixture: @unchecked Sendable {
                 }
             }
             """
-        try conf.write(toFile: dir + "/nginx.conf", atomically: true, encoding: .utf8)
-
-        pid = try spawnDaemon("/usr/sbin/nginx", ["-p", dir, "-c", dir + "/nginx.conf", "-e", dir + "/logs/stderr.log"])
-        let deadline = Date().addingTimeInterval(10)
-        while !(NginxFixture.accepts(httpPort) && NginxFixture.accepts(httpsPort) && NginxFixture.accepts(altPort)) {
-            if !isRunning(pid) || Date() > deadline {
-                stopDaemon(pid, signal: SIGKILL)
-                let log = (try? String(contentsOfFile: dir + "/logs/stderr.log", encoding: .utf8)) ?? ""
-                throw Failure.setup("nginx did not start: \(log)")
-            }
-            usleep(20_000)
-        }
     }
 
     public func stop() {

@@ -15,7 +15,16 @@ public final class ResumeRecorder: DownloadDelegate, @unchecked Sendable {
 
     public init(cancelAt: Int64?) { self.cancelAt = cancelAt }
 
+    /// The totals `didWriteData` reported, and the one the cancel was asked at (for a
+    /// failure's message: where the task was when it was told to stop).
+    public private(set) var writes: [Int64] = []
+    public private(set) var cancelledAt: Int64?
+
     public func downloadTask(_ task: DownloadTask, didWriteData w: Int64, totalBytesWritten: Int64, totalBytesExpectedToWrite: Int64) {
+        lock.withLock {
+            writes.append(totalBytesWritten)
+            if let c = cancelAt, totalBytesWritten >= c, cancelledAt == nil { cancelledAt = totalBytesWritten }
+        }
         if let c = cancelAt, totalBytesWritten >= c {
             task.cancel(byProducingResumeData: { d in self.lock.withLock { self.resumeData = d } })
         }
@@ -122,6 +131,42 @@ public func freeLoopbackPort() -> Int? {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
     }
     return Int(UInt16(bigEndian: addr.sin_port))
+}
+
+/// Starts a server on `count` loopback ports picked free, and waits for the event that
+/// says how it went: every port accepts (started), or the server exited. A port picked
+/// free may be taken by another process (a client's ephemeral port, another fixture)
+/// before the server binds it, and the server then exits: it is started again on fresh
+/// ports, up to `attempts` times. `launch` gets the ports, writes what names them and
+/// returns the server's pid; `log` says what the server printed (for the error).
+/// `wedged` only bounds a server that neither listens nor exits: generous, never the
+/// measure of a healthy start on a loaded machine.
+public func startListening(ports count: Int, attempts: Int = 5, wedged: Double = 180,
+                           log: () -> String = { "" },
+                           _ launch: ([Int]) throws -> pid_t) throws -> (ports: [Int], pid: pid_t) {
+    var why = ""
+    for attempt in 1...attempts {
+        var ports: [Int] = []
+        while ports.count < count {
+            guard let p = freeLoopbackPort() else { throw SpawnError(message: "cannot bind a free port") }
+            if !ports.contains(p) { ports.append(p) }
+        }
+        let pid = try launch(ports)
+        let end = Date().addingTimeInterval(wedged)
+        while true {
+            if ports.allSatisfy(loopbackAccepts) { return (ports, pid) }
+            if !isRunning(pid) {
+                why = "exited (attempt \(attempt) of \(attempts), ports \(ports)): \(log())"
+                break
+            }
+            if Date() > end {
+                stopDaemon(pid, signal: SIGKILL)
+                throw SpawnError(message: "neither listening on \(ports) nor exited after \(Int(wedged)) s: \(log())")
+            }
+            usleep(20_000)
+        }
+    }
+    throw SpawnError(message: why)
 }
 
 /// True when something accepts connections on 127.0.0.1:port.

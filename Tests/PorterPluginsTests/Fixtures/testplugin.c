@@ -38,6 +38,8 @@
  *   /caps           the Cap* lines of /proc/self/status
  *   /terminal[?P]   isatty(2), then open /proc/self/fd/2 (or P) read-write
  *   /stderr         writes an escape sequence and a 10,000-byte line to stderr
+ *   /stderr-burst   writes 40 lines of 1,000 bytes to stderr, the last "burst-end",
+ *                   then ends the load at once (body "burst")
  *   /block-pause?N  like /flood, and its pause() never returns (it blocks the thread
  *                   that calls it: in a worker, that load's own queue)
  *
@@ -385,6 +387,15 @@ static void *run(void *arg) {
         longline[sizeof longline - 2] = '\n';
         (void)!write(2, longline, sizeof longline - 1);
         body_text(l, "wrote");
+    } else if (strcmp(path, "/stderr-burst") == 0) {
+        /* Much for the host to copy, written just before the load ends. */
+        static char burst[1001];
+        memset(burst, 'b', sizeof burst - 2);
+        burst[sizeof burst - 2] = '\n';
+        for (int i = 0; i < 40; i++) (void)!write(2, burst, sizeof burst - 1);
+        static const char end[] = "burst-end\n";
+        (void)!write(2, end, sizeof end - 1);
+        body_text(l, "burst");
     } else if (starts_with(path, "/flood") || starts_with(path, "/block-pause")) {
         const char *q = strchr(path, '?');
         int64_t total = q ? atoll(q + 1) : (64 << 20);
