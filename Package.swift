@@ -177,6 +177,7 @@ let package = Package(
                            .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict),
         .testTarget(name: "PorterIPCTests", dependencies: ["PorterIPC"], swiftSettings: strict),
+        .testTarget(name: "PorterFTPTests", dependencies: ["Porter", "PorterFTP", "PorterTestSupport"], exclude: ["ftpserver.py"], swiftSettings: strict),
         .testTarget(name: "PorterCurlTests", dependencies: ["PorterCurl", "PorterCore", "CCurl"], swiftSettings: strict),
         .testTarget(name: "PorterEngineTests", dependencies: ["PorterEngine", "PorterCore", .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),
         .testTarget(name: "PorterCredentialsTests", dependencies: ["Porter", "PorterCredentials", "PorterTestSupport"], swiftSettings: strict),
@@ -203,6 +204,6 @@ let package = Package(
                            .product(name: "Metrics", package: "swift-metrics"),
                            .product(name: "HTTPTypes", package: "swift-http-types")],
             path: "Tests/ReadmeSnippets", swiftSettings: strict),
-        .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP", "PorterSession", "PorterStorage", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], exclude: ["misbehave.py", "ftpserver.py", "wsserver.py", "ntlmserver.py", "cacheserver.py"], swiftSettings: strict),
+        .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP", "PorterSession", "PorterStorage", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], exclude: ["misbehave.py", "wsserver.py", "ntlmserver.py", "cacheserver.py"], swiftSettings: strict),
     ]
 )

@@ -32,7 +32,7 @@ final class FTPTests: XCTestCase {
             try FileManager.default.createDirectory(atPath: files + "/docs/sub", withIntermediateDirectories: true)
             try Data((0..<bigSize).map(bigByte)).write(to: URL(fileURLWithPath: files + "/big.bin"))
             try NginxFixture.makeCertificates(in: dir + "/tls")
-            let (p, port) = try startReadyServer(python, [root.appendingPathComponent("Tests/PorterHTTPTests/ftpserver.py").path,
+            let (p, port) = try startReadyServer(python, [root.appendingPathComponent("Tests/PorterFTPTests/ftpserver.py").path,
                                                           files, dir + "/tls/leaf.pem", dir + "/tls/leaf.key",
                                                           dir + "/ftp.log", dir + "/implicit.port"])
             guard port > 0 else { throw NginxFixture.Failure.setup("the FTP server did not start") }
