@@ -171,7 +171,8 @@ final class FTPTests: XCTestCase {
         let second = ResumeRecorder(cancelAt: nil)
         session(second).downloadTask(withResumeData: data).resume()
         XCTAssertEqual(second.done.wait(timeout: .now() + 120), .success)
-        XCTAssertNotNil(second.lock.withLock { second.resumedAt })
+        XCTAssertNotNil(second.lock.withLock { second.resumedAt },
+                        "the resumed download ended with \(String(describing: second.lock.withLock { second.error })) (resume data at \(String(describing: first.lock.withLock { first.cancelledAt })))")
         let file = try XCTUnwrap(second.lock.withLock { second.file })
         XCTAssertEqual(file, Data((0..<FTPTests.bigSize).map(FTPTests.bigByte)))
     }
