@@ -118,17 +118,22 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
         t.start()
     }
 
-    private func respond(length: Int64) {
+    /// `atEnd`: the transfer ended before any byte came (an empty file, or nothing left).
+    private func respond(length: Int64, atEnd: Bool = false) {
         guard !responded, let t = transfer else { return }
         responded = true
         var response = Response(url: request.url, mimeType: MediaTypes.mimeType(forPath: request.url.path),
                                 expectedContentLength: length)
-        if let offset = request.resumeRange?.offset, offset > 0, t.info(offset: CURLINFO_CONTENT_LENGTH_DOWNLOAD_T) >= 0 {
-            response.resumeOffset = offset
-        }
         // FTP has no ETag: the size (SIZE) stands in as the validator for resuming.
-        let total = t.info(offset: CURLINFO_CONTENT_LENGTH_DOWNLOAD_T)
-        if total >= 0 { response.validator = "size:\(Response.total(total, plus: response.resumeOffset ?? 0))" }
+        // libcurl reports the length left after REST — except when nothing is left: a file
+        // already whole at the offset gets no RETR, and the length reported is its size.
+        let reported = t.info(offset: CURLINFO_CONTENT_LENGTH_DOWNLOAD_T)
+        var total = reported
+        if let offset = request.resumeRange?.offset, offset > 0, reported >= 0 {
+            response.resumeOffset = offset
+            total = atEnd && reported == offset ? offset : Response.total(reported, plus: offset)
+        }
+        if total >= 0 { response.validator = "size:\(total)" }
         stager.reset(expectedLength: length)
         client.didReceive(response, cacheStoragePolicy: .notAllowed)
     }
@@ -176,7 +181,7 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
             client.didReceive(r, cacheStoragePolicy: .notAllowed)
             if !body.isEmpty { client.didLoad(body) }
         } else if !responded {
-            respond(length: 0)  // an empty file, or an upload
+            respond(length: 0, atEnd: true)  // an empty file, nothing left after REST, or an upload
         }
         client.didFinishLoading()
     }

@@ -177,6 +177,26 @@ final class FTPTests: XCTestCase {
         XCTAssertEqual(file, Data((0..<FTPTests.bigSize).map(FTPTests.bigByte)))
     }
 
+    /// Resume data that already holds the whole file (the cancel came as the last bytes
+    /// were written): libcurl sends no RETR and reports the file's size as the length
+    /// left; the size validator must still be the file's, and the download yields it.
+    func testResumeDataCoveringTheWholeFileYieldsTheFile() throws {
+        let first = ResumeRecorder(cancelAt: 512 * 1024)
+        session(first) { $0.receiveBufferLimit = 256 * 1024 }.downloadTask(with: url("/big.bin")).resume()
+        XCTAssertEqual(first.done.wait(timeout: .now() + 120), .success)
+        let data = try XCTUnwrap(first.lock.withLock { first.resumeData })
+        var resume = try JSONDecoder().decode(ResumeData.self, from: data)
+        let whole = Data((0..<FTPTests.bigSize).map(FTPTests.bigByte))
+        // The partial file, completed as if the cancel had come after the last byte.
+        try whole.write(to: URL(fileURLWithPath: resume.partialFilePath))
+        resume.bytesReceived = Int64(whole.count)
+        let second = ResumeRecorder(cancelAt: nil)
+        session(second).downloadTask(withResumeData: resume.encoded()).resume()
+        XCTAssertEqual(second.done.wait(timeout: .now() + 120), .success)
+        XCTAssertNil(second.lock.withLock { second.error }, "a whole file resumed at its end is the file, not a mismatch")
+        XCTAssertEqual(try XCTUnwrap(second.lock.withLock { second.file }), whole)
+    }
+
     /// A server without MLSD: the listing falls back to LIST on a handle built by the same
     /// option builder, so ftps stays ftps (the fallback once logged in without TLS; this
     /// user's logins are refused without it) and the CA is still checked.
