@@ -64,7 +64,9 @@ let package = Package(
             ],
             swiftSettings: strict),
         // Sessions and tasks: the task state machine and the shell that performs it.
-        .target(name: "PorterSession", dependencies: ["PorterCore", "PorterEngine", "PorterStorage", "PorterIPC", "CPorterIPC"], swiftSettings: strict),
+        .target(name: "PorterSession", dependencies: ["PorterCore", "PorterEngine", "PorterStorage", "PorterIPC", "CPorterIPC", "CPorterDeflate"], swiftSettings: strict),
+        // Raw DEFLATE streams for WebSocket's permessage-deflate, on zlib (Debian: zlib1g-dev).
+        .target(name: "CPorterDeflate", linkerSettings: [.linkedLibrary("z")]),
         // Versioned, bounded frames over Unix sockets; peer credentials.
         .target(name: "CPorterIPC"),
         .target(name: "PorterIPC", dependencies: ["CPorterIPC"], swiftSettings: strict),

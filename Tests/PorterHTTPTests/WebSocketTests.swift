@@ -7,7 +7,7 @@ import PorterTestSupport
 /// The servers of wsserver.py: the `websockets` package from PyPI (ws and wss), a raw
 /// server that breaks RFC 6455 on purpose, and a line echo server for stream tasks.
 enum WSFixture {
-    struct Ports { let ws, wss, raw, echo: Int; let dir: String; let process: Process }
+    struct Ports { let ws, wss, raw, echo, deflate: Int; let dir: String; let process: Process }
     nonisolated(unsafe) static var setup: Result<Ports, Error>?
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
@@ -22,13 +22,13 @@ enum WSFixture {
             guard let made = mkdtemp(&template) else { throw NginxFixture.Failure.setup("mkdtemp") }
             let dir = String(cString: made)
             try NginxFixture.makeCertificates(in: dir)
-            let ports = try (0..<4).map { _ in try NginxFixture.freePort() }
+            let ports = try (0..<5).map { _ in try NginxFixture.freePort() }
             let (p, port) = try startReadyServer(python, [root.appendingPathComponent("Tests/PorterHTTPTests/wsserver.py").path]
                                                  + ports.map(String.init) + [dir + "/leaf.pem", dir + "/leaf.key", dir + "/closes.log"])
             // One server for the whole run (two test classes use it): it ends itself when
             // the test process is gone.
             guard port == ports[0] else { throw NginxFixture.Failure.setup("wsserver.py did not start") }
-            return Ports(ws: ports[0], wss: ports[1], raw: ports[2], echo: ports[3], dir: dir, process: p)
+            return Ports(ws: ports[0], wss: ports[1], raw: ports[2], echo: ports[3], deflate: ports[4], dir: dir, process: p)
         }
         setup = made
         return made
@@ -253,6 +253,8 @@ final class WebSocketTests: WSTestCase {
     func testBadHandshakesAreRefused() async throws {
         for path in ["/refuse", "/badaccept", "/extension", "/unoffered-protocol"] {
             let task = session().webSocketTask(with: raw(path), protocols: ["chat"])
+            // /extension agrees permessage-deflate: a failure only when it was not offered.
+            task.perMessageDeflate = nil
             task.resume()
             let e = await porterError { _ = try await task.receive() }
             XCTAssertEqual(e?.code, .badServerResponse, "\(path): \(String(describing: e))")
@@ -423,7 +425,13 @@ final class WebSocketFramingTests: XCTestCase {
             while i < bytes.count {
                 p.append(bytes[i..<min(bytes.count, i + step)])
                 i += step
-                while let f = try p.next() { got.append(f) }
+                while let piece = try p.next() {
+                    switch piece {
+                    case .control(let f): got.append(f)
+                    case .dataHead(let fin, let opcode, _, _): got.append(WebSocketFrame(fin: fin, opcode: opcode, payload: []))
+                    case .payload(let bytes, _): got[got.count - 1].payload += bytes
+                    }
+                }
             }
             XCTAssertEqual(got, frames, "step \(step)")
         }
@@ -454,22 +462,92 @@ final class WebSocketFramingTests: XCTestCase {
         }
     }
 
+    /// Feeds a whole frame to an assembler as the parser would.
+    private static func take(_ a: inout WebSocketMessageAssembler, _ f: WebSocketFrame) throws -> WebSocketEvent? {
+        if f.opcode.isControl { return try a.take(.control(f)) }
+        _ = try a.take(.dataHead(fin: f.fin, opcode: f.opcode, rsv1: f.rsv1, length: f.payload.count))
+        return try a.take(.payload(f.payload[...], frameEnds: true))
+    }
+
     func testAssemblerRules() throws {
         var a = WebSocketMessageAssembler(maximumMessageSize: 10)
-        XCTAssertNil(try a.take(WebSocketFrame(fin: false, opcode: .binary, payload: [1])))
-        XCTAssertEqual(try a.take(WebSocketFrame(fin: true, opcode: .ping, payload: [])), .ping([]))
-        XCTAssertThrowsError(try a.take(WebSocketFrame(fin: true, opcode: .text, payload: [])))
+        XCTAssertNil(try Self.take(&a, WebSocketFrame(fin: false, opcode: .binary, payload: [1])))
+        XCTAssertEqual(try Self.take(&a, WebSocketFrame(fin: true, opcode: .ping, payload: [])), .ping([]))
+        XCTAssertThrowsError(try Self.take(&a, WebSocketFrame(fin: true, opcode: .text, payload: [])))
         var b = WebSocketMessageAssembler(maximumMessageSize: 10)
-        XCTAssertNil(try b.take(WebSocketFrame(fin: false, opcode: .binary, payload: Array(repeating: 0, count: 6))))
-        XCTAssertThrowsError(try b.take(WebSocketFrame(fin: true, opcode: .continuation, payload: Array(repeating: 0, count: 6)))) {
+        XCTAssertNil(try Self.take(&b, WebSocketFrame(fin: false, opcode: .binary, payload: Array(repeating: 0, count: 6))))
+        XCTAssertThrowsError(try Self.take(&b, WebSocketFrame(fin: true, opcode: .continuation, payload: Array(repeating: 0, count: 6)))) {
             XCTAssertEqual(($0 as? WebSocketProtocolError)?.code, .messageTooBig)
         }
         var c = WebSocketMessageAssembler(maximumMessageSize: 10)
-        XCTAssertEqual(try c.take(WebSocketFrame(fin: true, opcode: .close, payload: [])), .close(nil, Data()))
-        XCTAssertThrowsError(try c.take(WebSocketFrame(fin: true, opcode: .close, payload: [3, 0xE8, 0xFF])))   // bad UTF-8 reason
-        XCTAssertThrowsError(try c.take(WebSocketFrame(fin: true, opcode: .close, payload: [0x03, 0xEE])))   // 1006
-        XCTAssertEqual(try c.take(WebSocketFrame(fin: true, opcode: .close, payload: [0x0F, 0xA1, 0x62])),
+        XCTAssertEqual(try Self.take(&c, WebSocketFrame(fin: true, opcode: .close, payload: [])), .close(nil, Data()))
+        XCTAssertThrowsError(try Self.take(&c, WebSocketFrame(fin: true, opcode: .close, payload: [3, 0xE8, 0xFF])))   // bad UTF-8 reason
+        XCTAssertThrowsError(try Self.take(&c, WebSocketFrame(fin: true, opcode: .close, payload: [0x03, 0xEE])))   // 1006
+        XCTAssertEqual(try Self.take(&c, WebSocketFrame(fin: true, opcode: .close, payload: [0x0F, 0xA1, 0x62])),
                        .close(WebSocketTask.CloseCode(rawValue: 4001), Data("b".utf8)))
+        // RSV1 with no compression agreed; RSV1 on a continuation.
+        var d = WebSocketMessageAssembler(maximumMessageSize: 10)
+        XCTAssertThrowsError(try Self.take(&d, WebSocketFrame(fin: true, opcode: .text, payload: [], rsv1: true)))
+    }
+
+    /// UTF-8 is checked a piece at a time: a character cut between pieces is fine, a bad
+    /// byte fails in the piece that carries it, an open sequence at the end fails.
+    func testIncrementalUTF8() {
+        func check(_ pieces: [[UInt8]]) -> [Bool] {
+            var v = UTF8Validator()
+            return pieces.map { p in p.withUnsafeBytes { v.take($0) } } + [v.isComplete]
+        }
+        let check1 = Array("✓".utf8)   // E2 9C 93
+        XCTAssertEqual(check([[check1[0]], [check1[1]], [check1[2], 0x41]]), [true, true, true, true])
+        XCTAssertEqual(check([[0x41], [0xFF], [0x41]]), [true, false, true, true])
+        XCTAssertEqual(check([[0xE2, 0x9C]]), [true, false])
+        // Overlong, surrogate, past U+10FFFF.
+        XCTAssertEqual(check([[0xC0, 0x80]]).first, false)
+        XCTAssertEqual(check([[0xED, 0xA0, 0x80]]).first, false)
+        XCTAssertEqual(check([[0xF4, 0x90, 0x80, 0x80]]).first, false)
+        XCTAssertEqual(check([[0xF0, 0x9F, 0x98, 0x80]]), [true, true])
+    }
+
+    func testDeflateNegotiation() throws {
+        let offer = PerMessageDeflate(clientMaxWindowBits: 10, serverMaxWindowBits: 11, clientNoContextTakeover: true,
+                                      serverNoContextTakeover: true)
+        XCTAssertEqual(offer.offer, "permessage-deflate; client_no_context_takeover; server_no_context_takeover; "
+                       + "server_max_window_bits=11; client_max_window_bits=10")
+        XCTAssertNil(try PerMessageDeflate.agreed([], offered: offer))
+        let agreed = try PerMessageDeflate.agreed(["permessage-deflate; server_no_context_takeover; server_max_window_bits=9"],
+                                                  offered: offer)
+        XCTAssertEqual(agreed, PerMessageDeflate(clientMaxWindowBits: 10, serverMaxWindowBits: 9, clientNoContextTakeover: true,
+                                                 serverNoContextTakeover: true))
+        for bad in ["permessage-deflate; server_no_context_takeover; server_max_window_bits=12",   // larger than asked
+                    "permessage-deflate; server_max_window_bits=9",                              // dropped no_context_takeover
+                    "permessage-deflate; server_no_context_takeover; server_no_context_takeover; server_max_window_bits=9",
+                    "permessage-deflate; server_no_context_takeover; server_max_window_bits=7",
+                    "permessage-deflate; server_no_context_takeover; server_max_window_bits=9; x=1",
+                    "x-webkit-deflate-frame", "permessage-deflate, permessage-deflate"] {
+            XCTAssertThrowsError(try PerMessageDeflate.agreed([bad], offered: offer), bad)
+        }
+        XCTAssertThrowsError(try PerMessageDeflate.agreed(["permessage-deflate"], offered: nil))
+        XCTAssertThrowsError(try PerMessageDeflate.agreed(["permessage-deflate; client_max_window_bits=10"],
+                                                          offered: PerMessageDeflate(clientMaxWindowBits: 9)))
+    }
+
+    /// A compressed message inflates into the message buffer a step at a time: one that
+    /// passes the limit fails with 1009 without being inflated whole.
+    func testInflateIsBoundedByTheMessageLimit() throws {
+        let zeros = [UInt8](repeating: 0, count: 1 << 20)
+        guard let deflater = WebSocketDeflateStream.deflater(windowBits: 15),
+              let compressed = zeros.withUnsafeBytes({ deflater.deflate($0) }) else { return XCTFail("zlib") }
+        XCTAssertLessThan(compressed.count, 2048)
+        var a = WebSocketMessageAssembler(maximumMessageSize: 1 << 20)
+        a.inflater = WebSocketDeflateStream.inflater()
+        _ = try a.take(.dataHead(fin: true, opcode: .binary, rsv1: true, length: compressed.count))
+        XCTAssertEqual(try a.take(.payload(Array(compressed)[...], frameEnds: true)), .message(.data(Data(zeros))))
+        var b = WebSocketMessageAssembler(maximumMessageSize: (1 << 20) - 1)
+        b.inflater = WebSocketDeflateStream.inflater()
+        _ = try b.take(.dataHead(fin: true, opcode: .binary, rsv1: true, length: compressed.count))
+        XCTAssertThrowsError(try b.take(.payload(Array(compressed)[...], frameEnds: true))) {
+            XCTAssertEqual(($0 as? WebSocketProtocolError)?.code, .messageTooBig)
+        }
     }
 
     static func serverBytes(_ f: WebSocketFrame) -> [UInt8] {
