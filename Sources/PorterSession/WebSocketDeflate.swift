@@ -166,23 +166,37 @@ final class WebSocketDeflateStream {
         }
     }
 
-    /// The compressed form of a whole message (RFC 7692 §7.2.1: a sync flush, its last
-    /// four bytes 00 00 FF FF removed). Nil on a zlib error.
-    func deflate(_ input: UnsafeRawBufferPointer) -> Data? {
-        var output = Data()
+    /// Appends the compressed form of a whole message to `output` (RFC 7692 §7.2.1: a sync
+    /// flush, its last four bytes 00 00 FF FF removed). False, with `output` cut back, when
+    /// it would pass `limit` bytes of output (compressing does not pay) or zlib failed.
+    func deflate(_ input: UnsafeRawBufferPointer, appendingTo output: inout Data, limit: Int) -> Bool {
+        let start = output.count
         var offset = 0
         while true {
             var used = 0, made = 0
             let rc = scratch.withUnsafeMutableBytes { out in
                 porter_deflate_stream_run(z, input.baseAddress.map { $0 + offset }, input.count - offset, &used, out.baseAddress, out.count, &made, 1)
             }
-            if rc < 0 { return nil }
             offset += used
+            // Past the limit less the tail that is cut: give up before the buffer grows.
+            guard rc >= 0, output.count - start + made <= limit + 4 else {
+                output.removeSubrange(start...)
+                return false
+            }
             output.append(contentsOf: scratch[0..<made])
             if rc == 1 { break }
         }
-        guard output.count >= 4, output.suffix(4).elementsEqual(WebSocketDeflateStream.tail) else { return nil }
+        guard output.count - start >= 4, output.suffix(4).elementsEqual(WebSocketDeflateStream.tail) else {
+            output.removeSubrange(start...)
+            return false
+        }
         output.removeLast(4)
-        return output
+        return true
+    }
+
+    /// The compressed form of a whole message, or nil on a zlib error.
+    func deflate(_ input: UnsafeRawBufferPointer) -> Data? {
+        var output = Data()
+        return deflate(input, appendingTo: &output, limit: .max - 4) ? output : nil
     }
 }

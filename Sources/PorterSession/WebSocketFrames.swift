@@ -21,11 +21,8 @@ struct WebSocketFrame: Equatable, Sendable {
         return Array(data)
     }
 
-    /// One client frame in one buffer: the header, then `payload` masked while it is
-    /// copied (the only copy of a message on its way out).
-    static func encode(fin: Bool, opcode: Opcode, rsv1: Bool, payload: UnsafeRawBufferPointer,
-                       mask key: (UInt8, UInt8, UInt8, UInt8)) -> Data {
-        let n = payload.count
+    /// A client frame's header for a payload of `length` bytes: at most 14 bytes.
+    static func header(fin: Bool, opcode: Opcode, rsv1: Bool, length n: Int, mask key: (UInt8, UInt8, UInt8, UInt8)) -> [UInt8] {
         var header: [UInt8] = [(fin ? 0x80 : 0) | (rsv1 ? 0x40 : 0) | opcode.rawValue]
         if n < 126 {
             header.append(0x80 | UInt8(n))
@@ -35,26 +32,56 @@ struct WebSocketFrame: Equatable, Sendable {
             header.append(0x80 | 127)
             for shift in stride(from: 56, through: 0, by: -8) { header.append(UInt8((UInt64(n) >> UInt64(shift)) & 0xFF)) }
         }
-        let mask = [key.0, key.1, key.2, key.3]
-        header += mask
-        var out = Data(count: header.count + n)
+        return header + [key.0, key.1, key.2, key.3]
+    }
+    static let largestHeader = 14
+
+    /// One client frame in one buffer: the header, then `payload` masked while it is
+    /// copied (the only copy of a message on its way out).
+    static func encode(fin: Bool, opcode: Opcode, rsv1: Bool, payload: UnsafeRawBufferPointer,
+                       mask key: (UInt8, UInt8, UInt8, UInt8)) -> Data {
+        let header = header(fin: fin, opcode: opcode, rsv1: rsv1, length: payload.count, mask: key)
+        var out = Data(count: header.count + payload.count)
         out.withUnsafeMutableBytes { raw in
             raw.copyBytes(from: header)
-            let start = header.count
-            // Eight bytes at a time (a large message is masked in a moment even unoptimised):
-            // the mask repeats every four bytes, so one word holds it twice.
-            let word = (mask + mask).withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
-            var i = 0
-            while i + 8 <= n {
-                raw.storeBytes(of: payload.loadUnaligned(fromByteOffset: i, as: UInt64.self) ^ word, toByteOffset: start + i, as: UInt64.self)
-                i += 8
-            }
-            while i < n {
-                raw[start + i] = payload[i] ^ mask[i & 3]
-                i += 1
-            }
+            mask(UnsafeMutableRawBufferPointer(rebasing: raw[header.count...]), from: payload, key: key)
         }
         return out
+    }
+
+    /// A frame around a payload already in `buffer` after `largestHeader` bytes of room:
+    /// the header goes into the room, the payload is masked where it is, and the unused
+    /// room is dropped (no second buffer for a compressed message).
+    static func encodeInPlace(_ buffer: inout Data, fin: Bool, opcode: Opcode, rsv1: Bool,
+                              mask key: (UInt8, UInt8, UInt8, UInt8)) {
+        let length = buffer.count - largestHeader
+        let header = header(fin: fin, opcode: opcode, rsv1: rsv1, length: length, mask: key)
+        let skip = largestHeader - header.count
+        buffer.withUnsafeMutableBytes { raw in
+            UnsafeMutableRawBufferPointer(rebasing: raw[skip..<largestHeader]).copyBytes(from: header)
+            let payload = UnsafeMutableRawBufferPointer(rebasing: raw[largestHeader...])
+            mask(payload, from: UnsafeRawBufferPointer(payload), key: key)
+        }
+        if skip > 0 { buffer.removeSubrange(0..<skip) }
+    }
+
+    /// `out` = `payload` XOR the mask (they may be the same bytes).
+    private static func mask(_ out: UnsafeMutableRawBufferPointer, from payload: UnsafeRawBufferPointer,
+                             key: (UInt8, UInt8, UInt8, UInt8)) {
+        let mask = [key.0, key.1, key.2, key.3]
+        let n = payload.count
+        // Eight bytes at a time (a large message is masked in a moment even unoptimised):
+        // the mask repeats every four bytes, so one word holds it twice.
+        let word = (mask + mask).withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
+        var i = 0
+        while i + 8 <= n {
+            out.storeBytes(of: payload.loadUnaligned(fromByteOffset: i, as: UInt64.self) ^ word, toByteOffset: i, as: UInt64.self)
+            i += 8
+        }
+        while i < n {
+            out[i] = payload[i] ^ mask[i & 3]
+            i += 1
+        }
     }
 }
 

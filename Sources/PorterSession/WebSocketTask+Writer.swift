@@ -46,16 +46,24 @@ extension WebSocketTask {
     /// and the deflated form is smaller. A message sent plain resets the compressor, so
     /// the server's window never lacks what a later message refers to.
     private func encodeMessage(_ opcode: WebSocketFrame.Opcode, _ payload: UnsafeRawBufferPointer) -> Data {
-        if let deflater {
-            if let compressed = deflater.deflate(payload), compressed.count < payload.count {
-                if deflaterResetsPerMessage { deflater.reset() }
-                return compressed.withUnsafeBytes {
-                    WebSocketFrame.encode(fin: true, opcode: opcode, rsv1: true, payload: $0, mask: WebSocketTask.newMask())
-                }
-            }
-            deflater.reset()
-        }
+        if let deflater, let frame = compressedFrame(opcode, payload, deflater) { return frame }
         return WebSocketFrame.encode(fin: true, opcode: opcode, rsv1: false, payload: payload, mask: WebSocketTask.newMask())
+    }
+
+    /// The message compressed into the frame's own buffer, after room for its header;
+    /// given up (nil, the buffer freed) as soon as it would not be smaller.
+    private func compressedFrame(_ opcode: WebSocketFrame.Opcode, _ payload: UnsafeRawBufferPointer,
+                                 _ deflater: WebSocketDeflateStream) -> Data? {
+        let room = WebSocketFrame.largestHeader
+        var frame = Data(capacity: room + payload.count)
+        frame.count = room
+        guard deflater.deflate(payload, appendingTo: &frame, limit: payload.count - 1) else {
+            deflater.reset()
+            return nil
+        }
+        if deflaterResetsPerMessage { deflater.reset() }
+        WebSocketFrame.encodeInPlace(&frame, fin: true, opcode: opcode, rsv1: true, mask: WebSocketTask.newMask())
+        return frame
     }
 
     static func newMask() -> (UInt8, UInt8, UInt8, UInt8) {

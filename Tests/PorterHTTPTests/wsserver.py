@@ -370,7 +370,7 @@ async def main():
     # get HTTP/2, and no WebSocket handshake.
     ctx.set_alpn_protocols(["h2", "http/1.1"])
     kw = dict(select_subprotocol=select_subprotocol, process_response=process_response,
-              max_size=8 << 20, compression=None)
+              max_size=32 << 20, compression=None)
     deflate_kw = dict(kw, compression="deflate", max_size=None)
     async with serve(handler_main, "127.0.0.1", WS_PORT, **kw), \
             serve(handler_main, "127.0.0.1", WSS_PORT, ssl=ctx, **kw), \
