@@ -32,7 +32,20 @@ extension WebSocketTask {
 
     func connect() {
         guard phase == .idle else { return }
-        let request = lock.withLock { $0.currentRequest }
+        var asked = lock.withLock { $0.currentRequest }
+        // RFC 6797 §8.3 with RFC 6455's "ws is http": a known HSTS host gets no plain
+        // connection, so ws:// is taken as wss:// (as Chromium and Firefox do; Fetch applies
+        // HSTS to the http URL a WebSocket connects with). Not a redirect: not counted.
+        if let store = session?.configuration.hstsStore,
+           let upgraded = store.upgradedURL(for: WebSocketTask.httpForm(asked.url)) {
+            var c = URLComponents(url: upgraded, resolvingAgainstBaseURL: false)
+            c?.scheme = "wss"
+            if let secure = c?.url {
+                asked.url = secure
+                lock.withLock { [asked] in $0.currentRequest = asked }
+            }
+        }
+        let request = asked
         let url = request.url
         if invalidatedAtCreation {
             return finish(PorterError(.sessionInvalidated, "the session was invalidated", url: url), code: nil)

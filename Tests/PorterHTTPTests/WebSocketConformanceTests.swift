@@ -199,6 +199,22 @@ final class WebSocketConformanceTests: WSTestCase {
         }
     }
 
+    // MARK: - HSTS
+
+    /// A ws:// URL to a known HSTS host connects as wss:// (its explicit port kept): the
+    /// port here speaks only TLS, so a plain connection could not echo.
+    func testAKnownHSTSHostIsReachedOverTLS() async throws {
+        let store = HSTSStore()
+        XCTAssertTrue(store.noteHeader("max-age=3600", host: "localhost"))
+        let task = session { $0.hstsStore = store }.webSocketTask(with: URL(string: "ws://localhost:\(ports.wss)/echo")!)
+        task.resume()
+        try await task.send(.string("over TLS"))
+        let back = try await task.receive()
+        XCTAssertEqual(back, .string("over TLS"))
+        XCTAssertEqual(task.currentRequest.url.absoluteString, "wss://localhost:\(ports.wss)/echo")
+        task.cancel(with: .normalClosure, reason: nil)
+    }
+
     // MARK: - redirects and challenges in the handshake
 
     func testHandshakeRedirectsAreFollowed() async throws {
