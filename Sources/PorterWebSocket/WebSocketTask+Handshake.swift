@@ -1,5 +1,6 @@
 import Foundation
 import PorterCore
+import PorterSession
 import PorterEngine
 import HTTPTypes
 

@@ -1,4 +1,6 @@
 import Foundation
+import PorterCore
+import PorterSession
 
 /// SHA-1 (FIPS 180-4), only for Sec-WebSocket-Accept, which RFC 6455 defines with it.
 enum SHA1 {

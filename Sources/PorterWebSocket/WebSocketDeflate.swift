@@ -1,4 +1,6 @@
 import Foundation
+import PorterCore
+import PorterSession
 import CPorterDeflate
 
 /// permessage-deflate (RFC 7692): what a client offers, what the server agreed, and the

@@ -1,5 +1,6 @@
 import Foundation
 import PorterCore
+import PorterSession
 import HTTPTypes
 
 /// The open and close of a WebSocket task (URLSessionWebSocketDelegate's two calls),
@@ -286,3 +287,5 @@ extension Session {
         return task
     }
 }
+
+extension WebSocketTask: ConnectionTask {}

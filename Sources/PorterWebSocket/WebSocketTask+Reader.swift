@@ -1,5 +1,6 @@
 import Foundation
 import PorterCore
+import PorterSession
 
 /// The server's side of an open connection: reads (with back-pressure), frames into
 /// messages, pings answered one pong each in order, messages handed to `receive()` in

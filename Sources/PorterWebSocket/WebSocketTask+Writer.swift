@@ -1,5 +1,6 @@
 import Foundation
 import PorterCore
+import PorterSession
 
 /// The client's side: messages encoded (compressed when agreed and smaller), masked in
 /// one copy, written in the order asked; sends before the opening wait for it.

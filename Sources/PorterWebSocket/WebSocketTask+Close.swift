@@ -1,5 +1,6 @@
 import Foundation
 import PorterCore
+import PorterSession
 
 /// The end of a connection: the closing handshake, a failure with the close code the
 /// RFC names, and the one place the task ends.

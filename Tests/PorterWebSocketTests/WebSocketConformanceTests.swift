@@ -2,7 +2,7 @@ import XCTest
 import HTTPTypes
 import PorterTestSupport
 @testable import Porter
-@testable import PorterSession
+@testable import PorterWebSocket
 
 /// RFC 6455 to the letter, and RFC 7692, against wsserver.py: a pong for every ping,
 /// failures in order and as early as the RFC allows, permessage-deflate, and the

@@ -1,4 +1,6 @@
 import Foundation
+import PorterCore
+import PorterSession
 
 /// What the frames of a connection mean, in order: whole messages (fragments joined,
 /// inflated when compressed, text checked as UTF-8), pings, pongs and the close.

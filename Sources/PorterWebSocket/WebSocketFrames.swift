@@ -1,4 +1,6 @@
 import Foundation
+import PorterCore
+import PorterSession
 
 /// RFC 6455 framing, client side: frames from the server are parsed with every check
 /// §5 asks of a client (no mask, no reserved bits beyond an agreed extension's, known

@@ -1,4 +1,6 @@
 import Foundation
+import PorterCore
+import PorterSession
 
 /// The opening handshake (RFC 6455 §4.1): the request a client sends, and the checks of
 /// the server's answer.
