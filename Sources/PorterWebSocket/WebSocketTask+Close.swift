@@ -30,6 +30,12 @@ extension WebSocketTask {
     func startClose(_ code: CloseCode, _ reason: Data) {
         switch phase {
         case .open:
+            // The server already broke the protocol: the close says so.
+            if let failure = pendingFailure {
+                pendingFailure = nil
+                failureGrace?.cancel()
+                return failConnection(failure)
+            }
             guard CloseCode.maySend(code.rawValue) || code == .invalid else {
                 return finish(PorterError(.unsupportedConfiguration, "the close code \(code) may not be sent", url: currentRequest.url), code: nil)
             }

@@ -38,6 +38,19 @@ final class WebSocketConformanceTests: WSTestCase {
         task.cancel(with: .normalClosure, reason: nil)
     }
 
+    /// A pong each does not let a server that pings without reading grow the write
+    /// queue: once pongs stop leaving, frames stop being read, and the server's writes stall.
+    func testAPingFloodIsHeldBackWhenThePongsDoNotLeave() async throws {
+        let task = session().webSocketTask(with: raw("/ping-flood"))
+        task.resume()
+        func sent() -> Int? {
+            logLines().last(where: { $0.hasPrefix("/ping-flood ") }).flatMap { Int($0.split(separator: " ")[1]) }
+        }
+        XCTAssertTrue(eventually(60) { sent() != nil }, "the server never stopped sending")
+        XCTAssertLessThan(sent() ?? .max, 20_000_000, "every ping was read: nothing held the flood back")
+        task.cancel()
+    }
+
     // MARK: - failing in order
 
     /// A message that came before a bad frame is delivered and can be answered; then the

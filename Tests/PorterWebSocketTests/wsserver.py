@@ -26,6 +26,7 @@ Prints "READY <WS_PORT>" once every server listens.
   second of three fragments is not UTF-8, and no third), /deflate-raw (agrees
   permessage-deflate; inflates the client's messages itself, answers each with
   "<rsv1> <text>" compressed, and logs "/deflate-raw <rsv1>,<text>;..." at the close),
+  /ping-flood (20 million pings, never reading the pongs; logs how many it could send),
   /redirect-ws?P and /redirect-http?P (302 to ws:// or http:// 127.0.0.1:P/echo on the
   WebSocket port P), /redirect-other?P (302 to ws://localhost:P/headers: another origin),
   /basic (401 with a Basic challenge unless "Authorization: Basic dXNlcjpwYXNz"
@@ -286,6 +287,20 @@ async def raw(reader, writer):
         writer.close()
         return
     if path == "/eof":
+        writer.close()
+        return
+    if path == "/ping-flood":
+        # Pings as fast as the client takes them, never reading its pongs; how many went is logged.
+        sent = 0
+        try:
+            for _ in range(2000):
+                writer.write(b"\x89\x00" * 10000)
+                await asyncio.wait_for(writer.drain(), 2)
+                sent += 10000
+        except Exception:
+            pass
+        log_close(path, sent)
+        await asyncio.sleep(5)
         writer.close()
         return
     if path == "/empty-flood":
