@@ -127,24 +127,29 @@ final class WebSocketDeflateStream {
 
     /// Inflates `input` (and the message's end, when `end`) onto `output`, which may not
     /// pass `limit` bytes: the output grows in 64 KiB steps, so a bomb is stopped within
-    /// one step of the limit. Throws 1007 for corrupt data, 1009 past the limit.
-    func inflate<C: Collection>(_ input: C, end: Bool, onto output: inout Data, limit: Int) throws(WebSocketProtocolError)
+    /// one step of the limit. `check` sees each step's bytes (up to the limit) first, so
+    /// what fails is what comes first in the message, however the input was cut: bytes
+    /// `check` refuses (1007), then the limit (1009), then corrupt data (1007).
+    func inflate<C: Collection>(_ input: C, end: Bool, onto output: inout Data, limit: Int,
+                                check: (UnsafeRawBufferPointer) -> WebSocketProtocolError?) throws(WebSocketProtocolError)
     where C.Element == UInt8 {
-        try run(input, onto: &output, limit: limit)
-        if end { try run(WebSocketDeflateStream.tail, onto: &output, limit: limit) }
+        try run(input, onto: &output, limit: limit, check: check)
+        if end { try run(WebSocketDeflateStream.tail, onto: &output, limit: limit, check: check) }
     }
 
-    private func run<C: Collection>(_ input: C, onto output: inout Data, limit: Int) throws(WebSocketProtocolError)
+    private func run<C: Collection>(_ input: C, onto output: inout Data, limit: Int,
+                                    check: (UnsafeRawBufferPointer) -> WebSocketProtocolError?) throws(WebSocketProtocolError)
     where C.Element == UInt8 {
         let result: Result<Void, WebSocketProtocolError>? = input.withContiguousStorageIfAvailable { buffer in
-            drive(UnsafeRawBufferPointer(buffer), onto: &output, limit: limit)
+            drive(UnsafeRawBufferPointer(buffer), onto: &output, limit: limit, check: check)
         }
         if let result { return try result.get() }
         let copy = Array(input)
-        try copy.withUnsafeBytes { drive($0, onto: &output, limit: limit) }.get()
+        try copy.withUnsafeBytes { drive($0, onto: &output, limit: limit, check: check) }.get()
     }
 
-    private func drive(_ input: UnsafeRawBufferPointer, onto output: inout Data, limit: Int) -> Result<Void, WebSocketProtocolError> {
+    private func drive(_ input: UnsafeRawBufferPointer, onto output: inout Data, limit: Int,
+                       check: (UnsafeRawBufferPointer) -> WebSocketProtocolError?) -> Result<Void, WebSocketProtocolError> {
         var offset = 0
         while true {
             var used = 0, made = 0
@@ -152,16 +157,20 @@ final class WebSocketDeflateStream {
             let rc = scratch.withUnsafeMutableBytes { out in
                 porter_deflate_stream_run(z, input.baseAddress.map { $0 + offset }, remaining, &used, out.baseAddress, out.count, &made, 0)
             }
-            if rc < 0 {
-                return .failure(WebSocketProtocolError(code: .invalidFramePayloadData, message: "a compressed message is not valid DEFLATE data"))
-            }
             offset += used
             if made > 0 {
-                if output.count + made > limit {
+                let allowed = min(made, max(0, limit - output.count))
+                if let refused = scratch.withUnsafeBytes({ check(UnsafeRawBufferPointer(rebasing: $0[0..<allowed])) }) {
+                    return .failure(refused)
+                }
+                if allowed < made {
                     return .failure(WebSocketProtocolError(code: .messageTooBig,
                                                            message: "a compressed message inflates past maximumMessageSize (\(limit))"))
                 }
                 output.append(contentsOf: scratch[0..<made])
+            }
+            if rc < 0 {
+                return .failure(WebSocketProtocolError(code: .invalidFramePayloadData, message: "a compressed message is not valid DEFLATE data"))
             }
             // Done when the input is taken and the output did not fill the scratch.
             if offset >= input.count && made < scratch.count { return .success(()) }

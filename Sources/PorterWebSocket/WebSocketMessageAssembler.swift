@@ -71,18 +71,21 @@ struct WebSocketMessageAssembler {
             return nil
         case .payload(let slice, let frameEnds):
             guard let kind else { return nil }
-            let before = bytes.count
             let ends = frameEnds && frameFin
+            let badText = WebSocketProtocolError(code: .invalidFramePayloadData, message: "a text message is not valid UTF-8")
             if compressed, let inflater {
-                try inflater.inflate(slice, end: ends, onto: &bytes, limit: maximumMessageSize)
-            } else {
-                bytes.append(contentsOf: slice)
-            }
-            if kind == .text {
-                let fine = bytes.withUnsafeBytes { utf8.take(UnsafeRawBufferPointer(rebasing: $0[before...])) }
-                guard fine else {
-                    throw WebSocketProtocolError(code: .invalidFramePayloadData, message: "a text message is not valid UTF-8")
+                // Checked as it inflates: the first fault in the message's bytes is the one reported.
+                let text = kind == .text
+                var validator = utf8
+                try inflater.inflate(slice, end: ends, onto: &bytes, limit: maximumMessageSize) { chunk in
+                    text && !validator.take(chunk) ? badText : nil
                 }
+                utf8 = validator
+            } else {
+                if kind == .text {
+                    guard slice.withUnsafeBytes({ utf8.take($0) }) else { throw badText }
+                }
+                bytes.append(contentsOf: slice)
             }
             guard ends else { return nil }
             if kind == .text && !utf8.isComplete {
