@@ -11,6 +11,7 @@ let package = Package(
         // The contract a handler author depends on: no SQLite, libpsl or libcurl.
         .library(name: "PorterCore", targets: ["PorterCore"]),
         .library(name: "PorterSession", targets: ["PorterSession"]),
+        .library(name: "PorterWebSocket", targets: ["PorterWebSocket"]),
         .library(name: "PorterCache", targets: ["PorterCache"]),
         .library(name: "PorterCookies", targets: ["PorterCookies"]),
         .library(name: "PorterCredentials", targets: ["PorterCredentials"]),
@@ -65,6 +66,11 @@ let package = Package(
             swiftSettings: strict),
         // Sessions and tasks: the task state machine and the shell that performs it.
         .target(name: "PorterSession", dependencies: ["PorterCore", "PorterEngine", "PorterStorage", "PorterIPC", "CPorterIPC"], swiftSettings: strict),
+        // WebSocket (RFC 6455, permessage-deflate) and stream tasks on a session's byte streams.
+        .target(name: "PorterWebSocket", dependencies: ["PorterCore", "PorterSession", "PorterEngine", "CPorterDeflate",
+                                                        .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),
+        // Raw DEFLATE streams for WebSocket's permessage-deflate, on zlib (Debian: zlib1g-dev).
+        .target(name: "CPorterDeflate", linkerSettings: [.linkedLibrary("z")]),
         // Versioned, bounded frames over Unix sockets; peer credentials.
         .target(name: "CPorterIPC"),
         .target(name: "PorterIPC", dependencies: ["CPorterIPC"], swiftSettings: strict),
@@ -132,7 +138,7 @@ let package = Package(
         // The umbrella: re-exports the modules an app names, HTTPTypes' field names included.
         .target(
             name: "Porter",
-            dependencies: ["PorterCore", "PorterStorage", "PorterSession", "PorterCache", "PorterCookies", "PorterCredentials", "PorterData", "PorterFile",
+            dependencies: ["PorterCore", "PorterStorage", "PorterSession", "PorterWebSocket", "PorterCache", "PorterCookies", "PorterCredentials", "PorterData", "PorterFile",
                            "PorterHTTP", "PorterFTP", "PorterPlugins", "PorterObservability",
                            .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict),
@@ -204,6 +210,7 @@ let package = Package(
                            .product(name: "Metrics", package: "swift-metrics"),
                            .product(name: "HTTPTypes", package: "swift-http-types")],
             path: "Tests/ReadmeSnippets", swiftSettings: strict),
-        .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP", "PorterSession", "PorterStorage", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], exclude: ["misbehave.py", "wsserver.py", "ntlmserver.py", "cacheserver.py"], swiftSettings: strict),
+        .testTarget(name: "PorterHTTPTests", dependencies: ["Porter", "PorterHTTP", "PorterCurl", "PorterFTP", "PorterSession", "PorterStorage", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], exclude: ["misbehave.py", "ntlmserver.py", "cacheserver.py"], swiftSettings: strict),
+        .testTarget(name: "PorterWebSocketTests", dependencies: ["Porter", "PorterWebSocket", "PorterSession", "PorterTestSupport", .product(name: "HTTPTypes", package: "swift-http-types")], exclude: ["wsserver.py"], swiftSettings: strict),
     ]
 )

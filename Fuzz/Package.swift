@@ -34,7 +34,8 @@ let package = Package(
         .executableTarget(
             name: name,
             dependencies: ["FuzzDriver", .product(name: "Porter", package: "Porter"), .product(name: "PorterCore", package: "Porter"),
-                           .product(name: "PorterSession", package: "Porter"), .product(name: "PorterCache", package: "Porter"),
+                           .product(name: "PorterSession", package: "Porter"), .product(name: "PorterWebSocket", package: "Porter"),
+                           .product(name: "PorterCache", package: "Porter"),
                            .product(name: "PorterCookies", package: "Porter"), .product(name: "PorterCredentials", package: "Porter"),
                            .product(name: "PorterIPC", package: "Porter")],
             swiftSettings: [.swiftLanguageMode(.v6), .unsafeFlags(["-parse-as-library"])])

@@ -91,6 +91,10 @@ public struct SessionConfiguration: Sendable {
     /// "ftp" or a plugin's scheme to opt in.
     public var allowedRedirectSchemes: Set<String> = ["http", "https"]
     public var http2Enabled: Bool = true
+    /// WebSocket tasks offer permessage-deflate (RFC 7692) in their opening handshake, as
+    /// browsers do; false: no extension is offered (as URLSession). A task can override it
+    /// (`WebSocketTask.perMessageDeflate`).
+    public var webSocketPerMessageDeflate: Bool = true
     /// At most this many connections to one host (and port) at a time, for the schemes
     /// on libcurl; further requests wait for a free connection (HTTP/2 requests share
     /// one). URLSession's name; default 6.

@@ -43,7 +43,7 @@ public final class Session: @unchecked Sendable {
 
     /// Runs an application callback (on a task's executor): on the delegate queue after
     /// those given before it, or at once for a session that delivers inline.
-    func deliver(_ work: @escaping @Sendable () -> Void) {
+    package func deliver(_ work: @escaping @Sendable () -> Void) {
         if deliversInline { work() } else { delegateQueue.async(execute: work) }
     }
 
@@ -164,7 +164,7 @@ public final class Session: @unchecked Sendable {
 
     /// A task identifier for a task outside the session's table (stream, WebSocket), and
     /// whether the session was invalidated (such a task then fails when resumed).
-    func reserveTaskIdentifier() -> (Int, invalidated: Bool) {
+    package func reserveTaskIdentifier() -> (Int, invalidated: Bool) {
         state.withLock { s in
             let id = s.nextIdentifier
             s.nextIdentifier += 1
@@ -178,7 +178,7 @@ public final class Session: @unchecked Sendable {
     }
     let connectionTasks = Locked([Int: WeakConnectionTask]())
 
-    func track(_ task: any ConnectionTask, identifier: Int) {
+    package func track(_ task: any ConnectionTask, identifier: Int) {
         connectionTasks.withLock { tasks in
             tasks = tasks.filter { $0.value.task != nil }
             tasks[identifier] = WeakConnectionTask(task: task)

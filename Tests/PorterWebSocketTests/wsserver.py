@@ -1,33 +1,48 @@
 #!/usr/bin/env python3
 """WebSocket and raw TCP servers for Porter's stream and WebSocket tests.
 
-Usage: wsserver.py WS_PORT WSS_PORT RAW_PORT ECHO_PORT CERT KEY LOG
+Usage: wsserver.py WS_PORT WSS_PORT RAW_PORT ECHO_PORT DEFLATE_PORT CERT KEY LOG
 Prints "READY <WS_PORT>" once every server listens.
 
 - WS_PORT / WSS_PORT: the `websockets` package (PyPI), plain and TLS, by path:
   /echo (every message back, text as text, binary as binary), /fragments (a text
   message in fragments cut inside a UTF-8 sequence, then a binary one in three),
   /close (closes with 4001 "bye"), /ping (pings the client, then says whether the pong
-  came), /headers (the handshake's Cookie, X-Test and Sec-WebSocket-Protocol as JSON),
+  came), /headers (the handshake's Cookie, X-Test, Authorization and Sec-WebSocket-Protocol as
+  JSON), /extensions (the extension offer and answer as JSON, then an echo),
   /big?N (a binary message of N bytes), /setcookie (the 101 sets a cookie).
-  Subprotocols "chat" and "superchat" are accepted.
+  Subprotocols "chat" and "superchat" are accepted. No extension is agreed.
+- DEFLATE_PORT: the same paths with permessage-deflate agreed (websockets' defaults:
+  12-bit windows both ways, or what the client asks), plus /bomb (64 MiB of zeros, about
+  64 KiB compressed; the close code the client sent is logged as "/bomb <code>").
 - RAW_PORT: a hand-written server that breaks RFC 6455 as the path says, then logs the
   close code the client sent to LOG as "<path> <code>":
   /masked, /rsv, /badutf8, /fragmented-ping, /badclose, /continuation, /huge-length,
   /badaccept, /refuse (403), /extension, /unoffered-protocol, /eof (closes without a
-  close frame).
+  close frame); and
+  /pings (10 pings in one write; then a text message naming the pongs that came back, in
+  order), /then-bad (a text message and a frame with opcode 5 in one write; logs the text
+  messages the client sent and its close code), /badutf8-fragment (a text message whose
+  second of three fragments is not UTF-8, and no third), /deflate-raw (agrees
+  permessage-deflate; inflates the client's messages itself, answers each with
+  "<rsv1> <text>" compressed, and logs "/deflate-raw <rsv1>,<text>;..." at the close),
+  /ping-flood (20 million pings, never reading the pongs; logs how many it could send),
+  /redirect-ws?P and /redirect-http?P (302 to ws:// or http:// 127.0.0.1:P/echo on the
+  WebSocket port P), /redirect-other?P (302 to ws://localhost:P/headers: another origin),
+  /basic (401 with a Basic challenge unless "Authorization: Basic dXNlcjpwYXNz"
+  (user:pass) comes; then the 101 and a text message with the Authorization seen).
 - ECHO_PORT: a line echo server for stream tasks: "STARTTLS" answers "GO" then speaks
   TLS; at the end of the client's stream it sends "bye" and closes.
 """
-import asyncio, base64, hashlib, json, os, socket, ssl, struct, sys
+import asyncio, base64, hashlib, json, os, socket, ssl, struct, sys, zlib
 
 import websockets
 from websockets.asyncio.server import serve
 from websockets.datastructures import Headers
 from websockets.http11 import Response
 
-WS_PORT, WSS_PORT, RAW_PORT, ECHO_PORT = (int(x) for x in sys.argv[1:5])
-CERT, KEY, LOG = sys.argv[5:8]
+WS_PORT, WSS_PORT, RAW_PORT, ECHO_PORT, DEFLATE_PORT = (int(x) for x in sys.argv[1:6])
+CERT, KEY, LOG = sys.argv[6:9]
 # The server's own complaints, beside the log (the fixture sends stderr nowhere).
 sys.stderr = open(os.path.join(os.path.dirname(LOG), "server.err"), "a", buffering=1)
 import logging
@@ -53,7 +68,8 @@ async def handler(ws):
     elif path.startswith("/headers"):
         h = ws.request.headers
         await ws.send(json.dumps({"cookie": h.get("Cookie"), "x-test": h.get("X-Test"),
-                                  "protocol": h.get("Sec-WebSocket-Protocol"), "subprotocol": ws.subprotocol}))
+                                  "protocol": h.get("Sec-WebSocket-Protocol"), "subprotocol": ws.subprotocol,
+                                  "authorization": h.get("Authorization", "")}))
         await ws.wait_closed()
     elif path.startswith("/big"):
         n = int(path.split("?", 1)[1]) if "?" in path else 2 << 20
@@ -62,6 +78,15 @@ async def handler(ws):
     elif path.startswith("/setcookie"):
         await ws.send("ok")
         await ws.wait_closed()
+    elif path.startswith("/bomb"):
+        await ws.send(bytes(64 << 20))
+        await ws.wait_closed()
+        log_close("/bomb", ws.close_code)
+    elif path.startswith("/extensions"):
+        await ws.send(json.dumps({"offer": ws.request.headers.get("Sec-WebSocket-Extensions", ""),
+                                  "agreed": ws.response.headers.get("Sec-WebSocket-Extensions", "")}))
+        async for message in ws:
+            await ws.send(message)
     else:
         await ws.close(1008, "no such path")
 
@@ -119,6 +144,19 @@ def frame(opcode, payload, fin=True, rsv=0, mask=False, length=None):
     return head + payload
 
 
+async def read_client_frame(reader):
+    """One client frame: (opcode, unmasked payload, rsv1)."""
+    b = await asyncio.wait_for(reader.readexactly(2), 5)
+    n = b[1] & 0x7F
+    if n == 126:
+        n = struct.unpack("!H", await reader.readexactly(2))[0]
+    elif n == 127:
+        n = struct.unpack("!Q", await reader.readexactly(8))[0]
+    key = await reader.readexactly(4) if b[1] & 0x80 else b"\0\0\0\0"
+    payload = bytes(x ^ key[i % 4] for i, x in enumerate(await reader.readexactly(n)))
+    return b[0] & 0x0F, payload, bool(b[0] & 0x40)
+
+
 async def read_client_close(reader):
     """Reads client frames until a close; returns its code (or None)."""
     try:
@@ -148,6 +186,19 @@ async def raw(reader, writer):
             fields[k.strip().lower()] = v.strip()
     key = fields.get("sec-websocket-key", "")
     accept = base64.b64encode(hashlib.sha1((key + GUID).encode()).digest()).decode()
+    if path.startswith("/redirect-"):
+        kind, port = path[len("/redirect-"):].split("?")
+        target = {"ws": f"ws://127.0.0.1:{port}/echo", "http": f"http://127.0.0.1:{port}/echo",
+                  "other": f"ws://localhost:{port}/headers"}[kind]
+        writer.write(f"HTTP/1.1 302 Found\r\nLocation: {target}\r\nContent-Length: 0\r\n\r\n".encode())
+        await writer.drain()
+        writer.close()
+        return
+    if path == "/basic" and fields.get("authorization") != "Basic dXNlcjpwYXNz":
+        writer.write(b'HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm="ws"\r\nContent-Length: 0\r\n\r\n')
+        await writer.drain()
+        writer.close()
+        return
     if path == "/refuse":
         writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 6\r\n\r\nnope\r\n")
         await writer.drain()
@@ -165,6 +216,8 @@ async def raw(reader, writer):
         extra = "Sec-WebSocket-Extensions: permessage-deflate\r\n"
     if path == "/unoffered-protocol":
         extra = "Sec-WebSocket-Protocol: evil\r\n"
+    if path == "/deflate-raw":
+        extra = "Sec-WebSocket-Extensions: permessage-deflate; client_no_context_takeover; server_no_context_takeover\r\n"
     writer.write(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                   f"Sec-WebSocket-Accept: {accept}\r\n{extra}\r\n").encode())
     bad = {
@@ -177,9 +230,77 @@ async def raw(reader, writer):
         "/huge-length": frame(2, b"", length=1 << 40),
         "/eof": frame(1, b"last words"),
     }.get(path, b"")
+    if path == "/basic":
+        bad = frame(1, fields.get("authorization", "").encode())
+    if path == "/pings":
+        bad = b"".join(frame(9, f"p{i}".encode()) for i in range(10))
+    if path == "/then-bad":
+        bad = frame(1, b"first") + frame(5, b"")
+    if path == "/badutf8-fragment":
+        bad = frame(1, b"valid ", fin=False) + frame(0, b"\xff bad", fin=False)
     writer.write(bad)
     await writer.drain()
+    if path == "/pings":
+        pongs = []
+        try:
+            while len(pongs) < 10:
+                op, payload, _ = await read_client_frame(reader)
+                if op == 10:
+                    pongs.append(payload.decode())
+        except Exception:
+            pass
+        writer.write(frame(1, ("pongs " + " ".join(pongs)).encode()))
+        await writer.drain()
+    if path == "/then-bad":
+        texts = []
+        code = None
+        try:
+            while True:
+                op, payload, _ = await read_client_frame(reader)
+                if op == 1:
+                    texts.append(payload.decode())
+                if op == 8:
+                    code = struct.unpack("!H", payload[:2])[0] if len(payload) >= 2 else 1005
+                    break
+        except Exception:
+            pass
+        log_close(path, ",".join(texts) + f" {code}")
+        writer.close()
+        return
+    if path == "/deflate-raw":
+        seen = []
+        try:
+            while True:
+                op, payload, rsv1 = await read_client_frame(reader)
+                if op == 8:
+                    break
+                if op == 1:
+                    text = zlib.decompressobj(-15).decompress(payload + b"\x00\x00\xff\xff").decode() if rsv1 else payload.decode()
+                    seen.append(f"{int(rsv1)},{text}")
+                    c = zlib.compressobj(6, zlib.DEFLATED, -15)
+                    body = c.compress(f"{int(rsv1)} {text}".encode()) + c.flush(zlib.Z_SYNC_FLUSH)
+                    writer.write(frame(1, body[:-4], rsv=0x40))
+                    await writer.drain()
+        except Exception as e:
+            print(f"deflate-raw: {e!r}", file=sys.stderr)
+        log_close(path, ";".join(seen))
+        writer.close()
+        return
     if path == "/eof":
+        writer.close()
+        return
+    if path == "/ping-flood":
+        # Pings as fast as the client takes them, never reading its pongs; how many went is logged.
+        sent = 0
+        try:
+            for _ in range(2000):
+                writer.write(b"\x89\x00" * 10000)
+                await asyncio.wait_for(writer.drain(), 2)
+                sent += 10000
+        except Exception:
+            pass
+        log_close(path, sent)
+        await asyncio.sleep(5)
         writer.close()
         return
     if path == "/empty-flood":
@@ -264,9 +385,11 @@ async def main():
     # get HTTP/2, and no WebSocket handshake.
     ctx.set_alpn_protocols(["h2", "http/1.1"])
     kw = dict(select_subprotocol=select_subprotocol, process_response=process_response,
-              max_size=8 << 20, compression=None)
+              max_size=32 << 20, compression=None)
+    deflate_kw = dict(kw, compression="deflate", max_size=None)
     async with serve(handler_main, "127.0.0.1", WS_PORT, **kw), \
-            serve(handler_main, "127.0.0.1", WSS_PORT, ssl=ctx, **kw):
+            serve(handler_main, "127.0.0.1", WSS_PORT, ssl=ctx, **kw), \
+            serve(handler_main, "127.0.0.1", DEFLATE_PORT, **deflate_kw):
         raw_server = await asyncio.start_server(raw, "127.0.0.1", RAW_PORT)
         echo_server = await asyncio.start_server(echo, "127.0.0.1", ECHO_PORT)
         print(f"READY {WS_PORT}", flush=True)

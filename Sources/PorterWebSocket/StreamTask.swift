@@ -1,5 +1,6 @@
 import Foundation
 import PorterCore
+import PorterSession
 
 /// A TCP connection to a host and port: Porter's URLSessionStreamTask.
 ///
@@ -253,27 +254,6 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
     }
 }
 
-/// A task on a connection of its own (stream, WebSocket), which a session's
-/// `invalidateAndCancel()` cancels.
-protocol ConnectionTask: AnyObject, Sendable {
-    func cancel()
-}
-
-extension StreamTask: ConnectionTask {}
-extension WebSocketTask: ConnectionTask {}
-
-/// True for the first caller only (a completion raced by its timeout).
-final class Once: @unchecked Sendable {
-    private let flag = Locked(false)
-    func claim() -> Bool {
-        flag.withLock { taken in
-            if taken { return false }
-            taken = true
-            return true
-        }
-    }
-}
-
 extension Session {
     /// A stream task to `hostname:port` (URLSession's `streamTask(withHostName:port:)`),
     /// carried by the handler registered for http (libcurl's, after `Porter.bootstrap()`).
@@ -287,13 +267,18 @@ extension Session {
         track(task, identifier: id)
         return task
     }
+}
 
-    /// A byte stream from the handler of `scheme` (http or https), if it carries streams.
-    func openStream(to target: ByteStreamTarget, scheme: String) -> (any ByteStream)? {
-        let host = target.host.contains(":") ? "[\(target.host)]" : target.host
-        guard let url = URL(string: "\(scheme)://\(host):\(target.port)/") else { return nil }
-        let probe = Request(url: url)
-        guard let factory = TaskDriver.factory(for: probe, in: configuration) else { return nil }
-        return factory.openStream(to: target, context: SessionContext(configuration: configuration, sessionIdentifier: identifier))
+extension StreamTask: ConnectionTask {}
+
+/// True for the first caller only (a completion raced by its timeout).
+final class Once: @unchecked Sendable {
+    private let flag = Locked(false)
+    func claim() -> Bool {
+        flag.withLock { taken in
+            if taken { return false }
+            taken = true
+            return true
+        }
     }
 }
