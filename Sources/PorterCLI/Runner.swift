@@ -68,17 +68,10 @@ func makeSpool() -> Int32 {
     return made
 }
 
-/// Copies a spool file from its start to `fd`.
+/// Copies a spool file from its start to `fd` (FileCopy: in the kernel, sendfile).
 func copySpool(_ spool: Int32, to fd: Int32) -> Bool {
     guard lseek(spool, 0, SEEK_SET) == 0 else { return false }
-    var buffer = [UInt8](repeating: 0, count: 128 * 1024)
-    while true {
-        let n = buffer.withUnsafeMutableBytes { read(spool, $0.baseAddress, $0.count) }
-        if n < 0, errno == EINTR { continue }
-        if n < 0 { return false }
-        if n == 0 { return true }
-        if !writeAll(fd, Data(buffer[0..<n])) { return false }
-    }
+    return (try? FileCopy.copy(from: spool, to: fd)) != nil
 }
 
 /// The options read for every transfer, copied once: reading an ArgumentParser property
