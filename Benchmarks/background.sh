@@ -16,7 +16,9 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/porter-bg.XXXXXX")
 chmod 755 "$work"
 . scripts/lib-nginx.sh
 . Benchmarks/lib-installed.sh
-trap 'kill -9 $(cat "$work/run/porter/porterd.pid" 2>/dev/null) 2>/dev/null; stop_nginx "$work/nginx"; rm -rf "$work"' EXIT
+# porterd may have left already (PORTERD_IDLE_EXIT): a failed kill must neither end the
+# trap before nginx is stopped (nginx would keep `make bench`'s pipe open) nor fail the script.
+trap 'stop_nginx "$work/nginx"; kill -9 $(cat "$work/run/porter/porterd.pid" 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' EXIT
 prefix=$(installed_prefix "$work/prefix")
 P=$prefix/bin/porter
 export XDG_RUNTIME_DIR=$work/run XDG_STATE_HOME=$work/state PORTERD_PATH=$prefix/bin/porterd PORTERD_IDLE_EXIT=5
@@ -43,7 +45,7 @@ echo "| porter jobs listing all $count of them (process start included) | $((t3 
 echo "| an app's background session attaching to them (porterd sends all $listed) | $attach_ms ms |"
 echo "| then \`session.allTasks\` | $all_ms ms |"
 echo "| porterd peak RSS with them | $rss MiB ($rss_after MiB once it has sent them all to an app) |"
-kill -9 "$pid"; rm -rf "$work/state" "$work/run/porter"
+kill -9 "$pid" 2>/dev/null || true; rm -rf "$work/state" "$work/run/porter"
 
 mkdir -p "$work/nginx" "$work/site"
 head -c 1073741824 /dev/zero > "$work/site/1g.bin"
