@@ -83,7 +83,9 @@ let package = Package(
         // The stores behind the protocols of PorterCore.
         // Private files, output files, the umask, the media-types table: the file I/O the
         // contract (PorterCore) does not do. No SQLite.
-        .target(name: "PorterStorage", dependencies: ["PorterCore"], swiftSettings: strict),
+        .target(name: "PorterStorage", dependencies: ["PorterCore", "CPorterFileCopy"], swiftSettings: strict),
+        // copy_file_range(2) and splice(2), which Swift's Glibc module does not declare.
+        .target(name: "CPorterFileCopy"),
         // The SQLite side of the stores (GRDB): the cookie store, the disk cache, porterd's journal.
         .target(name: "PorterDatabase", dependencies: ["PorterCore", "PorterStorage", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
         .target(name: "PorterCache", dependencies: ["PorterCore", "PorterStorage", "PorterDatabase", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),

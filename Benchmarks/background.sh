@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Background sessions (porterd) at scale and speed, release builds with the Swift runtime
-# linked statically (as `make bench` measures porter):
+# Background sessions (porterd) at scale and speed, on the installed porter and porterd
+# (`make install`: release, Swift runtime linked dynamically; Benchmarks/lib-installed.sh):
 #   - 10,000 downloads queued in one session (8 at a time run, to a port nobody listens
 #     on, so every task stays in the journal): the time to queue them, `porter jobs` over
 #     all of them, and porterd's peak RSS;
@@ -9,17 +9,20 @@
 # Prints a Markdown table; `make bench` appends it to BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-swift build -c release --static-swift-stdlib --scratch-path .build-static --product porter >/dev/null
-swift build -c release --static-swift-stdlib --scratch-path .build-static --product porterd >/dev/null
-swift build -c release --static-swift-stdlib --scratch-path .build-static --product porter-bench >/dev/null
-bin=$(swift build -c release --static-swift-stdlib --scratch-path .build-static --show-bin-path)
-P=$bin/porter
+# porter-bench (a library client of background sessions, not installed) is a release build.
+swift build -c release --product porter-bench >/dev/null
+bench=$(swift build -c release --show-bin-path)/porter-bench
 work=$(mktemp -d "${TMPDIR:-/tmp}/porter-bg.XXXXXX")
 chmod 755 "$work"
 . scripts/lib-nginx.sh
-export XDG_RUNTIME_DIR=$work/run XDG_STATE_HOME=$work/state PORTERD_PATH=$bin/porterd PORTERD_IDLE_EXIT=5
+. Benchmarks/lib-installed.sh
+# porterd may have left already (PORTERD_IDLE_EXIT): a failed kill must neither end the
+# trap before nginx is stopped (nginx would keep `make bench`'s pipe open) nor fail the script.
+trap 'stop_nginx "$work/nginx"; kill -9 $(cat "$work/run/porter/porterd.pid" 2>/dev/null) 2>/dev/null || true; rm -rf "$work"' EXIT
+prefix=$(installed_prefix "$work/prefix")
+P=$prefix/bin/porter
+export XDG_RUNTIME_DIR=$work/run XDG_STATE_HOME=$work/state PORTERD_PATH=$prefix/bin/porterd PORTERD_IDLE_EXIT=5
 mkdir -m 700 "$work/run"
-trap 'kill -9 $(cat "$work/run/porter/porterd.pid" 2>/dev/null) 2>/dev/null; stop_nginx "$work/nginx"; rm -rf "$work"' EXIT
 ms() { python3 -c "import time; print(int(time.time()*1000))"; }
 
 N=${BG_TASKS:-10000}
@@ -35,14 +38,14 @@ count=$("$P" jobs scale | wc -l)
 t3=$(ms)
 pid=$(cat "$work/run/porter/porterd.pid")
 rss=$(awk '/VmHWM/ {print int($2/1024)}' "/proc/$pid/status")
-read -r listed attach_ms all_ms <<<"$("$bin/porter-bench" background-list scale)"
+read -r listed attach_ms all_ms <<<"$("$bench" background-list scale)"
 rss_after=$(awk '/VmHWM/ {print int($2/1024)}' "/proc/$pid/status")
 echo "| $N tasks queued in one session (one \`porter --background -O --url-list\`) | $((t1 - t0)) ms |"
 echo "| porter jobs listing all $count of them (process start included) | $((t3 - t2)) ms |"
 echo "| an app's background session attaching to them (porterd sends all $listed) | $attach_ms ms |"
 echo "| then \`session.allTasks\` | $all_ms ms |"
 echo "| porterd peak RSS with them | $rss MiB ($rss_after MiB once it has sent them all to an app) |"
-kill -9 "$pid"; rm -rf "$work/state" "$work/run/porter"
+kill -9 "$pid" 2>/dev/null || true; rm -rf "$work/state" "$work/run/porter"
 
 mkdir -p "$work/nginx" "$work/site"
 head -c 1073741824 /dev/zero > "$work/site/1g.bin"

@@ -1,21 +1,17 @@
 #!/usr/bin/env bash
 # Plugins out of process (issue 13): the same loads through an isolated worker and in
-# process, in one run, taken in turn (release build linked to the shared Swift runtime,
-# as a program that loads Swift plugins must be built). Prints a Markdown section;
-# `make bench` includes it.
-#   - discovery: `porter plugins` with 10 C plugins, cold (no description cache) and warm;
+# process, in one run, taken in turn, on what `make install` puts in place (porter, the
+# worker, the sftp and gopher plugins; release, Swift runtime linked dynamically;
+# Benchmarks/lib-installed.sh). Prints a Markdown section; `make bench` includes it.
+#   - discovery: `porter plugins` with 10 C plugins beside the installed ones, cold (no
+#     description cache) and warm;
 #   - request rate: 5,000 loads of 1 KiB, 32 at once (`--url-list --concurrency 32`), from
-#     the test plugin (no network: the boundary's cost alone) and from the gopher plugin
-#     against gopherd.py on loopback;
-#   - throughput: 256 MiB from the test plugin, and 256 MiB over sftp from OpenSSH's sshd
-#     on loopback, to /dev/null.
+#     the test plugin (no network: the boundary's cost alone) and from the installed gopher
+#     plugin against gopherd.py on loopback;
+#   - throughput: 256 MiB from the test plugin, and 256 MiB over sftp (the installed
+#     plugin) from OpenSSH's sshd on loopback, to /dev/null.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-swift build -c release --product porter >/dev/null
-swift build -c release --product porter-plugin-worker >/dev/null
-swift build -c release --product PorterSFTPPlugin >/dev/null
-swift build -c release --product GopherPlugin >/dev/null
-BIN=$(swift build -c release --show-bin-path)
 work=$(mktemp -d "${TMPDIR:-/tmp}/porter-isolation.XXXXXX")
 sshd_pid=""
 gopher_pid=""
@@ -26,15 +22,16 @@ cleanup() {
 }
 trap cleanup EXIT
 chmod 755 "$work"
-mkdir -m 755 "$work/ten" "$work/one" "$work/gopher" "$work/sftp" "$work/home" "$work/root" "$work/cache"
+. Benchmarks/lib-installed.sh
+prefix=$(installed_prefix "$work/prefix")
+installed=$(find "$prefix/lib/porter/plugins" -name '*.so' | wc -l)
+mkdir -m 755 "$work/ten" "$work/one" "$work/none" "$work/home" "$work/root" "$work/cache"
 for i in $(seq 1 10); do
     cc -shared -fPIC -O2 -I Sources/CPorterPlugin/include -DSCHEME="\"p$i\"" \
         -o "$work/ten/p$i.so" Tests/PorterPluginsTests/Fixtures/testplugin.c -lpthread
 done
 chmod 644 "$work"/ten/*.so
 install -m 644 "$work/ten/p1.so" "$work/one/"
-install -m 644 "$BIN/libGopherPlugin.so" "$work/gopher/"
-install -m 644 "$BIN/libPorterSFTPPlugin.so" "$work/sftp/"
 
 # Servers: gopherd.py with a 1 KiB file; sshd with a 256 MiB file, a key login for root.
 head -c 1024 /dev/urandom > "$work/root/k1.bin"
@@ -70,9 +67,9 @@ for _ in $(seq 1 50); do (exec 9<>/dev/tcp/127.0.0.1/$sftp_port) 2>/dev/null && 
 for i in $(seq 1 5000); do echo "p1://h/big?1024"; done > "$work/ptest-urls.txt"
 for i in $(seq 1 5000); do echo "gopher://127.0.0.1:$gopher_port/9/k1.bin"; done > "$work/gopher-urls.txt"
 
-python3 - "$BIN/porter" "$work" "$sftp_port" <<'PY'
+python3 - "$prefix/bin/porter" "$work" "$sftp_port" "$installed" <<'PY'
 import os, shutil, statistics, subprocess, sys, time
-porter, work, sftp_port = sys.argv[1], sys.argv[2], sys.argv[3]
+porter, work, sftp_port, installed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 def run(args, path, in_process, cache=None, expect=None):
     env = dict(os.environ, HOME=work + "/home", PORTER_PLUGIN_PATH=path,
                XDG_CACHE_HOME=cache or (work + "/cache"))
@@ -104,7 +101,7 @@ def taken_in_turn(configs, rounds):
 def cold():
     shutil.rmtree(work + "/cold", ignore_errors=True)
     return run(["plugins"], work + "/ten", False, cache=work + "/cold")
-loaded10 = lambda out: out.count(b"\nloaded") == 10
+loaded10 = lambda out: out.count(b"\nloaded") == 10 + installed
 run(["plugins"], work + "/ten", False, expect=loaded10)   # warms the cache
 disc = taken_in_turn([
     ("cold (every plugin described in a probe process)", cold),
@@ -119,8 +116,8 @@ def rate(urls, path, in_process):
 rates = taken_in_turn([
     ("test plugin, isolated", lambda: rate(work + "/ptest-urls.txt", work + "/one", False)),
     ("test plugin, in process", lambda: rate(work + "/ptest-urls.txt", work + "/one", True)),
-    ("gopher, isolated", lambda: rate(work + "/gopher-urls.txt", work + "/gopher", False)),
-    ("gopher, in process", lambda: rate(work + "/gopher-urls.txt", work + "/gopher", True)),
+    ("gopher, isolated", lambda: rate(work + "/gopher-urls.txt", work + "/none", False)),
+    ("gopher, in process", lambda: rate(work + "/gopher-urls.txt", work + "/none", True)),
 ], 5)
 
 # Throughput.
@@ -132,15 +129,15 @@ def bulk(url, path, in_process):
 thr = taken_in_turn([
     ("test plugin, isolated", lambda: bulk(f"p1://h/big?{big}", work + "/one", False)),
     ("test plugin, in process", lambda: bulk(f"p1://h/big?{big}", work + "/one", True)),
-    ("sftp, isolated", lambda: bulk(sftp_url, work + "/sftp", False)),
-    ("sftp, in process", lambda: bulk(sftp_url, work + "/sftp", True)),
+    ("sftp, isolated", lambda: bulk(sftp_url, work + "/none", False)),
+    ("sftp, in process", lambda: bulk(sftp_url, work + "/none", True)),
 ], 5)
 
 print("## Plugins out of process (issue 13)")
 print()
-print("`bash Benchmarks/isolation.sh`: release build linked to the shared Swift runtime; each configuration taken in turn with the others, medians (and best).")
+print("`bash Benchmarks/isolation.sh`: what `make install` puts in place (release, Swift runtime linked dynamically; the gopher and sftp plugins are the installed ones, found beside porter, the test plugin comes by PORTER_PLUGIN_PATH); each configuration taken in turn with the others, medians (and best).")
 print()
-print("| discovery, `porter plugins` with 10 C plugins | median ms | best ms |")
+print(f"| discovery, `porter plugins` with 10 C plugins and the {installed} installed | median ms | best ms |")
 print("|---|---:|---:|")
 for name, (med, best) in disc.items():
     print(f"| {name} | {med * 1000:.1f} | {best * 1000:.1f} |")

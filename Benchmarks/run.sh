@@ -1,14 +1,27 @@
 #!/usr/bin/env bash
-# `make bench`: release build, then Porter against cat, curl and Foundation's
-# URLSession on this machine in this run. Writes BENCHMARKS.md.
+# `make bench`: Porter as `make install` puts it in place (CONFIG=release, the Swift
+# runtime linked dynamically), installed into a scratch PREFIX, against cat, cp, curl,
+# the libcurl C client, AsyncHTTPClient and Foundation's URLSession on this machine in
+# this run. BENCH_RUNS (2) runs of every timed table, side by side. Writes BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v curl >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl; }
+command -v valgrind >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind; }
 
-# The CLI as one ships a Swift server binary: release, Swift runtime linked statically
-# (it then maps ~7 MiB less of shared libraries than a dynamically linked build).
-swift build -c release --static-swift-stdlib --scratch-path .build-static --product porter >/dev/null
-P=$(swift build -c release --static-swift-stdlib --scratch-path .build-static --show-bin-path)/porter
+work=$(mktemp -d "${TMPDIR:-/tmp}/porter-bench.XXXXXX")
+chmod 755 "$work"   # nginx workers run as nobody
+. scripts/lib-nginx.sh
+. Benchmarks/lib-installed.sh
+trap 'stop_nginx "$work/nginx"; rm -rf "$work"' EXIT
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# What users get: `make install PREFIX=$work/prefix`. The scripts below measure the same
+# files (PORTER_PREFIX).
+echo "make install PREFIX=$work/prefix CONFIG=release..." >&2
+PORTER_PREFIX=$(installed_prefix "$work/prefix")
+export PORTER_PREFIX
+P=$PORTER_PREFIX/bin/porter
+# porter-bench is the harness (a clock, GNU time's wrapper, library-level measures).
 swift build -c release --product porter-bench >/dev/null
 B=$(swift build -c release --show-bin-path)/porter-bench
 
@@ -16,10 +29,6 @@ echo "building the peers (AsyncHTTPClient, Foundation)..." >&2
 swift build -c release --package-path Benchmarks/Peers >/dev/null
 PEERS=$(swift build -c release --package-path Benchmarks/Peers --show-bin-path)
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/porter-bench.XXXXXX")
-chmod 755 "$work"   # nginx workers run as nobody
-. scripts/lib-nginx.sh
-trap 'stop_nginx "$work/nginx"; rm -rf "$work"' EXIT
 out=BENCHMARKS.md.tmp
 
 echo "data: decoding..." >&2
@@ -28,10 +37,6 @@ echo "registry..." >&2
 registry=$($B registry 100)
 echo "cookies..." >&2
 cookies=$($B cookies)
-echo "plugin load time..." >&2
-plugins=$(bash Benchmarks/plugins.sh)
-echo "plugins out of process..." >&2
-isolation=$(bash Benchmarks/isolation.sh)
 
 echo "file: 1 GiB..." >&2
 head -c 64M /dev/urandom > "$work/part"
@@ -57,6 +62,14 @@ measure() {
         [ "$m" -gt "$maxm" ] && maxm=$m
     done
     echo "$name $bestt $maxm $status"
+}
+# shared_objects CMD...: how many shared objects the dynamic linker loads into CMD's own
+# process (DT_NEEDED and dlopen alike; not its children's): LD_DEBUG=files writes one
+# "generating link map" per object, into a file per process.
+shared_objects() {
+    rm -rf "$work/ld" && mkdir "$work/ld"
+    LD_DEBUG=files LD_DEBUG_OUTPUT="$work/ld/out" sh -c 'echo $$ > "$0/pid"; exec "$@"' "$work/ld" "$@" >/dev/null 2>&1 || true
+    grep -c 'generating link map' "$work/ld/out.$(cat "$work/ld/pid")" || true
 }
 echo "http: nginx on loopback..." >&2
 cc -O2 -o "$work/curl-multi" Benchmarks/Peers/c/curl-multi.c -lcurl
@@ -90,6 +103,8 @@ measure_run() {
     rows+=("$(measure "cp" cp "$src" "$work/dst")")
     baseline=$(measure "porter data:,x (start-up)" "$P" -s -o /dev/null "data:,x")
     baseline_curl=$(measure "curl file: (start-up)" curl -s -o /dev/null "file:///etc/hostname")
+    objects=$(shared_objects "$P" -s -o /dev/null "data:,x")
+    objects_curl=$(shared_objects curl -s -o /dev/null "file:///etc/hostname")
 
     w1=(); w2=(); w3=(); w4=()
     w1+=("$(measure "curl" curl -s -o /dev/null "$H/1g.bin")")
@@ -120,17 +135,19 @@ print_run() {
         echo
         echo "Seconds: best of five. Peak RSS: the highest of the five, from GNU time (\`%M\`)."
         echo
-        echo "| command | seconds | MB/s | × cat | peak RSS (MiB) | exit |"
+        echo "Time ÷ reference: a command's seconds over \`cp\`'s when it writes a file, over \`cat > /dev/null\`'s when it writes to /dev/null (goals for porter: ≤ 1.05 and ≤ 1.10)."
+        echo
+        echo "| command | seconds | MB/s | time ÷ reference | peak RSS (MiB) | exit |"
         echo "|---|---:|---:|---:|---:|---:|"
-        cat_file=$(awk '{print $(NF-2)}' <<<"${rows[0]}")
+        cp_file=$(awk '{print $(NF-2)}' <<<"${rows[7]}")
         cat_null=$(awk '{print $(NF-2)}' <<<"${rows[4]}")
         for r in "${rows[@]}"; do
             name=${r% * * *}; rest=${r##"$name "}
             read -r t m x <<<"$rest"
-            ref=$cat_file; [[ "$name" == *"/dev/null"* ]] && ref=$cat_null
+            ref=$cp_file; [[ "$name" == *"/dev/null"* ]] && ref=$cat_null
             if [ "$x" = 0 ]; then
                 awk -v n="$name" -v t="$t" -v m="$m" -v x="$x" -v ref="$ref" -v b="$gib" \
-                    'BEGIN{printf "| %s | %.3f | %.0f | %.2f | %.1f | %s |\n", n, t, b/t/1e6, ref/t, m/1024, x}'
+                    'BEGIN{printf "| %s | %.3f | %.0f | %.2f | %.1f | %s |\n", n, t, b/t/1e6, t/ref, m/1024, x}'
             else
                 echo "| $name | failed | – | – | – | $x |"
             fi
@@ -141,7 +158,7 @@ print_run() {
         read -r _ _ _ bt bm bx <<<"$baseline"
         read -r _ _ _ ct cm cx <<<"$baseline_curl"
         echo
-        echo "Start-up: \`porter -s data:,x\` took $(awk -v t="$bt" 'BEGIN{printf "%.1f", t*1000}') ms and peaked at $(awk -v m="$bm" 'BEGIN{printf "%.1f", m/1024}') MiB; \`curl -s file:///etc/hostname\` took $(awk -v t="$ct" 'BEGIN{printf "%.1f", t*1000}') ms and $(awk -v m="$cm" 'BEGIN{printf "%.1f", m/1024}') MiB (best of five; targets for porter: 15 ms, 16 MiB)."
+        echo "Start-up: \`porter -s -o /dev/null data:,x\` took $(awk -v t="$bt" 'BEGIN{printf "%.1f", t*1000}') ms, peaked at $(awk -v m="$bm" 'BEGIN{printf "%.1f", m/1024}') MiB and loaded $objects shared objects; \`curl -s -o /dev/null file:///etc/hostname\` took $(awk -v t="$ct" 'BEGIN{printf "%.1f", t*1000}') ms, $(awk -v m="$cm" 'BEGIN{printf "%.1f", m/1024}') MiB and $objects_curl shared objects (time: best of five; RSS: GNU time's \`%M\`; shared objects: \`LD_DEBUG=files\`, the process's own, dlopen included; goals for porter: 5 ms, 12 MiB)."
         echo
         # http_table TITLE UNIT ROWS...: UNIT is "MB/s" (one 1 GiB body) or "req/s" (5,000 requests)
         http_table() {
@@ -164,7 +181,7 @@ print_run() {
         }
         echo "## http: — nginx on loopback, 1 worker, sharing the $(nproc) cores with the client"
         echo
-        echo "Porter is the \`porter\` CLI as \`make install\` will ship it: release build, Swift runtime linked statically (\`--static-swift-stdlib\`). The libcurl C client is \`Benchmarks/Peers/c/curl-multi.c\` (libcurl's multi interface, no language runtime). AsyncHTTPClient and Foundation's URLSession run small clients in \`Benchmarks/Peers\` (release build). Seconds: best of five; peak RSS: the highest of the five."
+        echo "Porter is the \`porter\` that \`make install\` put in a scratch PREFIX (release build, Swift runtime linked dynamically, its plugins installed beside it). The libcurl C client is \`Benchmarks/Peers/c/curl-multi.c\` (libcurl's multi interface, no language runtime). AsyncHTTPClient and Foundation's URLSession run small clients in \`Benchmarks/Peers\` (release build). Seconds: best of five; peak RSS: the highest of the five."
         echo
         echo "### W1: one 1 GiB GET, body discarded"
         echo
@@ -180,29 +197,69 @@ print_run() {
         echo
         echo "### W4: 5,000 GETs of a cacheable 1 KiB file (max-age=600), 32 in flight: Porter's cache against curl over the network"
         echo
-        echo "Porter runs with \`--cache\` (its persistent cache in a fresh folder): one network load, the rest served by the cache. Target: faster than curl fetching the file from nginx."
+        echo "Porter runs with \`--cache\` (its persistent cache in a fresh folder): one network load, the rest served by the cache. Goal: at least 3× curl fetching the file from nginx."
         echo
         http_table "req/s" "${w4[@]}"
         echo
 }
 
-echo "background sessions (porterd)..." >&2
-background=$(bash Benchmarks/background.sh)
 gib=$(( $(stat -c %s "$src") ))
 runs=${BENCH_RUNS:-2}
 : > "$work/runs.md"
 for run in $(seq "$runs"); do
-    echo "run $run of $runs..." >&2
+    echo "run $run of $runs: file: and http:..." >&2
     measure_run
-    { echo "# Run $run of $runs"; echo; print_run; } >> "$work/runs.md"
+    echo "run $run of $runs: plugin load time..." >&2
+    plugins=$(bash Benchmarks/plugins.sh)
+    echo "run $run of $runs: plugins out of process..." >&2
+    isolation=$(bash Benchmarks/isolation.sh)
+    echo "run $run of $runs: background sessions (porterd)..." >&2
+    background=$(bash Benchmarks/background.sh)
+    {
+        echo "# Run $run of $runs"
+        echo
+        print_run
+        echo "$plugins"
+        echo
+        echo "$isolation"
+        echo
+        echo "## Background sessions (porterd)"
+        echo
+        echo "\`Benchmarks/background.sh\`: the installed porter and porterd. Ten thousand downloads queued in one session to a port nobody listens on (so all stay in the journal, retrying), then one 1 GiB download in-process and in the background. A background download counts as done only once its file is synced to disk (it must survive a reboot), so its floor is the disk's: the \`dd conv=fdatasync\` row. Targets: listing 10,000 tasks under 100 ms, porterd at most 32 MiB (issue 23), a background download at least 0.9× in-process."
+        echo
+        echo "| measure | figure |"
+        echo "|---|---|"
+        echo "$background"
+        echo
+    } >> "$work/runs.md"
 done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# Instruction counts do not depend on the machine's load: once.
+echo "callgrind: 1,000 GETs of 1 KiB, 32 in flight (Benchmarks/profile-w2.sh)..." >&2
+profile=$(PROFILE_DIR="$work/profile" bash Benchmarks/profile-w2.sh "$P" 1000)
+pi() { awk -v n="$1" '$1 == n {print $2}' <<<"$profile" | tr -d ,; }
 {
     echo "# Benchmarks"
     echo
-    echo "Made by \`make bench\` (\`Benchmarks/run.sh\`) on $(date -u +%Y-%m-%d), $(nproc) cores, $(uname -m), Swift $(swift --version 2>/dev/null | sed -nE 's/.*Swift version ([0-9.]+).*/\1/p' | head -1), curl $(curl --version | head -1 | cut -d' ' -f2); release build."
-    echo "All figures come from one run on one machine: compare ratios, not absolute numbers across machines."
+    echo "Made by \`make bench\` (\`Benchmarks/run.sh\`) on $(date -u +%Y-%m-%d), $(nproc) cores, $(uname -m), Swift $(swift --version 2>/dev/null | sed -nE 's/.*Swift version ([0-9.]+).*/\1/p' | head -1), curl $(curl --version | head -1 | cut -d' ' -f2)."
+    echo "Porter is measured as \`make install\` puts it in place: \`make install PREFIX=<scratch> CONFIG=release\` (release build, the Swift runtime linked dynamically), then \`<scratch>/bin/porter\`, \`porterd\`, \`porter-plugin-worker\` and the installed plugins."
+    echo "Load average (1, 5, 15 min) when the run began: $load_before; when the timed runs ended: $load_after. Timings taken while other programs run are noisy; compare ratios within one run, and the instruction counts below across runs."
     echo
-    sed -e "s/^# Run/## Run/" -e "s/^## \([fhW]\)/### \1/" -e "s/^### \(W[0-9]\)/#### \1/" "$work/runs.md"
+    echo "## Instructions per request (callgrind)"
+    echo
+    echo "\`PROFILE_DIR=DIR bash Benchmarks/profile-w2.sh PREFIX/bin/porter 1000\`: 1,000 GETs of a 1 KiB file, 32 in flight, from nginx on loopback, under \`valgrind --tool=callgrind\` (every thread of the process). Goal (issue 23): Porter at most 1.5× the C client."
+    echo
+    echo "| client | instructions | per request | × C client |"
+    echo "|---|---:|---:|---:|"
+    for n in curl-multi curl porter; do
+        label=$n; [ "$n" = curl-multi ] && label="libcurl C client (multi)"; [ "$n" = curl ] && label="curl CLI"; [ "$n" = porter ] && label="Porter"
+        awk -v l="$label" -v i="$(pi "$n")" -v c="$(pi curl-multi)" 'BEGIN{printf "| %s | %.1f M | %.0f k | %.2f |\n", l, i/1e6, i/1e3/1000, i/c}'
+    done
+    echo
+    echo "The timed tables: \`BENCH_RUNS\` (2) runs of each, one after the other, below."
+    echo
+    sed -e "s/^### /#### /" -e "s/^## /### /" -e "s/^# Run/## Run/" "$work/runs.md"
     echo "## data: — a 100 MB payload as a base64 data: URL"
     echo
     echo '```'
@@ -229,17 +286,6 @@ done
     echo
     echo "Microseconds to build the \`Cookie\` header of one request from a \`MemoryCookieStore\` holding 10,000 cookies, 20 of which match (target: under 20 µs). The store is indexed by domain, so the cookies of other sites cost nothing."
     echo
-    echo "$plugins"
-    echo
-    echo "$isolation"
-    echo
-    echo "## Background sessions (porterd)"
-    echo
-    echo "\`Benchmarks/background.sh\`: release builds with the Swift runtime linked statically. Ten thousand downloads queued in one session to a port nobody listens on (so all stay in the journal, retrying), then one 1 GiB download in-process and in the background. A background download counts as done only once its file is synced to disk (it must survive a reboot), so its floor is the disk's: the \`dd conv=fdatasync\` row. Targets: listing 10,000 tasks under 100 ms, porterd under 64 MiB, a background download at least 0.9× in-process."
-    echo
-    echo "| measure | figure |"
-    echo "|---|---|"
-    echo "$background"
 } > "$out"
 mv "$out" BENCHMARKS.md
 cat BENCHMARKS.md

@@ -306,7 +306,22 @@ extension Runner {
         // The CLI never resumes later: a kept partial file would be litter beside the output.
         if let data = error?.resumeData, let resume = try? ResumeData(data: data) { unlink(resume.partialFilePath) }
         if t.response == nil { t.response = task.response }
+        if let direct = t.direct { t.bytes += direct.written }
         if t.bytes == 0 { t.bytes = task.countOfBytesReceived }
+        if let temporary = t.directTemporary {
+            t.directTemporary = nil
+            if error == nil, !t.writeFailed, let output = t.output {
+                do {
+                    try OutputFile.place(temporary, at: output, umask: umaskValue)
+                } catch {
+                    var e = error
+                    e.url = task.originalRequest.url
+                    t.error = e
+                }
+            } else {
+                unlink(temporary)
+            }
+        }
         if let error, t.error == nil, !((t.httpFailed || t.conditionUnmet) && error.code == .cancelled) {
             t.error = error
         }

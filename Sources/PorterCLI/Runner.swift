@@ -357,7 +357,25 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         let dir = fileOutput.map(PathText.parent(of:))
         let session = session(downloadDirectory: dir)
         let task: SessionTask
-        if let file = hot.uploadFile {
+        if scheme == "file", copiesInKernel(to: fileOutput, fd: t.fd) {
+            // The file handler copies the file into -o's output (a private file beside it,
+            // placed at the end as a download's is) or into stdout / -o's device or FIFO,
+            // in the kernel (BodyDestination, FileCopy); it streams as data when it cannot.
+            if let output = fileOutput {
+                do {
+                    let made = try OutputFile.makeTemporary(beside: output)
+                    t.fd = made.fd
+                    t.ownsFD = true
+                    t.directTemporary = made.path
+                } catch {
+                    return error
+                }
+            }
+            let destination = BodyDestination(fd: t.fd)
+            t.direct = destination
+            request.setProperty(destination, forKey: BodyDestination.property)
+            task = session.dataTask(with: request)
+        } else if let file = hot.uploadFile {
             // curl reads the file first: one it cannot read is its exit 26, nothing sent.
             guard access(file, R_OK) == 0, OutputFile.kind(of: file) != .folder else {
                 t.exitOverride = .readError
@@ -396,6 +414,17 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         return nil
     }
 
+    /// Whether a file: body may go to its output without passing through the CLI: not
+    /// when the CLI writes around it (-i's head on the same stdout), renames or resumes it
+    /// (-J, -C), may start over (--retry), draws a progress bar, sends a body, or holds
+    /// stdout back (--concurrency > 1 spools each body until its turn).
+    private func copiesInKernel(to fileOutput: String?, fd: Int32) -> Bool {
+        guard hot.uploadFile == nil, !hot.sendsBody, !hot.head, !hot.include, !hot.remoteHeaderName,
+              hot.continueAt == nil, hot.retry == 0, !hot.progressBar else { return false }
+        if fileOutput != nil { return hot.silent || !stderrIsTTY }
+        return !(buffered && fd == 1)
+    }
+
     /// The schemes whose built-in handlers run on libcurl and honour the curl request
     /// properties (the debug hook, -4 / -6, --connect-to).
     static let curlSchemes: Set<String> = HTTPHandler.schemes.union(FTPHandler.schemes)
@@ -405,12 +434,11 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
     func configureCurl(_ request: inout Request, scheme: String) {
         guard Runner.curlSchemes.contains(scheme) else { return }
         if !hot.follows { request.setProperty(true, forKey: HTTPHandler.deliversRedirectsProperty) }
-        let curl = options.curl
-        if curl.ipv4 { request.setProperty(4, forKey: HTTPHandler.ipResolveProperty) }
-        if curl.ipv6 { request.setProperty(6, forKey: HTTPHandler.ipResolveProperty) }
-        if !curl.connectTo.isEmpty { request.setProperty(curl.connectTo, forKey: HTTPHandler.connectToProperty) }
-        if curl.sslReqd { request.setProperty("required", forKey: FTPHandler.tlsProperty) }
-        if curl.ssl { request.setProperty("try", forKey: FTPHandler.tlsProperty) }
+        // From HotOptions: `options.curl` would read every flag through ArgumentParser's
+        // property wrappers again, per URL (~5,000 instructions).
+        if let ip = hot.ipResolve { request.setProperty(ip, forKey: HTTPHandler.ipResolveProperty) }
+        if !hot.connectTo.isEmpty { request.setProperty(hot.connectTo, forKey: HTTPHandler.connectToProperty) }
+        if let tls = hot.ftpTLS { request.setProperty(tls, forKey: FTPHandler.tlsProperty) }
         let verbose = hot.verbose
         let trace = self.trace
         guard verbose || trace != nil else { return }

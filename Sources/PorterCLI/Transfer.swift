@@ -43,6 +43,10 @@ final class Transfer: @unchecked Sendable {
     /// response costs no temporary file.
     var memorySpool = Data()
     static let memorySpoolLimit = 256 * 1024
+    /// file: with a body the file handler writes into `fd` itself (FileCopy), and the
+    /// private file beside -o's output it writes into, placed when the transfer succeeds.
+    var direct: BodyDestination?
+    var directTemporary: String?
     var bar: ProgressBar?
     /// Called once when the transfer has ended (frees its slot).
     var onDone: @Sendable () -> Void = {}
@@ -64,17 +68,10 @@ func makeSpool() -> Int32 {
     return made
 }
 
-/// Copies a spool file from its start to `fd`.
+/// Copies a spool file from its start to `fd` (FileCopy: in the kernel, sendfile).
 func copySpool(_ spool: Int32, to fd: Int32) -> Bool {
     guard lseek(spool, 0, SEEK_SET) == 0 else { return false }
-    var buffer = [UInt8](repeating: 0, count: 128 * 1024)
-    while true {
-        let n = buffer.withUnsafeMutableBytes { read(spool, $0.baseAddress, $0.count) }
-        if n < 0, errno == EINTR { continue }
-        if n < 0 { return false }
-        if n == 0 { return true }
-        if !writeAll(fd, Data(buffer[0..<n])) { return false }
-    }
+    return (try? FileCopy.copy(from: spool, to: fd)) != nil
 }
 
 /// The options read for every transfer, copied once: reading an ArgumentParser property
@@ -94,6 +91,9 @@ struct HotOptions {
     let sendsBody: Bool
     /// -A, -e or -r is given.
     let setsHeaders: Bool
+    /// The libcurl handlers' request properties (configureCurl): -4 / -6, --connect-to,
+    /// --ssl-reqd / --ssl.
+    let ipResolve: Int?, connectTo: [String], ftpTLS: String?
 
     init(_ o: Fetch) {
         head = o.head
@@ -123,5 +123,9 @@ struct HotOptions {
             || !o.curl.dataRaw.isEmpty
         setsHeaders = o.userAgent != nil || o.referer != nil || o.range != nil || o.curl.oauth2Bearer != nil
             || o.curl.etagCompare != nil || o.curl.timeCond != nil
+        let curl = o.curl
+        ipResolve = curl.ipv6 ? 6 : curl.ipv4 ? 4 : nil
+        connectTo = curl.connectTo
+        ftpTLS = curl.ssl ? "try" : curl.sslReqd ? "required" : nil
     }
 }

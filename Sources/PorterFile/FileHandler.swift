@@ -14,10 +14,15 @@ import PorterStorage
 ///   to a temporary file in the same folder, which is renamed over the target only
 ///   when complete, so readers see the old file or the new one, never a mix.
 /// - Downloads resume: the validator is the file's size and modification time.
+/// - A request carrying a `BodyDestination` gets a regular file's body written there by
+///   `FileCopy` (copy_file_range / sendfile: in the kernel), not as data.
 public final class FileHandler: ProtocolHandler, @unchecked Sendable {
     public static var schemes: Set<String> { ["file"] }
     public static let chunkSize = 128 << 10
     static let chunksPerTurn = 8
+    /// Bytes per FileCopy call when the body goes straight to a `BodyDestination`
+    /// (`chunksPerTurn` of them per turn of the queue).
+    static let directChunkSize: Int64 = 4 << 20
 
     /// A queue per load: the task's life cycle runs where the file is read.
     public static func executor(for request: Request, context: SessionContext) -> (any TaskExecutor)? {
@@ -34,6 +39,8 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
     private var remaining: Int64 = 0
     /// Read until read() says the end, not a stat size (procfs, sysfs, empty-looking files).
     private var readsToEnd = false
+    /// The caller's `BodyDestination`, when the body goes there instead of through didLoad.
+    private var destination: BodyDestination?
 
     public init(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) {
         self.request = request
@@ -158,6 +165,11 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
             return
         }
         client.didCollect(metrics)
+        // Only a body whose length is known goes straight to the caller's descriptor: one
+        // read to the end (procfs) streams as data.
+        if !readsToEnd, let wanted = request.property(forKey: BodyDestination.property) as? BodyDestination {
+            destination = wanted
+        }
         pump()
     }
 
@@ -166,6 +178,10 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
     /// task's executor: a cancel or a timeout waits behind a running pump).
     private func pump() {
         guard fd >= 0 else { return }
+        if let destination {
+            pump(into: destination)
+            return
+        }
         var turn = 0
         while remaining > 0 {
             if flow.isStopped || flow.isPaused { return }
@@ -188,6 +204,37 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
             }
             remaining -= Int64(n)
             client.didLoad(pool.data(buffer, count: n))
+        }
+        finish(nil)
+    }
+
+    /// `pump` for a body that goes to `destination` by FileCopy, in the kernel, with the
+    /// same turns, stops and pauses.
+    private func pump(into destination: BodyDestination) {
+        var turn = 0
+        while remaining > 0 {
+            if flow.isStopped || flow.isPaused { return }
+            turn += 1
+            if turn > FileHandler.chunksPerTurn {
+                queue.async { [self] in pump() }
+                return
+            }
+            let want = min(FileHandler.directChunkSize, remaining)
+            let n: Int64
+            do {
+                n = try FileCopy.copy(from: fd, to: destination.fd, limit: want)
+            } catch {
+                finish(error.writing
+                       ? PorterError(.cannotWriteToFile, "cannot write the body", url: request.url, cause: .errno(error.code))
+                       : PorterError.fromErrno(error.code, url: request.url, doing: "read failed"))
+                return
+            }
+            destination.add(n)
+            remaining -= n
+            if n < want {
+                finish(PorterError(.networkConnectionLost, "the file shrank while it was read", url: request.url))
+                return
+            }
         }
         finish(nil)
     }
@@ -286,14 +333,20 @@ public final class FileHandler: ProtocolHandler, @unchecked Sendable {
             let src = open(source.path, O_RDONLY | O_CLOEXEC)
             if src < 0 { throw PorterError.fromErrno(errno, url: source, doing: "cannot open the upload's source file") }
             defer { close(src) }
+            // File to file by FileCopy (in the kernel), a chunk at a time for progress and stops.
             while true {
-                let n = buffer.withUnsafeMutableBytes { read(src, $0.baseAddress!, $0.count) }
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw PorterError.fromErrno(errno, url: source, doing: "cannot read the upload's source file")
+                if flow.isStopped { throw PorterError(.cancelled, "upload stopped", url: request.url) }
+                let n: Int64
+                do {
+                    n = try FileCopy.copy(from: src, to: out, limit: Int64(FileHandler.chunkSize))
+                } catch {
+                    throw error.writing
+                        ? PorterError(.cannotWriteToFile, "cannot write \(temp)", url: request.url, cause: .errno(error.code))
+                        : PorterError.fromErrno(error.code, url: source, doing: "cannot read the upload's source file")
                 }
                 if n == 0 { break }
-                try buffer.withUnsafeBytes { try put(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+                total += n
+                client.didSendBodyData(bytesSent: n, totalBytesSent: total, totalBytesExpectedToSend: expected)
             }
         case .stream(let stream)?:
             while true {

@@ -135,28 +135,16 @@ public enum OutputFile {
         }
     }
 
-    /// Copies the whole of the file at `source` into `out`.
+    /// Copies the whole of the file at `source` into `out` (FileCopy: in the kernel when it can).
     public static func copy(from source: String, to out: Int32, naming target: String) throws(PorterError) {
         let src = open(source, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
         guard src >= 0 else { throw PorterError(.cannotMoveFile, "cannot open \(source)", cause: .errno(errno)) }
         defer { close(src) }
-        var buffer = [UInt8](repeating: 0, count: 1 << 16)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { read(src, $0.baseAddress!, $0.count) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw PorterError(.cannotMoveFile, "cannot read \(source)", cause: .errno(errno))
-            }
-            if n == 0 { return }
-            var off = 0
-            while off < n {
-                let w = buffer.withUnsafeBytes { write(out, $0.baseAddress! + off, n - off) }
-                if w < 0 {
-                    if errno == EINTR { continue }
-                    throw PorterError(.cannotWriteToFile, "cannot write \(target)", cause: .errno(errno))
-                }
-                off += w
-            }
+        do {
+            try FileCopy.copy(from: src, to: out)
+        } catch {
+            throw error.writing ? PorterError(.cannotWriteToFile, "cannot write \(target)", cause: .errno(error.code))
+                                : PorterError(.cannotMoveFile, "cannot read \(source)", cause: .errno(error.code))
         }
     }
 }

@@ -252,6 +252,109 @@ final class FileHandlerTests: XCTestCase {
         XCTAssertFalse(try FileManager.default.contentsOfDirectory(atPath: dir).contains { $0.contains(".porter-") })
     }
 
+    /// Bytes no compressor or cache would take for a pattern.
+    private func noise(_ count: Int) -> Data {
+        var x: UInt64 = 0x9E37_79B9_7F4A_7C15
+        var bytes = [UInt8](repeating: 0, count: count)
+        for i in bytes.indices {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17
+            bytes[i] = UInt8(truncatingIfNeeded: x)
+        }
+        return Data(bytes)
+    }
+
+    /// Reads `fd` to its end on a thread of its own (the other end of a pipe).
+    private func drain(_ fd: Int32) -> () -> Data {
+        let result = Locked(Data())
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            var buffer = [UInt8](repeating: 0, count: 1 << 16)
+            while true {
+                let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress!, $0.count) }
+                if n < 0, errno == EINTR { continue }
+                if n <= 0 { break }
+                result.withLock { $0.append(contentsOf: buffer[0..<n]) }
+            }
+            done.signal()
+        }
+        return {
+            done.wait()
+            return result.withLock { $0 }
+        }
+    }
+
+    /// A request carrying a `BodyDestination` gets the file written there whole and
+    /// byte-exact — into a regular file and into a pipe, for a file of several copy
+    /// chunks — and the task gets no data; the destination counts every byte.
+    func testBodyDestinationGetsTheWholeFileInAFileAndInAPipe() async throws {
+        let size = Int(FileHandler.directChunkSize) * 2 + FileHandler.chunkSize + 7
+        let body = noise(size)
+        let url = write("big.bin", body)
+
+        let outPath = dir + "/out.bin"
+        let out = open(outPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        XCTAssertGreaterThanOrEqual(out, 0)
+        let toFile = BodyDestination(fd: out)
+        var request = Request(url: url)
+        request.setProperty(toFile, forKey: BodyDestination.property)
+        let (data, response) = try await session.data(for: request)
+        close(out)
+        XCTAssertEqual(data.count, 0, "the body went to the destination, not to the task")
+        XCTAssertEqual(response.expectedContentLength, Int64(size))
+        XCTAssertEqual(toFile.written, Int64(size))
+        XCTAssertEqual(FileManager.default.contents(atPath: outPath), body)
+
+        var ends: [Int32] = [0, 0]
+        XCTAssertEqual(pipe(&ends), 0)
+        let received = drain(ends[0])
+        let toPipe = BodyDestination(fd: ends[1])
+        var piped = Request(url: url)
+        piped.setProperty(toPipe, forKey: BodyDestination.property)
+        let (pipedData, _) = try await session.data(for: piped)
+        close(ends[1])
+        let got = received()
+        close(ends[0])
+        XCTAssertEqual(pipedData.count, 0)
+        XCTAssertEqual(toPipe.written, Int64(size))
+        XCTAssertEqual(got, body)
+    }
+
+    /// FileCopy from a source the kernel cannot copy from (a pipe) steps down to read and
+    /// write, byte-exact; from a regular file it honours `limit` and the offsets advance.
+    func testFileCopyFromAPipeAndWithALimit() throws {
+        let body = noise(FileHandler.chunkSize * 3 + 5)
+        var ends: [Int32] = [0, 0]
+        XCTAssertEqual(pipe(&ends), 0)
+        let writer = ends[1]
+        Thread.detachNewThread {
+            body.withUnsafeBytes { raw in
+                var off = 0
+                while off < raw.count {
+                    let n = Glibc.write(writer, raw.baseAddress! + off, raw.count - off)
+                    if n <= 0 { break }
+                    off += n
+                }
+            }
+            close(writer)
+        }
+        let outPath = dir + "/from-pipe.bin"
+        let out = open(outPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        XCTAssertEqual(try FileCopy.copy(from: ends[0], to: out), Int64(body.count))
+        close(out)
+        close(ends[0])
+        XCTAssertEqual(FileManager.default.contents(atPath: outPath), body)
+
+        let src = open(outPath, O_RDONLY | O_CLOEXEC)
+        let halfPath = dir + "/halves.bin"
+        let halves = open(halfPath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        XCTAssertEqual(try FileCopy.copy(from: src, to: halves, limit: 1000), 1000)
+        XCTAssertEqual(try FileCopy.copy(from: src, to: halves, limit: Int64(body.count)), Int64(body.count - 1000))
+        XCTAssertEqual(try FileCopy.copy(from: src, to: halves), 0)
+        close(src)
+        close(halves)
+        XCTAssertEqual(FileManager.default.contents(atPath: halfPath), body)
+    }
+
     func testBootstrapIsIdempotentAndThreadSafe() {
         let registry = HandlerRegistry()
         DispatchQueue.concurrentPerform(iterations: 50) { _ in Porter.bootstrap(registry: registry) }
