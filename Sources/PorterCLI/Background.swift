@@ -126,6 +126,7 @@ enum BackgroundCLI {
 
 struct Jobs: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "jobs",
         abstract: "Background transfers run by porterd: list them, or cancel, suspend, resume or wait for one.",
         discussion: """
             porter jobs SESSION                       list the tasks of a background session

@@ -6,6 +6,7 @@ import Porter
 /// (the Secret Service or the 0600 file) and why, and the ones kept there.
 struct Credentials: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "credentials",
         abstract: "Where permanent credentials are kept ('where'), the ones kept ('list'), and 'remove'.",
         discussion: """
             porter credentials where                   the backend and why it was chosen

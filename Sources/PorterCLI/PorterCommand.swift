@@ -5,6 +5,11 @@ import Porter
 
 /// The `porter` command. An application that registers its own handlers can run it
 /// in-process with `PorterCommand.main(arguments)`.
+///
+/// Every command here names itself (`commandName:`): without one, ArgumentParser derives
+/// the name from the type with `String(describing:)` on every parse, a protocol
+/// conformance scan of every loaded image each time — 9 M instructions of the 82 M that
+/// `porter data:,x` took.
 public struct PorterCommand: ParsableCommand {
     public init() {}
     public static let configuration = CommandConfiguration(
@@ -40,7 +45,12 @@ extension PorterCommand {
     /// or malformed value) exits with 2, curl's code for it, where ArgumentParser says 64.
     public static func main(_ arguments: [String]?) {
         do {
-            var command = try parseAsRoot(arguments)
+            var command: any ParsableCommand
+            if let arguments, isURLsOnly(arguments) {
+                command = try Fetch.parseAsRoot(arguments)
+            } else {
+                command = try parseAsRoot(arguments)
+            }
             try command.run()
         } catch {
             if exitCode(for: error) == .validationFailure {
@@ -49,6 +59,19 @@ extension PorterCommand {
             }
             exit(withError: error)
         }
+    }
+}
+
+extension PorterCommand {
+    /// True when the command line is URLs only (`porter URL...`): no argument starts with
+    /// "-" and the first names no subcommand. The root would hand all of them to `fetch`,
+    /// its default subcommand, with the same result; parsing them as `fetch` directly
+    /// skips the root's passes over every option of `fetch` (each a round of Swift
+    /// reflection and protocol conformance look-ups): start-up cost before the first byte.
+    static func isURLsOnly(_ arguments: [String]) -> Bool {
+        guard let first = arguments.first else { return false }
+        if first == "help" || configuration.subcommands.contains(where: { $0._commandName == first }) { return false }
+        return arguments.allSatisfy { !$0.isEmpty && !$0.hasPrefix("-") }
     }
 }
 
@@ -100,6 +123,7 @@ struct PluginOptions: ParsableArguments {
 
 struct Plugins: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "plugins",
         abstract: "List every plugin candidate of the search path with its verdict.",
         discussion: "Search path: --plugin-path, $PORTER_PLUGIN_PATH, $XDG_DATA_HOME/porter/plugins (or ~/.local/share/porter/plugins), PREFIX/lib/porter/plugins when porter runs from PREFIX/bin, /usr/local/lib/porter/plugins, /usr/lib/porter/plugins.")
 
@@ -143,6 +167,7 @@ struct Plugins: ParsableCommand {
 
 struct Cache: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "cache",
         abstract: "The persistent HTTP cache that --cache uses: 'stats' or 'clear'.",
         discussion: "It lives in $XDG_CACHE_HOME/porter/http (~/.cache/porter/http).")
 
@@ -168,7 +193,7 @@ struct Cache: ParsableCommand {
 }
 
 struct Handlers: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "List every registered handler and where it came from.")
+    static let configuration = CommandConfiguration(commandName: "handlers", abstract: "List every registered handler and where it came from.")
 
     @OptionGroup var plugins: PluginOptions
 

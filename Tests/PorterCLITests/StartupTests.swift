@@ -23,4 +23,33 @@ final class StartupTests: XCTestCase {
         XCTAssertTrue(needs(["https://a.example/"], path: ["/opt/plugins"]))
         XCTAssertTrue(needs([]))
     }
+
+    /// `porter URL...` is parsed as `fetch` directly (skipping the root's passes); every
+    /// other command line goes through the root as before.
+    func testOnlyAPlainURLListTakesTheDirectParse() {
+        XCTAssertTrue(PorterCommand.isURLsOnly(["data:,x"]))
+        XCTAssertTrue(PorterCommand.isURLsOnly(["https://a.example/", "file:///etc/hosts"]))
+        XCTAssertTrue(PorterCommand.isURLsOnly(["https://a.example/", "handlers"]), "only the first argument can name a subcommand")
+        XCTAssertFalse(PorterCommand.isURLsOnly([]))
+        for name in ["fetch", "handlers", "plugins", "plugin", "cache", "jobs", "credentials", "help"] {
+            XCTAssertFalse(PorterCommand.isURLsOnly([name, "x"]), name)
+        }
+        XCTAssertFalse(PorterCommand.isURLsOnly(["-s", "data:,x"]))
+        XCTAssertFalse(PorterCommand.isURLsOnly(["data:,x", "-o", "f"]))
+        XCTAssertFalse(PorterCommand.isURLsOnly(["data:,x", "--"]))
+        XCTAssertFalse(PorterCommand.isURLsOnly([""]))
+        // The direct parse gives what the root gives.
+        let direct = try? Fetch.parseAsRoot(["data:,x", "data:,y"]) as? Fetch
+        let viaRoot = try? PorterCommand.parseAsRoot(["data:,x", "data:,y"]) as? Fetch
+        XCTAssertEqual(direct?.urls, ["data:,x", "data:,y"])
+        XCTAssertEqual(viaRoot?.urls, direct?.urls)
+    }
+
+    /// Each command names itself, with the names ArgumentParser derived from the types
+    /// before (a derived name costs a conformance scan per parse).
+    func testEveryCommandNamesItself() {
+        XCTAssertEqual(PorterCommand.configuration.subcommands.map { $0.configuration.commandName },
+                       ["fetch", "handlers", "plugins", "plugin", "cache", "jobs", "credentials"])
+        XCTAssertEqual(PluginCommand.configuration.subcommands.map { $0.configuration.commandName }, ["test", "new"])
+    }
 }
