@@ -48,7 +48,13 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
     /// Events raised while actions are performed wait here (`send`).
     var pendingEvents: [JobScheduler.Event] = []
     var performing = false
+    /// The running attempts' transfers (a waiting job is only its scheduler ticket).
     var transfers: [Int: Transfer] = [:]
+    /// Every waiting job's deadline (earliest begin, next retry), and the one timer armed
+    /// for the earliest.
+    var deadlines = Deadlines()
+    var armedTimer: DispatchWorkItem?
+    var armedAt: Double?
     var byTask: [ObjectIdentifier: Transfer] = [:]
     var holders: [String: Connection] = [:]
     var connections: [ObjectIdentifier: Connection] = [:]
@@ -130,7 +136,7 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         while true {
             sleep(1)
             let done = queue.sync { () -> Bool in
-                if !connections.isEmpty || transfers.values.contains(where: { $0.task != nil || $0.timer != nil }) {
+                if !connections.isEmpty || !deadlines.isEmpty || transfers.values.contains(where: { $0.task != nil }) {
                     idleSince = nil
                     return false
                 }
