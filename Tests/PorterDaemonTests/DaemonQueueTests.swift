@@ -71,6 +71,7 @@ final class DaemonQueueTests: DaemonTestCase {
         try queue(4000, on: c, from: 1000)
         let atLast = try XCTUnwrap(residentKiB(pid))
         let perTask = Double(atLast - atFirst) / 4000
+        print("porterd: \(atFirst) KiB with 1,000 queued tasks, \(atLast) KiB with 5,000: \(perTask) KiB per task")
         XCTAssertLessThan(perTask, 1.5, "porterd grew from \(atFirst) KiB to \(atLast) KiB: \(perTask) KiB per queued task")
         // They are all there, and all wait (none started: the scheduler holds them).
         let listed = try list("queue", on: c)
