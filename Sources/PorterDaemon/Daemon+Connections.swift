@@ -101,6 +101,7 @@ extension Daemon {
     }
 
     func handle(_ message: BackgroundClientMessage, from c: Connection) {
+        busy = true
         switch message {
         case .attach(let session, let launchCommand):
             if let s = c.session, s != session, holders[s] === c { holders[s] = nil }

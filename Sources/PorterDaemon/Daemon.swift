@@ -65,6 +65,8 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
     var capped: [Int64: Session] = [:]
     let syncQueue = DispatchQueue(label: "porterd.sync")
     var pendingChallenges: [Int: PendingChallenge] = [:]
+    /// A client's message was handled since the run loop last looked (on `queue`).
+    var busy = false
     var nextChallenge = 1
 
     var partialsFolder: String { options.stateFolder + "/partial" }
@@ -135,6 +137,9 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         watchRoutes()
         while true {
             sleep(1)
+            // Memory freed after a burst (thousands of tasks queued, a long list sent) goes
+            // back to the system instead of staying with the allocator's arenas.
+            if queue.sync(execute: { () -> Bool in defer { busy = false }; return busy }) { _ = porter_ipc_release_free_memory() }
             let done = queue.sync { () -> Bool in
                 if !connections.isEmpty || !deadlines.isEmpty || transfers.values.contains(where: { $0.task != nil }) {
                     idleSince = nil
