@@ -238,12 +238,6 @@ final class Journal: @unchecked Sendable {
         }
     }
 
-    func tasks(session: String? = nil) throws -> [Task] {
-        var out: [Task] = []
-        try forEachTask(session: session) { out.append($0) }
-        return out
-    }
-
     func events(session: String) throws -> [BackgroundEvent] {
         try db.read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM events WHERE session = ? ORDER BY seq", arguments: [session]).compactMap { row in
