@@ -105,11 +105,14 @@ public struct FrameDecoder: Sendable {
         guard length - 1 <= maximumPayload else {
             return try fail(.frameTooLarge, "a frame of \(length - 1) bytes (the limit is \(maximumPayload))")
         }
-        guard available >= 4 + length else { return nil }
+        // The kind is checked as soon as its byte is here (as `takeLargeFrameHead` does):
+        // a bad frame fails the same way however much of it has arrived.
+        guard available >= 5 else { return nil }
         let kindByte = buffer[start + 4]
         guard let kind = Frame.Kind(rawValue: kindByte) else {
             return try fail(.malformed, "unknown frame kind \(kindByte)")
         }
+        guard available >= 4 + length else { return nil }
         let payload = Array(buffer[(start + 5)..<(start + 4 + length)])
         start += 4 + length
         if start == buffer.count {

@@ -204,6 +204,18 @@ final class FrameTests: XCTestCase {
         XCTAssertThrowsError(try bad.takeLargeFrameHead(minimum: 1)) { XCTAssertEqual(($0 as? IPCError)?.code, .frameTooLarge) }
     }
 
+    /// A frame of an unknown kind fails as soon as its kind byte arrives, not only once its
+    /// payload is complete: the decoder and the large-frame reader fail the same way
+    /// (FuzzWorkerMessages found them apart: bad-kind-before-its-payload.bin).
+    func testAnUnknownKindFailsBeforeItsPayloadArrives() {
+        var d = FrameDecoder()
+        d.append([0, 0, 0, 109, 0x24, 1, 2])
+        XCTAssertThrowsError(try d.next()) { XCTAssertEqual(($0 as? IPCError)?.code, .malformed) }
+        var large = FrameDecoder()
+        large.append([0, 0, 0, 109, 0x24, 1, 2])
+        XCTAssertThrowsError(try large.takeLargeFrameHead(minimum: 1)) { XCTAssertEqual(($0 as? IPCError)?.code, .malformed) }
+    }
+
     /// A large frame whose sender ends before its payload is complete is an error that says
     /// so, not a short frame.
     func testALargeFrameCutShortIsAnError() throws {
