@@ -197,7 +197,7 @@ let package = Package(
             exclude: ["openapi_server.py"], swiftSettings: strict),
         // porterd's scheduler and job life cycle in process: no sockets, no sleeps.
         .testTarget(name: "PorterDaemonEngineTests", dependencies: ["PorterDaemon"], swiftSettings: strict),
-        .testTarget(name: "PorterDaemonTests", dependencies: ["Porter", "PorterIPC", "PorterStorage", "PorterTestSupport"], exclude: ["lyingserver.py"], swiftSettings: strict),
+        .testTarget(name: "PorterDaemonTests", dependencies: ["Porter", "PorterIPC", "PorterStorage", "PorterTestSupport", .product(name: "MetricsTestKit", package: "swift-metrics")], exclude: ["lyingserver.py"], swiftSettings: strict),
         // An application the background-session tests start and kill.
         .executableTarget(name: "BackgroundApp", dependencies: ["Porter"], path: "Tests/BackgroundApp", swiftSettings: strict),
         // An application with no plugin worker at all (the boundary tests copy it alone).

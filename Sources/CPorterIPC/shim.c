@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <poll.h>
@@ -459,4 +460,8 @@ int porter_ipc_connect_now(const char *path) {
         return -1;
     }
     return fd;
+}
+
+int porter_ipc_release_free_memory(void) {
+    return malloc_trim(0);
 }

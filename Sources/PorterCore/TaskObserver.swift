@@ -14,6 +14,16 @@ public protocol TaskObserver: Sendable {
     /// An observation for a new task whose first request is `request`; nil to leave
     /// the task alone.
     func observeTask(_ request: Request) -> (any TaskObservation)?
+
+    /// A background session's queue at porterd, as porterd last reported it: `depth` of
+    /// its tasks are resumed there and not yet completed (queued, waiting to begin or to
+    /// retry, or transferring). Called when the session attaches and whenever the number
+    /// changes, from the session's link to porterd; must return promptly.
+    func backgroundQueueDepth(_ depth: Int, session identifier: String)
+}
+
+extension TaskObserver {
+    public func backgroundQueueDepth(_ depth: Int, session identifier: String) {}
 }
 
 /// What one task tells its observation, in this order: `willLoad` for each request

@@ -101,6 +101,7 @@ extension Daemon {
     }
 
     func handle(_ message: BackgroundClientMessage, from c: Connection) {
+        busy = true
         switch message {
         case .attach(let session, let launchCommand):
             if let s = c.session, s != session, holders[s] === c { holders[s] = nil }
@@ -111,8 +112,7 @@ extension Daemon {
                 let decided = launchCommand.flatMap { self.launchCommand($0, session: session, from: c) }
                 try journal.attached(session, launchCommand: decided?.argv, owner: decided?.owner)
             } catch { note("session \(session): \(error)") }
-            let tasks = ((try? journal.tasks(session: session)) ?? []).map { current($0).snapshot() }
-            c.send(.attached(session: session, tasks: paged(tasks, reference: 0, to: c)))
+            c.send(.attached(session: session, tasks: paged(session: session, reference: 0, to: c)))
             for e in (try? journal.events(session: session)) ?? [] { c.send(.event(e)) }
             c.send(.eventsSent)
             for (id, p) in pendingChallenges where p.transfer.row.session == session {
@@ -128,18 +128,17 @@ extension Daemon {
         case .control(let id, let action):
             control(id, action, from: c)
         case .schedule(let id, let priority, let earliestBegin):
-            guard let t = transfers[id], t.row.session == c.session else { return }
-            t.row.spec.priority = priority
-            t.row.spec.earliestBegin = earliestBegin
-            try? journal.save(t.row)
+            guard let session = c.session, scheduler.jobs[id]?.ticket.session == session else { return }
+            changeRow(id) {
+                $0.spec.priority = priority
+                $0.spec.earliestBegin = earliestBegin
+            }
             send(.reschedule(id, priority: priority, earliestBegin: earliestBegin))
         case .describe(let id, let text):
-            guard let session = c.session,
-                  var row = transfers[id]?.row ?? (try? journal.tasks(session: session).first { $0.id == id }),
-                  row.session == session else { return }
-            row.spec.taskDescription = text.map { String($0.utf8.prefix(Daemon.maximumDescription)) ?? String($0.prefix(1024)) }
-            transfers[id]?.row = row
-            try? journal.save(row)
+            guard let session = c.session, row(id)?.session == session else { return }
+            changeRow(id) {
+                $0.spec.taskDescription = text.map { String($0.utf8.prefix(Daemon.maximumDescription)) ?? String($0.prefix(1024)) }
+            }
         case .delivered(let sequence):
             guard let session = c.session, c.holds, let e = try? journal.delivered(sequence, session: session) else { return }
             if e.kind == .finishedDownloading, let file = e.file { unlink(file) }
@@ -157,8 +156,7 @@ extension Daemon {
                 return c.send(.refused(reference: reference, message: c.session == nil
                     ? "attach to or watch a session first" : "a connection lists only the tasks of its own session"))
             }
-            let tasks = ((try? journal.tasks(session: own)) ?? []).map { current($0).snapshot() }
-            c.send(.tasks(reference: reference, paged(tasks, reference: reference, to: c)))
+            c.send(.tasks(reference: reference, paged(session: own, reference: reference, to: c)))
         }
     }
 
@@ -188,22 +186,29 @@ extension Daemon {
         return ([exe] + given.dropFirst(), exe)
     }
 
-    /// Sends all but the last page of `tasks` as `taskPage`s; returns the last page.
-    func paged(_ tasks: [BackgroundTaskSnapshot], reference: Int, to c: Connection) -> [BackgroundTaskSnapshot] {
+    /// Sends all but the last page of `session`'s tasks as `taskPage`s (read from the
+    /// journal a row at a time, the running ones as their transfers have them); returns
+    /// the last page.
+    func paged(session: String, reference: Int, to c: Connection) -> [BackgroundTaskSnapshot] {
         // Pages of at most ~256 KiB of JSON (a snapshot is its strings plus ~400 bytes;
         // URLs and descriptions are bounded when they enter), far below the 1 MiB frame.
         var page: [BackgroundTaskSnapshot] = []
         var size = 0
-        for t in tasks {
-            let cost = 400 + t.url.absoluteString.utf8.count * 2 + (t.taskDescription?.utf8.count ?? 0) * 2
-                + (t.destination?.utf8.count ?? 0) * 2 + (t.errorMessage?.utf8.count ?? 0) * 2
-            if size + cost > 256 << 10, !page.isEmpty {
-                c.send(.taskPage(reference: reference, page))
-                page.removeAll()
-                size = 0
+        do {
+            try journal.forEachTask(session: session) { row in
+                let t = current(row).snapshot()
+                let cost = 400 + t.url.absoluteString.utf8.count * 2 + (t.taskDescription?.utf8.count ?? 0) * 2
+                    + (t.destination?.utf8.count ?? 0) * 2 + (t.errorMessage?.utf8.count ?? 0) * 2
+                if size + cost > 256 << 10, !page.isEmpty {
+                    c.send(.taskPage(reference: reference, page))
+                    page.removeAll()
+                    size = 0
+                }
+                page.append(t)
+                size += cost
             }
-            page.append(t)
-            size += cost
+        } catch {
+            note("session \(session): cannot list its tasks: \(error)")
         }
         return page
     }
@@ -251,7 +256,6 @@ extension Daemon {
                     note("task \(row.id): its resume data names \(resume.partialFilePath), not a partial file porterd kept; starting from the beginning")
                 }
             }
-            transfers[row.id] = Transfer(row)
             send(.add(Daemon.ticket(row), .suspended))
             c.send(.enqueued(reference: reference, task: row.snapshot()))
         } catch {
@@ -261,12 +265,13 @@ extension Daemon {
 
     func control(_ id: Int, _ action: BackgroundControl, from c: Connection) {
         // Only a task of the connection's own session.
-        guard let session = c.session,
-              let t = transfers[id] ?? (try? journal.tasks(session: session).first { $0.id == id && $0.state != "completed" }).map(Transfer.init),
-              t.row.session == session else { return }
-        if transfers[id] == nil {
-            transfers[id] = t
-            send(.add(Daemon.ticket(t.row), t.row.state == "running" ? .running(nextAttempt: t.row.nextAttempt) : .suspended))
+        guard let session = c.session else { return }
+        if let job = scheduler.jobs[id] {
+            guard job.ticket.session == session else { return }
+        } else {
+            // A job the scheduler does not hold (none should be): from its journal row.
+            guard let row = try? journal.task(id), row.session == session, row.state != "completed" else { return }
+            send(.add(Daemon.ticket(row), row.state == "running" ? .running(nextAttempt: row.nextAttempt) : .suspended))
         }
         // What follows (a stop, a new attempt, the end) is the scheduler's.
         switch action {

@@ -83,8 +83,7 @@ extension Daemon {
     /// The task's end: the file goes where it belongs, the state and the events are
     /// committed together, then the holder (if any) hears them.
     func end(_ t: Transfer, error: PorterError?, status: Int?, keepPartial: Bool = false) {
-        t.timer?.cancel()  // the scheduler cancelled it already; never one left behind
-        t.timer = nil
+        deadlines.cancel(t.row.id)  // the scheduler cancelled it already; never one left behind
         for (id, p) in pendingChallenges where p.transfer === t {
             p.timer.cancel()
             pendingChallenges[id] = nil

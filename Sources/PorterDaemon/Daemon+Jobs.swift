@@ -8,8 +8,10 @@ import PorterSession
 // The job runner: the shell that performs what `JobScheduler` decides (the partial file,
 // the engine's tasks, timers, the journal) and feeds it the engine's reports.
 extension Daemon {
-    /// A job's I/O: its journal row, engine task, partial file and timer. Whether it
-    /// runs, waits or ends is `JobScheduler`'s, never decided here.
+    /// A running attempt's I/O: its journal row, engine task and partial file. Whether it
+    /// runs, waits or ends is `JobScheduler`'s, never decided here. Made from the journal
+    /// when an attempt starts and dropped when it has ended: a job that waits (in its
+    /// queue, for its earliest begin, to retry) is only its scheduler ticket in memory.
     /// Confined to `queue` (a sync callback captures one only to hop back onto it).
     final class Transfer: @unchecked Sendable {
         var row: Journal.Task
@@ -22,8 +24,6 @@ extension Daemon {
         var lastUpdate = Date.distantPast
         /// The attempt this transfer runs (the scheduler's number: a stale report is dropped).
         var attempt = 0
-        /// The timer of a wait (earliest begin, retry), as the scheduler asked.
-        var timer: DispatchWorkItem?
         /// A background sync of the partial file is under way.
         var syncing = false
         /// Bumped when the partial file starts over (a sync begun before must not record
@@ -59,60 +59,116 @@ extension Daemon {
                 if woken > 0 { note("the network changed: \(woken) waiting task(s) try again now") }
             }
             for a in actions { perform(a) }
+            for a in actions { if case .keepBytes(let id) = a { release(id) } }
         }
         pendingEvents.removeAll(keepingCapacity: true)
+        armTimer()
+    }
+
+    /// The attempt is over and the job waits (suspended, to retry, in its queue again):
+    /// its row is in the journal, its transfer goes.
+    func release(_ id: Int) {
+        guard let t = transfers[id], t.task == nil, scheduler.jobs[id]?.attempt == nil,
+              !pendingChallenges.values.contains(where: { $0.transfer === t }) else { return }
+        closeFile(t)
+        transfers[id] = nil
+    }
+
+    /// The job's row: its running transfer's, else the journal's.
+    func row(_ id: Int) -> Journal.Task? { transfers[id]?.row ?? (try? journal.task(id)) }
+
+    /// Changes the row of a job that is not running, in the journal (a running one's
+    /// transfer holds it, and saves it at its checkpoints).
+    func changeRow(_ id: Int, _ body: (inout Journal.Task) -> Void) {
+        if let t = transfers[id] {
+            body(&t.row)
+            try? journal.save(t.row)
+        } else {
+            do { try journal.change(id, body) } catch { note("task \(id): the journal refused a change: \(error)") }
+        }
+    }
+
+    // MARK: - timers
+
+    /// One timer for every job's wait, set for the earliest deadline.
+    func armTimer() {
+        guard let at = deadlines.earliest() else {
+            armedTimer?.cancel()
+            armedTimer = nil
+            armedAt = nil
+            return
+        }
+        if let armedAt, armedAt <= at, armedTimer != nil { return }
+        armedTimer?.cancel()
+        let item = DispatchWorkItem { [weak self] in self?.timerFired() }
+        armedTimer = item
+        armedAt = at
+        queue.asyncAfter(deadline: .now() + max(0, at - Date().timeIntervalSince1970), execute: item)
+    }
+
+    private func timerFired() {
+        armedTimer = nil
+        armedAt = nil
+        let now = Date().timeIntervalSince1970
+        let due = deadlines.popDue(now: now)
+        for d in due { send(.timerFired(d.id, at: d.at)) }
+        armTimer()
     }
 
     func perform(_ action: JobScheduler.Action) {
         switch action {
         case .start(let id, let attempt, let firstAttempt):
-            guard let t = transfers[id] else { return }
+            // The row is read from the journal now: nothing of a waiting job but its
+            // ticket is kept in memory.
+            guard let row = row(id) else {
+                return send(.startFailed(id, attempt: attempt, PorterError(.unknown, "the journal has no task \(id)")))
+            }
+            let t = transfers[id] ?? Transfer(row)
+            transfers[id] = t
             t.attempt = attempt
             t.row.firstAttempt = firstAttempt
             start(t)
         case .cancelAttempt(let id):
             transfers[id]?.task?.cancel()  // didCompleteWithError reports the attempt's end
         case .scheduleTimer(let id, let at):
-            guard let t = transfers[id] else { return }
-            t.timer?.cancel()
-            let item = DispatchWorkItem { [weak self, weak t] in
-                guard let self, let t else { return }
-                t.timer = nil
-                self.send(.timerFired(id, at: at))
-            }
-            t.timer = item
-            queue.asyncAfter(deadline: .now() + max(0, at - Date().timeIntervalSince1970), execute: item)
+            deadlines.set(id, at: at)
         case .cancelTimer(let id):
-            transfers[id]?.timer?.cancel()
-            transfers[id]?.timer = nil
+            deadlines.cancel(id)
         case .recordSuspended(let id):
-            guard let t = transfers[id] else { return }
-            t.row.state = "suspended"
-            checkpoint(t)
+            if let t = transfers[id] {
+                t.row.state = "suspended"
+                checkpoint(t)
+                update(t, force: true)
+            } else {
+                changeRow(id) { $0.state = "suspended" }
+                updateHolder(id)
+            }
         case .recordRunning(let id):
-            guard let t = transfers[id] else { return }
-            t.row.state = "running"
-            try? journal.save(t.row)
+            changeRow(id) { $0.state = "running" }
+            updateHolder(id)
         case .keepBytes(let id):
             guard let t = transfers[id] else { return }
             checkpoint(t)
             closeFile(t)
         case .retryLater(let id, let error, let retries, let at, let delay):
-            guard let t = transfers[id] else { return }
-            t.row.retries = retries
-            t.row.nextAttempt = at
-            t.row.errorCode = String(error.code.rawValue)
-            t.row.errorMessage = error.message
-            try? journal.save(t.row)
+            changeRow(id) {
+                $0.retries = retries
+                $0.nextAttempt = at
+                $0.errorCode = String(error.code.rawValue)
+                $0.errorMessage = error.message
+            }
             note("task \(id): \(error.message); attempt \(retries + 1) in \(Int(delay.rounded())) s")
-            update(t, force: true)
+            updateHolder(id)
         case .clearRetry(let id):
-            guard let t = transfers[id] else { return }
-            t.row.nextAttempt = nil
-            t.row.errorCode = nil
-            t.row.errorMessage = nil
+            changeRow(id) {
+                $0.nextAttempt = nil
+                $0.errorCode = nil
+                $0.errorMessage = nil
+            }
         case .end(let id, let how):
-            guard let t = transfers[id] else { return }
+            deadlines.cancel(id)
+            guard let row = row(id) else { return }
+            let t = transfers[id] ?? Transfer(row)
             switch how {
             case .outcome(let error): end(t, error: error, status: t.row.statusCode)
             case .cancelled(resumeData: false): end(t, error: PorterError(.cancelled, "cancelled", url: t.row.spec.url), status: nil)
@@ -122,20 +178,21 @@ extension Daemon {
         }
     }
 
-    /// The journal's unfinished jobs, after a restart: each continues where it was.
+    /// The journal's unfinished jobs, after a restart: each continues where it was (its
+    /// ticket goes to the scheduler; the row stays in the journal until an attempt starts).
     func resumeJournal() {
         let now = Date().timeIntervalSince1970
-        for row in (try? journal.tasks()) ?? [] where row.state == "running" || row.state == "suspended" {
-            transfers[row.id] = Transfer(row)
-            guard row.state == "running" else {
-                send(.add(Daemon.ticket(row), .suspended))
-                continue
-            }
+        // Read first, then handed to the scheduler (whose actions read the journal too).
+        var arrivals: [(JobScheduler.Ticket, JobScheduler.Arrival)] = []
+        try? journal.forEachTask { row in
+            guard row.state == "running" || row.state == "suspended" else { return }
+            guard row.state == "running" else { return arrivals.append((Daemon.ticket(row), .suspended)) }
             if row.received > 0, (row.nextAttempt ?? 0) <= now, (row.spec.earliestBegin ?? 0) <= now {
                 note("task \(row.id): continuing after a restart from byte \(row.received)")
             }
-            send(.add(Daemon.ticket(row), .running(nextAttempt: row.nextAttempt)))
+            arrivals.append((Daemon.ticket(row), .running(nextAttempt: row.nextAttempt)))
         }
+        for (ticket, arrival) in arrivals { send(.add(ticket, arrival)) }
     }
 
     /// Opens the partial file and starts the engine's task for the scheduler's attempt.
@@ -230,6 +287,15 @@ extension Daemon {
         guard let c = holders[t.row.session], force || Date().timeIntervalSince(t.lastUpdate) > 0.1 else { return }
         t.lastUpdate = Date()
         c.send(.update(t.row.snapshot()))
+    }
+
+    /// Tells the session's holder (if any) a job's state changed (resumed, suspended,
+    /// waiting to retry): its task objects, and what it counts, follow porterd's word.
+    func updateHolder(_ id: Int) {
+        if let t = transfers[id] { return update(t, force: true) }
+        guard let session = scheduler.jobs[id]?.ticket.session ?? (try? journal.task(id))?.session,
+              let c = holders[session], let row = row(id) else { return }
+        c.send(.update(row.snapshot()))
     }
 
     public func dataTask(_ task: DataTask, didReceive response: Response,

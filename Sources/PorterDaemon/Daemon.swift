@@ -48,7 +48,13 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
     /// Events raised while actions are performed wait here (`send`).
     var pendingEvents: [JobScheduler.Event] = []
     var performing = false
+    /// The running attempts' transfers (a waiting job is only its scheduler ticket).
     var transfers: [Int: Transfer] = [:]
+    /// Every waiting job's deadline (earliest begin, next retry), and the one timer armed
+    /// for the earliest.
+    var deadlines = Deadlines()
+    var armedTimer: DispatchWorkItem?
+    var armedAt: Double?
     var byTask: [ObjectIdentifier: Transfer] = [:]
     var holders: [String: Connection] = [:]
     var connections: [ObjectIdentifier: Connection] = [:]
@@ -59,6 +65,8 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
     var capped: [Int64: Session] = [:]
     let syncQueue = DispatchQueue(label: "porterd.sync")
     var pendingChallenges: [Int: PendingChallenge] = [:]
+    /// A client's message was handled since the run loop last looked (on `queue`).
+    var busy = false
     var nextChallenge = 1
 
     var partialsFolder: String { options.stateFolder + "/partial" }
@@ -129,8 +137,11 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
         watchRoutes()
         while true {
             sleep(1)
+            // Memory freed after a burst (thousands of tasks queued, a long list sent) goes
+            // back to the system instead of staying with the allocator's arenas.
+            if queue.sync(execute: { () -> Bool in defer { busy = false }; return busy }) { _ = porter_ipc_release_free_memory() }
             let done = queue.sync { () -> Bool in
-                if !connections.isEmpty || transfers.values.contains(where: { $0.task != nil || $0.timer != nil }) {
+                if !connections.isEmpty || !deadlines.isEmpty || transfers.values.contains(where: { $0.task != nil }) {
                     idleSince = nil
                     return false
                 }

@@ -56,8 +56,9 @@ struct JobScheduler {
         case restart
         /// The job ends cancelled (with resume data when asked).
         case cancel(resumeData: Bool)
-        /// The job ends with this error (the partial file could not be written).
-        case fail(PorterError)
+        /// The job ends with this error (the partial file could not be written). Boxed:
+        /// every waiting job's phase would otherwise be the size of an error.
+        indirect case fail(PorterError)
 
         static func == (a: Stop, b: Stop) -> Bool {
             switch (a, b) {

@@ -79,9 +79,6 @@ final class Journal: @unchecked Sendable {
 
     let path: String
     private let db: DatabaseQueue
-    /// Every task row, as committed (the daemon is the journal's only writer): lists are
-    /// answered from memory, not from SQLite and a JSON decode per row.
-    private var cache: [Int: Task] = [:]
 
     /// Opens the journal; one that is not a database (damaged, truncated, something
     /// else) is moved aside to `path.corrupt-<time>` and a new one started, with the
@@ -91,7 +88,6 @@ final class Journal: @unchecked Sendable {
         var aside: String?
         db = try Journal.open(path, setAside: &aside)
         setAside = aside
-        for t in try db.read({ db in try Row.fetchAll(db, sql: "SELECT * FROM tasks").compactMap(Journal.task) }) { cache[t.id] = t }
     }
 
     /// One that is not a database (damaged, truncated, something else) is moved aside to
@@ -169,14 +165,12 @@ final class Journal: @unchecked Sendable {
                   let t = Journal.task(row) else { throw PorterError(.unknown, "the journal lost task \(id)") }
             return t
         }
-        cache[t.id] = t
         return t
     }
 
     /// Writes every field of `t` that changes while it runs.
     func save(_ t: Task) throws {
         try db.write { db in try Journal.update(t, in: db) }
-        cache[t.id] = t
     }
 
     private static func update(_ t: Task, in db: GRDB.Database) throws {
@@ -206,12 +200,42 @@ final class Journal: @unchecked Sendable {
             }
             return out
         }
-        cache[t.id] = t
         return out
     }
 
-    func tasks(session: String? = nil) throws -> [Task] {
-        cache.values.filter { session == nil || $0.session == session }.sorted { $0.id < $1.id }
+    /// The journal is the queue: porterd keeps in memory only what its scheduler needs
+    /// (`JobScheduler.Ticket`) and the rows of running attempts; everything else is read
+    /// from here when it is needed (an attempt starts, a client lists, a job ends).
+    func task(_ id: Int) throws -> Task? {
+        try db.read { db in try Row.fetchOne(db, sql: "SELECT * FROM tasks WHERE id = ?", arguments: [id]).flatMap(Journal.task) }
+    }
+
+    /// Changes one task's row (read, changed, written back in one transaction); nil when
+    /// there is no such task.
+    @discardableResult
+    func change(_ id: Int, _ body: (inout Task) -> Void) throws -> Task? {
+        try db.write { db -> Task? in
+            guard var t = try Row.fetchOne(db, sql: "SELECT * FROM tasks WHERE id = ?", arguments: [id]).flatMap(Journal.task) else { return nil }
+            body(&t)
+            try Journal.update(t, in: db)
+            return t
+        }
+    }
+
+    /// Each task (of `session`, or all), in order of id, one row at a time: a list of
+    /// 10,000 tasks never sits in memory at once.
+    func forEachTask(session: String? = nil, _ body: (Task) throws -> Void) throws {
+        try db.read { db in
+            let rows: RowCursor
+            if let session {
+                rows = try Row.fetchCursor(db, sql: "SELECT * FROM tasks WHERE session = ? ORDER BY id", arguments: [session])
+            } else {
+                rows = try Row.fetchCursor(db, sql: "SELECT * FROM tasks ORDER BY id")
+            }
+            while let row = try rows.next() {
+                if let t = Journal.task(row) { try body(t) }
+            }
+        }
     }
 
     func events(session: String) throws -> [BackgroundEvent] {
@@ -227,17 +251,15 @@ final class Journal: @unchecked Sendable {
     /// Forgets a delivered event; returns it. A completed task whose last event went is
     /// forgotten too.
     func delivered(_ sequence: Int64, session: String) throws -> BackgroundEvent? {
-        let (event, forgotten) = try db.write { db -> (BackgroundEvent?, Bool) in
+        try db.write { db -> BackgroundEvent? in
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM events WHERE seq = ? AND session = ?", arguments: [sequence, session]),
-                  let kind = BackgroundEvent.Kind(rawValue: row["kind"]) else { return (nil, false) }
+                  let kind = BackgroundEvent.Kind(rawValue: row["kind"]) else { return nil }
             let e = BackgroundEvent(sequence: sequence, task: row["task"], kind: kind, file: row["file"])
             try db.execute(sql: "DELETE FROM events WHERE seq = ?", arguments: [sequence])
             let left = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM events WHERE task = ?", arguments: [e.task]) ?? 0
             if left == 0 { try db.execute(sql: "DELETE FROM tasks WHERE id = ? AND state = 'completed'", arguments: [e.task]) }
-            return (e, db.changesCount > 0 && left == 0)
+            return e
         }
-        if forgotten, let event { cache[event.task] = nil }
-        return event
     }
 
     /// Records that a process holds `session` now (so the next undelivered events may

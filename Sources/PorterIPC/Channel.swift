@@ -167,6 +167,9 @@ public final class Channel: @unchecked Sendable {
         }
     }
 
+    /// Frames with payloads this large are read straight into their own storage.
+    static let directRead = 64 << 10
+
     /// The next frame (blocks). A goodbye arrives as `.closed` with the peer's reason.
     public func receive() throws(IPCError) -> Frame {
         while true {
@@ -174,6 +177,14 @@ public final class Channel: @unchecked Sendable {
                 if frame.kind == .goodbye {
                     throw IPCError(.closed, String(decoding: frame.payload, as: UTF8.self))
                 }
+                return frame
+            }
+            // A large frame (a body chunk) that has begun to arrive: the rest is read into
+            // the payload itself. Not where descriptors may come with the bytes (those
+            // need recvmsg's control data, read below).
+            if !receivesDescriptors, let large = try decoder.takeLargeFrameHead(minimum: Self.directRead) {
+                let frame = try receiveRest(of: large)
+                if frame.kind == .goodbye { throw IPCError(.closed, String(decoding: frame.payload, as: UTF8.self)) }
                 return frame
             }
             if chunk.isEmpty { chunk = [UInt8](repeating: 0, count: 256 << 10) }
@@ -198,6 +209,49 @@ public final class Channel: @unchecked Sendable {
             }
             decoder.append(chunk[0..<n])
         }
+    }
+
+    /// Reads the rest of a large frame's payload straight into the payload's storage.
+    private func receiveRest(of large: (kind: Frame.Kind, length: Int, head: [UInt8])) throws(IPCError) -> Frame {
+        var failure: IPCError?
+        let payload = [UInt8](unsafeUninitializedCapacity: large.length) { storage, initialized in
+            let base = UnsafeMutableRawPointer(storage.baseAddress!)
+            large.head.withUnsafeBytes { if let from = $0.baseAddress { base.copyMemory(from: from, byteCount: $0.count) } }
+            var filled = large.head.count
+            while filled < large.length {
+                let n = recv(fd, base + filled, large.length - filled, 0)
+                if n > 0 {
+                    filled += n
+                    continue
+                }
+                if n < 0, errno == EINTR { continue }
+                if n < 0, errno == EAGAIN || errno == EWOULDBLOCK {
+                    failure = IPCError(.closed, "the peer did not answer in time")
+                } else if n < 0 {
+                    failure = IPCError(.closed, "the connection failed: \(String(cString: strerror(errno)))")
+                } else {
+                    failure = IPCError(.closed, "the peer closed the connection mid-frame")
+                }
+                break
+            }
+            initialized = filled
+        }
+        if let failure { throw failure }
+        return Frame(kind: large.kind, payload: payload)
+    }
+
+    /// Sets the socket's send and receive buffers (the kernel may cap them at its
+    /// `net.core.wmem_max` / `rmem_max`): a peer that streams bodies can then have several
+    /// chunks in flight while this side reads, instead of waiting for each.
+    public func setBufferSizes(_ bytes: Int) {
+        Channel.setBufferSizes(fd, bytes)
+    }
+
+    /// As `setBufferSizes`, for a socket not (yet) in a channel (a child's end of a pair).
+    public static func setBufferSizes(_ fd: Int32, _ bytes: Int) {
+        var size = Int32(clamping: bytes)
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
     }
 
     /// Says why, then closes.

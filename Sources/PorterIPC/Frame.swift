@@ -105,11 +105,14 @@ public struct FrameDecoder: Sendable {
         guard length - 1 <= maximumPayload else {
             return try fail(.frameTooLarge, "a frame of \(length - 1) bytes (the limit is \(maximumPayload))")
         }
-        guard available >= 4 + length else { return nil }
+        // The kind is checked as soon as its byte is here (as `takeLargeFrameHead` does):
+        // a bad frame fails the same way however much of it has arrived.
+        guard available >= 5 else { return nil }
         let kindByte = buffer[start + 4]
         guard let kind = Frame.Kind(rawValue: kindByte) else {
             return try fail(.malformed, "unknown frame kind \(kindByte)")
         }
+        guard available >= 4 + length else { return nil }
         let payload = Array(buffer[(start + 5)..<(start + 4 + length)])
         start += 4 + length
         if start == buffer.count {
@@ -117,6 +120,33 @@ public struct FrameDecoder: Sendable {
             start = 0
         }
         return Frame(kind: kind, payload: payload)
+    }
+
+    /// The frame at the head of the buffer when it is large (a payload of at least
+    /// `minimum` bytes) and not all here yet: its kind, its payload's length, and the part
+    /// of the payload already buffered, which is taken out of the decoder. The caller reads
+    /// the rest of the payload itself, straight into the payload's own storage (a body
+    /// chunk is then copied once from the kernel, not through a read buffer and this
+    /// decoder's). Nil when the head is a complete frame, a small one, or not yet a whole
+    /// header; a bad header fails as `next()` would.
+    public mutating func takeLargeFrameHead(minimum: Int) throws(IPCError) -> (kind: Frame.Kind, length: Int, head: [UInt8])? {
+        if let failure { throw failure }
+        let available = buffer.count - start
+        guard available >= 5 else { return nil }
+        var length = 0
+        for i in 0..<4 { length = length << 8 | Int(buffer[start + i]) }
+        guard length >= 1 else { _ = try fail(.malformed, "a frame of length 0"); return nil }
+        guard length - 1 <= maximumPayload else {
+            _ = try fail(.frameTooLarge, "a frame of \(length - 1) bytes (the limit is \(maximumPayload))")
+            return nil
+        }
+        guard available < 4 + length, length - 1 >= max(1, minimum) else { return nil }
+        let kindByte = buffer[start + 4]
+        guard let kind = Frame.Kind(rawValue: kindByte) else { _ = try fail(.malformed, "unknown frame kind \(kindByte)"); return nil }
+        let head = Array(buffer[(start + 5)...])
+        buffer.removeAll(keepingCapacity: buffer.capacity <= 1 << 16)
+        start = 0
+        return (kind, length - 1, head)
     }
 
     private mutating func fail(_ code: IPCError.Code, _ message: String) throws(IPCError) -> Frame? {

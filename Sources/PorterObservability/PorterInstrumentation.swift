@@ -41,4 +41,12 @@ public struct PorterInstrumentation: TaskObserver {
         return TaskTrace(request: request, tracer: tracing ? tracer : nil, parent: ServiceContext.current ?? .topLevel,
                          metrics: measuring ? factory : nil)
     }
+
+    /// `porter_daemon_queue_depth` for a background session, as porterd reported it to
+    /// the session's link (the app's view of porterd's queue: porterd has no backend).
+    public func backgroundQueueDepth(_ depth: Int, session identifier: String) {
+        let factory = metricsFactory ?? MetricsSystem.factory
+        guard !(factory is NOOPMetricsHandler) else { return }
+        PorterMetricLabels.recordDaemonQueueDepth(depth, session: identifier, factory: factory)
+    }
 }

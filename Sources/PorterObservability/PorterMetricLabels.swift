@@ -11,7 +11,7 @@ import PorterCore
 /// | `porter_bytes_sent_total` | counter | `scheme` |
 /// | `porter_bytes_received_total` | counter | `scheme` |
 /// | `porter_plugin_crashes_total` | counter | `scheme` |
-/// | `porter_daemon_queue_depth` | gauge | `session` (from porterd, `recordDaemonQueueDepth`) |
+/// | `porter_daemon_queue_depth` | gauge | `session` (a background session's tasks resumed at porterd and not completed) |
 ///
 /// `scheme` is the scheme of the task's first request ("https", "ftp", a plugin's);
 /// `status_class` the final response's status class ("2xx" … "5xx", "none" for a task
@@ -35,9 +35,11 @@ public enum PorterMetricLabels {
         return "\(status / 100)xx"
     }
 
-    /// porterd's number of queued and running jobs of one background session (its
-    /// journal's depth), as a gauge. porterd reports nothing unless it bootstraps a
-    /// metrics backend.
+    /// porterd's number of queued and running jobs of one background session, as a
+    /// gauge. Recorded in the app: the session's link to porterd keeps the count from
+    /// porterd's reports (attach, each task resumed, suspended or completed) and hands it
+    /// to the configuration's `taskObserver` (`PorterInstrumentation`), which records it
+    /// here with its metrics backend.
     public static func recordDaemonQueueDepth(_ depth: Int, session: String, factory: any MetricsFactory = MetricsSystem.factory) {
         Gauge(label: daemonQueueDepth, dimensions: [("session", session)], factory: factory).record(depth)
     }

@@ -202,6 +202,11 @@ final class WorkerProcess: @unchecked Sendable {
         }
         let host = Channel(fd: fds[0], maximumPayload: maximumPayload)
         let child = fds[1]
+        // Room for several body chunks each way: the worker reads its next chunk from the
+        // server while this process takes the last one (a default buffer holds less than
+        // one chunk, so each send waited for the reader).
+        host.setBufferSizes(WorkerWire.socketBuffer)
+        Channel.setBufferSizes(child, WorkerWire.socketBuffer)
         let args = plugin.workerArguments
         let copies = args.map { strdup($0) }
         defer { copies.forEach { free($0) } }
@@ -352,7 +357,9 @@ final class WorkerProcess: @unchecked Sendable {
                 }
             }
         } catch let error as IPCError {
-            failure = error.code == .closed ? (error.message.hasPrefix("the peer closed") ? nil : error.message) : error.description
+            // A close between frames is the worker's end; one in the middle of a frame is a
+            // frame cut short (the protocol broken), and the load's error says so.
+            failure = error.code == .closed ? (error.message == "the peer closed the connection" ? nil : error.message) : error.description
         } catch {
             failure = "\(error)"
         }
@@ -423,10 +430,12 @@ final class WorkerProcess: @unchecked Sendable {
         }
         let why: String
         var crashed = true
+        let signal = exited ? status & 0x7f : 0
         if let killed {
             why = killed
-        } else if exited && status & 0x7f != 0 {
-            why = "its worker crashed (\(PluginProbe.signalName(status & 0x7f)))"
+        } else if signal != 0, !(protocolFailure != nil && signal == SIGKILL) {
+            // (A SIGKILL after a protocol failure is this process's own: the failure says why.)
+            why = "its worker crashed (\(PluginProbe.signalName(signal)))"
         } else if let protocolFailure {
             why = "its worker broke the protocol (\(protocolFailure)) and was stopped"
         } else if exited {

@@ -12,6 +12,8 @@ enum WorkerWire {
     static let hello = Hello(service: "porter-plugin-worker", minimumVersion: 1, maximumVersion: 1)
     /// Body bytes per data frame.
     static let chunk = 256 << 10
+    /// The socket buffers of a worker's socketpair: about eight chunks in flight.
+    static let socketBuffer = 2 << 20
 
     /// The 8 bytes that start a data frame's payload: the load's number, big-endian.
     static func loadPrefix(_ load: UInt64) -> [UInt8] {

@@ -17,6 +17,9 @@ final class BackgroundLink: @unchecked Sendable {
     private var channel: Channel?
     private var failure: PorterError?
     private var tasks: [Int: SessionTask] = [:]
+    /// The tasks porterd reports resumed and not completed (its queue for this session):
+    /// the queue-depth gauge follows its count (`TaskObserver.backgroundQueueDepth`).
+    private var queued: Set<Int> = []
     private var replies: [Int: (BackgroundDaemonMessage?) -> Void] = [:]
     private var resumeWaiters: [Int: @Sendable (Data?) -> Void] = [:]
     private var nextReference = 1
@@ -96,17 +99,32 @@ final class BackgroundLink: @unchecked Sendable {
     /// The task object for a daemon task (made once).
     func task(for snapshot: BackgroundTaskSnapshot) -> SessionTask? {
         guard let session else { return nil }
-        return lock.withLock {
+        let (task, depth) = lock.withLock { () -> (SessionTask, Int?) in
+            let before = queued.count
+            if TaskState(backgroundName: snapshot.state) == .running { queued.insert(snapshot.id) } else { queued.remove(snapshot.id) }
+            let depth = queued.count != before ? queued.count : nil
             if let t = tasks[snapshot.id] {
                 t.apply(snapshot)
-                return t
+                return (t, depth)
             }
             let t: SessionTask = snapshot.kind == .download
                 ? DownloadTask(session: session, remote: self, snapshot: snapshot)
                 : UploadTask(session: session, remote: self, snapshot: snapshot)
             tasks[snapshot.id] = t
-            return t
+            return (t, depth)
         }
+        if let depth { report(depth: depth, session) }
+        return task
+    }
+
+    /// The task left porterd's queue (it completed).
+    private func dequeued(_ id: Int, _ session: Session) {
+        let depth = lock.withLock { queued.remove(id) != nil ? queued.count : nil }
+        if let depth { report(depth: depth, session) }
+    }
+
+    private func report(depth: Int, _ session: Session) {
+        session.configuration.taskObserver?.backgroundQueueDepth(depth, session: identifier)
     }
 
     func control(_ task: Int, _ action: BackgroundControl) {
@@ -190,6 +208,8 @@ final class BackgroundLink: @unchecked Sendable {
                 if reference == 0 { for s in snapshots { _ = task(for: s) } }
             case .attached(_, let snapshots):
                 for s in snapshots { _ = task(for: s) }
+                // The depth as the session attaches (the pages before were counted too).
+                report(depth: lock.withLock { queued.count }, session)
                 lock.withLock { attachedNow = true }
                 attachedOnce.signal()
             case .enqueued(let reference, _), .refused(let reference, _), .tasks(let reference, _):
@@ -273,6 +293,7 @@ final class BackgroundLink: @unchecked Sendable {
                             url: t.originalRequest.url)
             }
             t.completeRemotely(error, statusCode: event.statusCode)
+            dequeued(event.task, session)
             let delegate = session.taskDelegate
             let waiter = lock.withLock { resumeWaiters.removeValue(forKey: event.task) }
             deliver(session) {

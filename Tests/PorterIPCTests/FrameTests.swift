@@ -167,4 +167,65 @@ final class FrameTests: XCTestCase {
         try "x".write(toFile: dir + "/file", atomically: true, encoding: .utf8)
         XCTAssertThrowsError(try Listener(path: dir + "/file"))
     }
+
+    /// A large frame (a body chunk) is read straight into its payload once its header has
+    /// arrived; small frames around it come as before, in order and intact.
+    func testLargeFramesAreReadStraightIntoTheirPayload() throws {
+        let (a, b) = try Channel.pair(maximumPayload: 4 << 20)
+        let body = (0..<(1 << 20) + 7).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 9) }
+        let frames = [Frame(kind: .message, payload: Array("{}".utf8)), Frame(kind: .data, payload: body),
+                      Frame(kind: .data, payload: Array(body.prefix(70_000))), Frame(kind: .message, payload: Array("[]".utf8))]
+        let sender = Thread { for f in frames { try? a.send(f) } }
+        sender.start()
+        for f in frames { XCTAssertEqual(try b.receive(), f) }
+    }
+
+    /// The decoder hands out a large frame's header and what it has of the payload, and
+    /// nothing for a frame that is whole, small, or not yet a header; a bad header fails.
+    func testTheDecoderHandsOutALargeFramesHead() throws {
+        var d = FrameDecoder(maximumPayload: 1 << 20)
+        let big = Frame(kind: .data, payload: [UInt8](repeating: 7, count: 100_000)).encoded()
+        d.append(big.prefix(4))
+        XCTAssertNil(try d.takeLargeFrameHead(minimum: 64 << 10), "not yet a whole header")
+        d.append(big[4..<5000])
+        let head = try XCTUnwrap(try d.takeLargeFrameHead(minimum: 64 << 10))
+        XCTAssertEqual(head.kind, .data)
+        XCTAssertEqual(head.length, 100_000)
+        XCTAssertEqual(head.head, Array(big[5..<5000]))
+        XCTAssertEqual(d.bufferedCount, 0, "the head left the decoder")
+        d.append(Frame(kind: .message, payload: [1, 2]).encoded())
+        XCTAssertNil(try d.takeLargeFrameHead(minimum: 64 << 10), "a small frame")
+        XCTAssertEqual(try d.next(), Frame(kind: .message, payload: [1, 2]))
+        d.append(big)
+        XCTAssertNil(try d.takeLargeFrameHead(minimum: 64 << 10), "a whole frame comes from next()")
+        XCTAssertEqual(try d.next()?.payload.count, 100_000)
+        var bad = FrameDecoder(maximumPayload: 1 << 16)
+        bad.append([0, 0x10, 0, 1, 3])
+        XCTAssertThrowsError(try bad.takeLargeFrameHead(minimum: 1)) { XCTAssertEqual(($0 as? IPCError)?.code, .frameTooLarge) }
+    }
+
+    /// A frame of an unknown kind fails as soon as its kind byte arrives, not only once its
+    /// payload is complete: the decoder and the large-frame reader fail the same way
+    /// (FuzzWorkerMessages found them apart: bad-kind-before-its-payload.bin).
+    func testAnUnknownKindFailsBeforeItsPayloadArrives() {
+        var d = FrameDecoder()
+        d.append([0, 0, 0, 109, 0x24, 1, 2])
+        XCTAssertThrowsError(try d.next()) { XCTAssertEqual(($0 as? IPCError)?.code, .malformed) }
+        var large = FrameDecoder()
+        large.append([0, 0, 0, 109, 0x24, 1, 2])
+        XCTAssertThrowsError(try large.takeLargeFrameHead(minimum: 1)) { XCTAssertEqual(($0 as? IPCError)?.code, .malformed) }
+    }
+
+    /// A large frame whose sender ends before its payload is complete is an error that says
+    /// so, not a short frame.
+    func testALargeFrameCutShortIsAnError() throws {
+        let (a, b) = try Channel.pair()
+        let frame = Frame(kind: .data, payload: [UInt8](repeating: 1, count: 500_000)).encoded()
+        try a.sendRaw(Array(frame.prefix(100_000)))
+        a.close()
+        XCTAssertThrowsError(try b.receive()) { error in
+            XCTAssertEqual((error as? IPCError)?.code, .closed)
+            XCTAssertEqual((error as? IPCError)?.message, "the peer closed the connection mid-frame")
+        }
+    }
 }

@@ -107,6 +107,24 @@ final class BoundaryTests: XCTestCase {
         }
     }
 
+    /// A worker's hostile data frames (the binary body framing, read straight into the
+    /// payload): one announcing more than the host takes in a frame, and one cut short by
+    /// the worker's end. Each fails the load with a PorterError that says what the worker
+    /// did; the host goes on (the next load gets a new worker).
+    func testAnOversizedOrTruncatedDataFrameFromAWorkerIsAPorterError() async throws {
+        for (how, says) in [("oversized", "frameTooLarge"), ("truncated", "mid-frame")] {
+            do {
+                _ = try await load("phish://plugin.example/badframe?load=1&how=\(how)", .isolated, stored: [])
+                XCTFail("\(how): the load succeeded")
+            } catch let e as PorterError {
+                XCTAssertEqual(e.code, .pluginCrashed, "\(how): \(e)")
+                XCTAssertTrue(e.message.contains(says), "\(how): \(e.message)")
+            }
+        }
+        let (body, _) = try await load("phish://plugin.example/whoami", .isolated, stored: [])
+        XCTAssertTrue(body.hasPrefix("exe="), body)
+    }
+
     /// A plugin's PORTER_AUTH_PASSWORD reaches the application as `.password`, in process
     /// and across the boundary alike.
     func testThePasswordMethodReachesTheDelegateAsPassword() async throws {

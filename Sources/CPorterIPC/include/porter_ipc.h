@@ -68,6 +68,10 @@ int porter_ipc_spawn_detached_env(const char *path, char *const argv[], char *co
  * (sync_file_range with SYNC_FILE_RANGE_WRITE), so a later fdatasync has little left. */
 int porter_ipc_start_writeback(int fd, long long offset, long long length);
 
+/* Hands the allocator's free memory back to the system (glibc's malloc_trim over every
+ * arena); a long-lived process calls it after a burst. Returns 1 when memory was released. */
+int porter_ipc_release_free_memory(void);
+
 /* A netlink socket that hears the kernel announce links, addresses and routes coming
  * and going (rtnetlink; no D-Bus). Readable whenever the network changed; -1 on error. */
 int porter_ipc_route_watch(void);

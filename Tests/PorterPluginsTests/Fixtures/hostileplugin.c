@@ -282,6 +282,35 @@ static void *run(void *arg) {
         }
         /* Answered after the forged ones: the host reads its socket in order. */
         ask_agent(l, 1);
+    } else if (strncmp(path, "/badframe", 9) == 0) {
+        /* A data frame the host must refuse: `how=oversized` announces 64 MiB (more than
+         * the host takes in one frame); `how=truncated` announces 1 MiB, sends 128 KiB of
+         * it and ends the worker (the rest never comes). */
+        struct stat st;
+        if (fstat(3, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+            body_text(l, "no worker socket");
+            return NULL;
+        }
+        char how[32];
+        query(l->url, "load", load, sizeof load);
+        query(l->url, "how", how, sizeof how);
+        int oversized = strcmp(how, "oversized") == 0;
+        uint64_t id = strtoull(load, NULL, 10);
+        static unsigned char frame[13 + (128 << 10)];
+        uint32_t len = (oversized ? (64u << 20) : (1u << 20)) + 1;
+        frame[0] = (unsigned char)(len >> 24);
+        frame[1] = (unsigned char)(len >> 16);
+        frame[2] = (unsigned char)(len >> 8);
+        frame[3] = (unsigned char)len;
+        frame[4] = 3; /* data */
+        for (int i = 0; i < 8; i++) frame[5 + i] = (unsigned char)(id >> (56 - 8 * i));
+        memset(frame + 13, 'x', sizeof frame - 13);
+        size_t n = oversized ? 13 : sizeof frame;
+        if (write(3, frame, n) != (ssize_t)n) {
+            body_text(l, "the frame could not be written");
+            return NULL;
+        }
+        if (!oversized) _exit(0);
     } else if (strcmp(path, "/whoami") == 0) {
         char exe[1024];
         ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
