@@ -105,8 +105,11 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
             remote?.describe(taskIdentifier, newValue)
         }
     }
-    /// 0 (low) to 1 (high); a hint handlers may use. In a background session porterd
-    /// starts waiting tasks of higher priority first.
+    /// 0 (low) to 1 (high), 0.5 by default; read when the task's handler starts (handlers
+    /// see it as `Request.priority`). The http and ftp handlers start the loads waiting
+    /// for a connection to a host (`httpMaximumConnectionsPerHost`) in order of it, and
+    /// make it the HTTP/2 stream weight. In a background session porterd starts waiting
+    /// tasks of higher priority first.
     public var priority: Float {
         get { info.withLock { $0.priority } }
         set {

@@ -82,6 +82,8 @@ extension TaskDriver {
     /// Makes the handler for the current request and starts it.
     func load(_ request: Request, cachedResponse: CachedResponse?, paused: Bool) {
         guard let factory = plannedFactory else { return }
+        var request = request
+        if let owner { request.priority = owner.priority }
         logger.debug("start \(request) with \(factory.name)")
         let client = HandlerClient(driver: self, generation: machine.generation,
                                    context: SessionContext(configuration: session.configuration, sessionIdentifier: session.identifier,
