@@ -288,8 +288,10 @@ static const porter_handler_vtable gopher_vtable = {
     .resume = g_resume,
 };
 
+/* The port is declared as well as used above: the host builds protection spaces and
+ * reports ports from the declaration (ABI 1.4), never from a table of its own. */
 static const porter_scheme gopher_schemes[] = {
-    {"gopher", PORTER_SCHEME_NEEDS_NETWORK},
+    {.name = "gopher", .flags = PORTER_SCHEME_NEEDS_NETWORK, .default_port = 70},
 };
 
 static const porter_plugin_descriptor gopher_descriptor = {

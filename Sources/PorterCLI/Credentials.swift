@@ -57,7 +57,10 @@ struct Credentials: ParsableCommand {
             guard let url = URL(string: words[1]), let scheme = url.scheme?.lowercased(), let host = url.host?.lowercased() else {
                 throw ValidationError("not a URL with a host: \(words[1])")
             }
-            let port = url.port ?? ProtectionSpace.defaultPort(for: scheme)
+            // The scheme's default port is what its handler declares: a plugin's scheme
+            // needs the plugins loaded to be known.
+            Porter.bootstrap(loadPlugins: !PluginOptions.builtInSchemes.contains(scheme))
+            let port = url.port ?? HandlerRegistry.shared.defaultPort(forScheme: scheme) ?? 0
             var removed = 0
             for (space, byUser) in store.allCredentials
             where space.protocol.lowercased() == scheme && space.host.lowercased() == host && space.port == port

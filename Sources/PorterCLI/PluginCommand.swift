@@ -243,8 +243,10 @@ enum PluginTemplates {
         };
 
         /* Add PORTER_SCHEME_NEEDS_NETWORK if the plugin connects to other machines: without
-         * it the sandbox forbids TCP. */
-        static const porter_scheme schemes[] = {{"\(scheme)", 0}};
+         * it the sandbox forbids TCP. Set `default_port` to the port a URL without one
+         * means (credentials are kept per host and port), and PORTER_SCHEME_CARRIES_COOKIES
+         * if loads should send and store the session's cookies. */
+        static const porter_scheme schemes[] = {{.name = "\(scheme)", .flags = 0, .default_port = 0}};
 
         /* What the plugin may open inside the home folder (everything else there is
          * EACCES in its sandbox); "~/" is the user's home. */

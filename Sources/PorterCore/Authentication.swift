@@ -92,26 +92,19 @@ public struct ProtectionSpace: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// True when this space belongs to `url`'s origin: the same scheme, host and port
-    /// (the scheme's default port when the URL names none). A credential given for a URL
-    /// answers only challenges for which this holds, so it never reaches another host,
-    /// another port, or plain http when it was given for https.
-    public func isOrigin(of url: URL) -> Bool {
+    /// (the port its handler declares when the URL names none, as `registry` answers). A
+    /// credential given for a URL answers only challenges for which this holds, so it
+    /// never reaches another host, another port, or plain http when it was given for https.
+    public func isOrigin(of url: URL, registry: HandlerRegistry = .shared) -> Bool {
         guard let scheme = url.scheme?.lowercased(), let host = url.host?.lowercased() else { return false }
         return `protocol`.lowercased() == scheme && self.host.lowercased() == host
-            && port == (url.port ?? ProtectionSpace.defaultPort(for: scheme))
+            && port == (url.port ?? registry.defaultPort(forScheme: scheme) ?? 0)
     }
 
-    /// The port a URL of `scheme` means when it names none (0 when unknown).
+    /// The port a URL of `scheme` means when it names none (0 when no handler of the
+    /// shared registry declares one): `HandlerRegistry.shared.defaultPort(forScheme:)`.
     public static func defaultPort(for scheme: String) -> Int {
-        switch scheme.lowercased() {
-        case "http", "ws": return 80
-        case "https", "wss": return 443
-        case "ftp": return 21
-        case "ftps": return 990  // implicit TLS (explicit TLS is ftp:// on 21)
-        case "sftp", "scp", "ssh": return 22
-        case "gopher": return 70
-        default: return 0
-        }
+        HandlerRegistry.shared.defaultPort(forScheme: scheme) ?? 0
     }
 
     public static func == (a: ProtectionSpace, b: ProtectionSpace) -> Bool {

@@ -110,4 +110,66 @@ public final class HandlerRegistry: @unchecked Sendable {
     public func hasHandler(forScheme scheme: String) -> Bool {
         state.withLock { $0.byScheme[scheme.lowercased()] != nil }
     }
+
+    /// The handlers of `scheme`, most preferred (newest) first.
+    func factories(forScheme scheme: String) -> [any ProtocolHandlerFactory] {
+        state.withLock { $0.byScheme[scheme]?.reversed().map(\.factory) } ?? []
+    }
+
+    /// The port a URL of `scheme` means when it names none, as the handlers serving the
+    /// scheme declare it (`ProtocolHandler.defaultPort(for:)`); nil when none does. The
+    /// one answer for protection spaces, route checks and telemetry: nothing else keeps
+    /// a table of schemes and ports.
+    public func defaultPort(forScheme scheme: String) -> Int? {
+        SchemeDeclaration.defaultPort(scheme.lowercased(), in: factories(forScheme: scheme.lowercased()))
+    }
+
+    /// Whether loads of `scheme` carry cookies, as the handlers serving it declare
+    /// (`ProtocolHandler.carriesCookies(for:)`).
+    public func carriesCookies(forScheme scheme: String) -> Bool {
+        SchemeDeclaration.carriesCookies(scheme.lowercased(), in: factories(forScheme: scheme.lowercased()))
+    }
+}
+
+/// How what handlers declare about a scheme is read when several serve it: in order of
+/// preference (a session's own handlers, then the registry's newest first), the first
+/// declared port wins, and the scheme carries cookies when one of them says so — an
+/// interposing handler that declares nothing leaves the declaration of the handler it
+/// stands in front of in force.
+enum SchemeDeclaration {
+    static func defaultPort(_ scheme: String, in factories: [any ProtocolHandlerFactory]) -> Int? {
+        for f in factories {
+            if let port = f.defaultPort(for: scheme), (1...65535).contains(port) { return port }
+        }
+        return nil
+    }
+
+    static func carriesCookies(_ scheme: String, in factories: [any ProtocolHandlerFactory]) -> Bool {
+        factories.contains { $0.carriesCookies(for: scheme) }
+    }
+}
+
+extension SessionConfiguration {
+    /// The handlers that could serve `scheme` for this session, most preferred first.
+    private func factories(forScheme scheme: String) -> [any ProtocolHandlerFactory] {
+        handlers.filter { $0.schemes.contains(scheme) } + registry.factories(forScheme: scheme)
+    }
+
+    /// `HandlerRegistry.defaultPort(forScheme:)` as this session sees it: its own
+    /// handlers first, then its registry.
+    public func defaultPort(forScheme scheme: String) -> Int? {
+        let scheme = scheme.lowercased()
+        return SchemeDeclaration.defaultPort(scheme, in: factories(forScheme: scheme))
+    }
+
+    /// `HandlerRegistry.carriesCookies(forScheme:)` as this session sees it.
+    public func carriesCookies(forScheme scheme: String) -> Bool {
+        let scheme = scheme.lowercased()
+        return SchemeDeclaration.carriesCookies(scheme, in: factories(forScheme: scheme))
+    }
+
+    /// The port `url` names, else its scheme's declared default port.
+    public func port(of url: URL) -> Int? {
+        url.port ?? url.scheme.flatMap { defaultPort(forScheme: $0) }
+    }
 }

@@ -40,6 +40,16 @@ public protocol ProtocolHandler: AnyObject {
     /// A byte stream for stream and WebSocket tasks (`ProtocolHandlerFactory.openStream`);
     /// default nil.
     static func openStream(to target: ByteStreamTarget, context: SessionContext) -> (any ByteStream)?
+    /// The port a URL of `scheme` (one of `schemes`) means when it names none, as curl's
+    /// handler table declares `defport`: credentials' protection spaces, route checks and
+    /// telemetry read it through the registry (`HandlerRegistry.defaultPort(forScheme:)`),
+    /// never from a table of their own. Default nil (the scheme has no port).
+    static func defaultPort(for scheme: String) -> Int?
+    /// Whether loads of `scheme` carry the session's cookies (a Cookie field on each
+    /// request, Set-Cookie of each response stored), as curl's handler flags say it.
+    /// Read through the registry (`HandlerRegistry.carriesCookies(forScheme:)`). Default
+    /// false.
+    static func carriesCookies(for scheme: String) -> Bool
 }
 
 extension ProtocolClient {
@@ -56,6 +66,8 @@ extension ProtocolHandler {
     public func resumeDelivery() {}
     public static func executor(for request: Request, context: SessionContext) -> (any TaskExecutor)? { nil }
     public static func openStream(to target: ByteStreamTarget, context: SessionContext) -> (any ByteStream)? { nil }
+    public static func defaultPort(for scheme: String) -> Int? { nil }
+    public static func carriesCookies(for scheme: String) -> Bool { false }
 }
 
 /// What a handler may know of the session it loads for (URLProtocol reaches the same
@@ -187,6 +199,12 @@ public protocol ProtocolHandlerFactory: Sendable {
     /// A byte stream to `target` for stream and WebSocket tasks, or nil when this
     /// factory's handlers carry no streams (the default). Not yet open: the task opens it.
     func openStream(to target: ByteStreamTarget, context: SessionContext) -> (any ByteStream)?
+    /// The port a URL of `scheme` (one of `schemes`) means when it names none; nil when
+    /// the handler declares none (the default). See `ProtocolHandler.defaultPort(for:)`.
+    func defaultPort(for scheme: String) -> Int?
+    /// Whether loads of `scheme` carry the session's cookies; default false. See
+    /// `ProtocolHandler.carriesCookies(for:)`.
+    func carriesCookies(for scheme: String) -> Bool
 }
 
 extension ProtocolHandlerFactory {
@@ -194,6 +212,8 @@ extension ProtocolHandlerFactory {
     public func mayBeRedirectTarget(scheme: String) -> Bool { mayBeRedirectTarget }
     public func executor(for request: Request, context: SessionContext) -> (any TaskExecutor)? { nil }
     public func openStream(to target: ByteStreamTarget, context: SessionContext) -> (any ByteStream)? { nil }
+    public func defaultPort(for scheme: String) -> Int? { nil }
+    public func carriesCookies(for scheme: String) -> Bool { false }
 }
 
 /// The factory for a `ProtocolHandler` type.
@@ -214,6 +234,8 @@ public struct TypeHandlerFactory: ProtocolHandlerFactory, @unchecked Sendable {
     public func openStream(to target: ByteStreamTarget, context: SessionContext) -> (any ByteStream)? {
         type.openStream(to: target, context: context)
     }
+    public func defaultPort(for scheme: String) -> Int? { type.defaultPort(for: scheme) }
+    public func carriesCookies(for scheme: String) -> Bool { type.carriesCookies(for: scheme) }
 }
 
 /// A handler's record of the session's back-pressure requests, safe from any

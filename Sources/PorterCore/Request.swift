@@ -99,6 +99,11 @@ public struct Request: Sendable, CustomStringConvertible {
     /// curl's `-H 'Name:'`. Names compare without regard to case. (A field in
     /// `headerFields` with an empty value is sent empty: curl's `-H 'Name;'`.)
     public var suppressedHeaders: Set<String> = []
+    /// The priority of the task that loads this request (`SessionTask.priority`: 0 low …
+    /// 1 high, 0.5 by default), set by the session for its handler: the libcurl handlers
+    /// make it the HTTP/2 stream weight and the order in which loads waiting for a
+    /// connection to their host start (`CurlOptions`).
+    public package(set) var priority: Float = 0.5
 
     public init(url: URL, method: String = "GET", headerFields: HTTPFields = [:], body: RequestBody? = nil,
                 cachePolicy: CachePolicy = .useProtocolCachePolicy, timeoutInterval: TimeInterval = 0) {

@@ -136,7 +136,8 @@ public struct SessionConfiguration: Sendable {
         if !hostOverrides.isEmpty { parts.append("resolve=" + hostOverrides.map(\.description).sorted().joined(separator: ",")) }
         return parts.joined(separator: ";")
     }
-    /// Send and store cookies (http and https) through `cookieStore`.
+    /// Send and store cookies through `cookieStore`, for the schemes whose handler
+    /// declares it (`ProtocolHandler.carriesCookies(for:)`: http and https).
     public var httpShouldSetCookies: Bool = true
     /// With the `Porter` module's defaults, `.default` sessions share
     /// `PersistentCookieStore.shared` (SQLite under the XDG data home) and each

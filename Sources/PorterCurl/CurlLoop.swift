@@ -159,6 +159,10 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
     /// Streams waiting for their socket, with the poll events they wait for.
     private var watched: [ObjectIdentifier: (stream: CurlStream, events: Int16)] = [:]
     private var flushes: [CurlTransfer] = []
+    /// Loads admitted per host and the order of those waiting (`HostQueue`), with the
+    /// transfers that wait (not yet in the multi handle).
+    private var hostQueue: HostQueue<ObjectIdentifier>
+    private var waiting: [ObjectIdentifier: CurlTransfer] = [:]
 
     /// Sets the socket events `stream` waits for (0: none) (loop thread).
     func watch(_ stream: CurlStream, events: Int16) {
@@ -180,6 +184,7 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
         CurlLoop.globalInit
         self.name = name
         self.isKeyed = keyed
+        hostQueue = HostQueue(limit: maxConnectionsPerHost)
         multi = curl_multi_init()
         guard let multi else { return }
         _ = porter_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, maximumConnections)
@@ -224,22 +229,61 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
         }
     }
 
-    /// Starts a configured transfer (loop thread).
+    /// Starts a configured transfer, or queues it behind the loads its host already has
+    /// when it would need a connection over the limit (`HostQueue`) (loop thread).
     func add(_ transfer: CurlTransfer) {
+        guard multi != nil else { return transfer.finish(CURLE_OUT_OF_MEMORY) }
+        if let host = transfer.queueHost, !transfer.keepsConnection,
+           !hostQueue.arrive(ObjectIdentifier(transfer), host: host, priority: transfer.priority) {
+            waiting[ObjectIdentifier(transfer)] = transfer
+            transfer.isWaiting = true
+            return
+        }
+        begin(transfer)
+    }
+
+    private func begin(_ transfer: CurlTransfer) {
         guard let multi else { return transfer.finish(CURLE_OUT_OF_MEMORY) }
+        transfer.isWaiting = false
         active[transfer.easy] = transfer
         let rc = curl_multi_add_handle(multi, transfer.easy)
         if rc != CURLM_OK {
             active[transfer.easy] = nil
+            release(transfer)
             transfer.finish(CURLE_FAILED_INIT)
         }
+    }
+
+    /// `transfer` is out of the multi handle: the load waiting for its place starts.
+    private func release(_ transfer: CurlTransfer) {
+        guard transfer.queueHost != nil, let next = hostQueue.leave(ObjectIdentifier(transfer)),
+              let t = waiting.removeValue(forKey: next) else { return }
+        begin(t)
     }
 
     /// Stops a transfer without a completion (loop thread); closes a kept connection.
     func remove(_ transfer: CurlTransfer) {
         guard let multi else { return }
+        if waiting.removeValue(forKey: ObjectIdentifier(transfer)) != nil {
+            _ = hostQueue.leave(ObjectIdentifier(transfer))
+            return
+        }
         guard active.removeValue(forKey: transfer.easy) != nil || kept.removeValue(forKey: transfer.easy) != nil else { return }
         curl_multi_remove_handle(multi, transfer.easy)
+        release(transfer)
+    }
+
+    /// Transfers added and not ended: in the multi handle, or waiting for their host
+    /// (tests; from any thread but the loop's).
+    func transferCount() -> (running: Int, waiting: Int) {
+        let counts = Locked((0, 0))
+        let done = DispatchSemaphore(value: 0)
+        enqueue {
+            counts.withLock { $0 = (self.active.count, self.waiting.count) }
+            done.signal()
+        }
+        done.wait()
+        return counts.current
     }
 
     private func run() {
@@ -267,6 +311,9 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
                         kept[easy] = transfer
                     } else {
                         curl_multi_remove_handle(multi, easy)
+                        // First the load that waited for this place, then this one's end
+                        // (which may add the next load of its task).
+                        release(transfer)
                     }
                     transfer.finish(result)
                 }
@@ -281,7 +328,7 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
                 for t in due { t.flush() }
             }
             let limit = CurlLoop.idleExitMilliseconds.load(ordering: .relaxed)
-            if active.isEmpty && flushes.isEmpty && kept.isEmpty && watched.isEmpty {
+            if active.isEmpty && flushes.isEmpty && kept.isEmpty && watched.isEmpty && waiting.isEmpty {
                 let now = ContinuousClock.now
                 if let since = idleSince, now - since >= .milliseconds(limit) {
                     if endThreadIfIdle() { return }

@@ -67,6 +67,17 @@ public enum CurlOptions {
         if let connectTo = request.property(forKey: connectToProperty) as? [String], !connectTo.isEmpty {
             t.set(CURLOPT_CONNECT_TO, list: connectTo)
         }
+        // Priority: the HTTP/2 stream weight; and, for a load that uses a connection
+        // alone (not one that may be multiplexed: https with HTTP/2 on), its place in
+        // the queue of loads waiting for a connection to its host.
+        if request.priority != 0.5 {
+            let weight = streamWeight(forPriority: request.priority)
+            if t.set(CURLOPT_STREAM_WEIGHT, weight) == CURLE_OK { t.streamWeight = weight }
+        }
+        t.priority = request.priority
+        if !(config.http2Enabled && request.scheme == "https"), let host = request.url.host {
+            t.queueHost = "\(request.scheme)://\(host):\(request.url.port ?? -1)"
+        }
         if let sink = request.property(forKey: debugProperty) as? @Sendable (Int, Data) -> Void {
             t.debug { kind, bytes in sink(Int(kind.rawValue), Data(bytes)) }
         }
@@ -97,6 +108,15 @@ public enum CurlOptions {
         case nil: break
         }
         t.set(CURLOPT_SSLVERSION, sslVersion)
+    }
+
+    /// A task's priority (0…1) as an HTTP/2 stream weight (RFC 9113 §5.3.2, 1…256): the
+    /// default 0.5 is the protocol's default weight 16; 0 is 1 and 1 is 256, linear on
+    /// each side of the default.
+    public static func streamWeight(forPriority priority: Float) -> Int {
+        let p = Double(min(1, max(0, priority.isNaN ? 0.5 : priority)))
+        let weight = p <= 0.5 ? 1 + p / 0.5 * 15 : 16 + (p - 0.5) / 0.5 * 240
+        return Int(weight.rounded())
     }
 
     /// The alt-svc cache of an http(s) load (RFC 7838): libcurl reads `config.altSvcCache`'s

@@ -22,6 +22,17 @@ public final class CurlTransfer: @unchecked Sendable {
     /// cache, CURLOPT_ALTSVC): it is cleaned up, not reset for the next transfer, so the
     /// file is written and no other transfer inherits the handle's alternatives.
     public var closesHandle = false
+    /// The host whose per-host connection limit this load counts against, when it uses a
+    /// connection alone (HTTP/1.x, FTP), and its priority: loads waiting for a connection
+    /// to the host start highest priority first (`HostQueue`). nil: started at once, as
+    /// libcurl sees fit (set by `CurlOptions.apply`, before `start`).
+    public var queueHost: String?
+    public var priority: Float = 0.5
+    /// The HTTP/2 stream weight libcurl took for this load (CURLOPT_STREAM_WEIGHT), if set.
+    public internal(set) var streamWeight: Int?
+    /// Waiting in its loop for its host's connection limit: not in the multi handle yet
+    /// (loop thread).
+    var isWaiting = false
 
     /// One header line as received, CRLF included. Return false to abort.
     public var onHeader: (UnsafeRawBufferPointer) -> Bool = { _ in true }
@@ -249,6 +260,9 @@ public final class CurlTransfer: @unchecked Sendable {
     /// inside curl_easy_pause: a callback that fails it (a decoding error, a bomb past its
     /// ratio) fails there, and libcurl reports it nowhere else. It ends the transfer.
     private func unpause(_ action: Int32) {
+        // Not in the multi handle yet: nothing is held back, and libcurl refuses a pause
+        // call on a handle without a connection.
+        guard !isWaiting else { return }
         let rc = curl_easy_pause(easy, action)
         if rc != CURLE_OK, !ended {
             loop.remove(self)

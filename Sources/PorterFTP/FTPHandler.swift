@@ -19,6 +19,11 @@ import PorterStorage
 /// - Passive mode (EPSV, then PASV).
 public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
     public static var schemes: Set<String> { ["ftp", "ftps"] }
+    /// What the registry answers for ftp and ftps: 990 is implicit TLS (explicit TLS is
+    /// an ftp:// URL on 21).
+    public static func defaultPort(for scheme: String) -> Int? {
+        switch scheme { case "ftp": 21; case "ftps": 990; default: nil }
+    }
     /// A request property: "required" (AUTH TLS or fail, CURLUSESSL_ALL) or "try"
     /// (CURLUSESSL_TRY) for an `ftp://` URL.
     public static let tlsProperty = "porter.ftp.tls"
@@ -210,7 +215,7 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
 
     private func challenge(failure: PorterError) {
         let url = request.url
-        let space = ProtectionSpace(host: url.host ?? "", port: url.port ?? ProtectionSpace.defaultPort(for: request.scheme), protocol: request.scheme, realm: "ftp",
+        let space = ProtectionSpace(host: url.host ?? "", port: client.context.configuration.port(of: url) ?? 0, protocol: request.scheme, realm: "ftp",
                                     authenticationMethod: .default)
         var proposed: Credential?
         if credential == nil, let user = url.user, let password = url.password {

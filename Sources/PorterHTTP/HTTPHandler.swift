@@ -21,6 +21,12 @@ import PorterCurl
 /// - Back-pressure pauses libcurl (`CURL_WRITEFUNC_PAUSE`) until resumed.
 public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     public static var schemes: Set<String> { ["http", "https"] }
+    /// What the registry answers for http and https (curl's `defport`).
+    public static func defaultPort(for scheme: String) -> Int? {
+        switch scheme { case "http": 80; case "https": 443; default: nil }
+    }
+    /// HTTP is the protocol of cookies (RFC 6265): every hop sends and stores them.
+    public static func carriesCookies(for scheme: String) -> Bool { schemes.contains(scheme) }
     /// The task's life cycle runs on the libcurl loop that carries the transfer.
     public static func executor(for request: Request, context: SessionContext) -> (any TaskExecutor)? {
         CurlLoop.loop(for: context.configuration)

@@ -38,7 +38,7 @@ enum HTTPSpanAttributes {
             if !request.scheme.isEmpty { a["url.scheme"] = request.scheme }
             if let host = url.host, !host.isEmpty {
                 a["server.address"] = host
-                if let port = url.port ?? defaultPort(request.scheme) { a["server.port"] = port }
+                if let port = url.port ?? HandlerRegistry.shared.defaultPort(forScheme: request.scheme) { a["server.port"] = port }
             }
         }
     }
@@ -102,17 +102,6 @@ enum HTTPSpanAttributes {
     }
 
     private static let sensitiveQueryNames: Set<String> = ["AWSAccessKeyId", "Signature", "sig", "X-Goog-Signature"]
-
-    private static func defaultPort(_ scheme: String) -> Int? {
-        switch scheme {
-        case "http", "ws": return 80
-        case "https", "wss": return 443
-        case "ftp": return 21
-        case "ftps": return 990
-        case "sftp": return 22
-        default: return nil
-        }
-    }
 
     /// "HTTP/1.1 200 OK" → "1.1", "HTTP/2 200" → "2".
     static func protocolVersion(_ statusLine: String?) -> String? {

@@ -25,13 +25,18 @@ extension PluginLoadHandler {
     public func resume() {}
 }
 
-/// A scheme with its capability flags (PORTER_SCHEME_*).
+/// A scheme with what the plugin declares about it (`porter_scheme`): its capability
+/// flags (PORTER_SCHEME_*; PORTER_SCHEME_CARRIES_COOKIES for loads that carry the
+/// session's cookies) and the port its URLs mean when they name none.
 public struct PluginSchemeDefinition: Sendable {
     public var name: String
     public var flags: UInt32
-    public init(_ name: String, flags: UInt32) {
+    /// The port a URL of the scheme means when it names none (ABI 1.4), or 0 for none.
+    public var defaultPort: UInt16
+    public init(_ name: String, flags: UInt32, defaultPort: UInt16 = 0) {
         self.name = name
         self.flags = flags
+        self.defaultPort = defaultPort
     }
 }
 
@@ -121,7 +126,7 @@ public enum PluginKit {
         }
         let schemes = UnsafeMutablePointer<porter_scheme>.allocate(capacity: definition.schemes.count)
         for (i, s) in definition.schemes.enumerated() {
-            schemes[i] = porter_scheme(name: UnsafePointer(strdup(s.name)), flags: s.flags)
+            schemes[i] = porter_scheme(name: UnsafePointer(strdup(s.name)), flags: s.flags, default_port: s.defaultPort, reserved: 0)
         }
         var table = porter_handler_vtable()
         table.struct_size = UInt32(MemoryLayout<porter_handler_vtable>.size)

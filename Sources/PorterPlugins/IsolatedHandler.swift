@@ -220,7 +220,7 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
         let workerID = wire.id
         // Built from this load's URL: what the worker says about host, port or scheme is
         // not even decoded.
-        let challenge = wire.request.challenge(loading: request.url) { [weak self] disposition in
+        let challenge = wire.request.challenge(loading: request.url, configuration: client.context.configuration) { [weak self] disposition in
             guard let self else { return }
             let target = self.condition.withLock { () -> (WorkerProcess, UInt64)? in
                 guard self.challenges.removeValue(forKey: workerID) != nil, self.machine.isLive, let w = self.worker else { return nil }

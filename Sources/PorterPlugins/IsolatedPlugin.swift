@@ -20,6 +20,9 @@ final class IsolatedPluginFactory: ProtocolHandlerFactory, @unchecked Sendable {
     func mayBeRedirectTarget(scheme: String) -> Bool {
         plugin.description.schemes.first { $0.name == scheme }?.mayBeRedirectTarget ?? false
     }
+    /// As the worker's probe read them from the descriptor (`PluginDescription`).
+    func defaultPort(for scheme: String) -> Int? { plugin.description.schemes.defaultPort(for: scheme) }
+    func carriesCookies(for scheme: String) -> Bool { plugin.description.schemes.carriesCookies(for: scheme) }
     func makeHandler(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) -> any ProtocolHandler {
         IsolatedHandler(plugin: plugin, request: request, cached: cachedResponse, client: client)
     }

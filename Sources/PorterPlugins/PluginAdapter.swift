@@ -3,27 +3,51 @@ import Foundation
 import PorterCore
 
 /// What a plugin's descriptor says about one scheme.
+///
+/// Codable: it crosses from a worker (the probe) to the host inside `PluginDescription`
+/// and is kept in the probe cache. `carriesCookies` is not optional, so a cache written
+/// before ABI 1.4 does not decode and its plugins are probed again, declarations and all.
 public struct PluginScheme: Sendable, Equatable, Codable {
     public var name: String
     public var needsNetwork: Bool
     public var mayBeRedirectTarget: Bool
     public var credentialsPerRequest: Bool
     public var canUpload: Bool
+    /// The port a URL of the scheme means when it names none (ABI 1.4 `default_port`).
+    public var defaultPort: Int?
+    /// Loads carry the session's cookies (ABI 1.4 PORTER_SCHEME_CARRIES_COOKIES).
+    public var carriesCookies: Bool
 
-    init(name: String, needsNetwork: Bool, mayBeRedirectTarget: Bool, credentialsPerRequest: Bool, canUpload: Bool) {
+    init(name: String, needsNetwork: Bool, mayBeRedirectTarget: Bool, credentialsPerRequest: Bool, canUpload: Bool,
+         defaultPort: Int? = nil, carriesCookies: Bool = false) {
         self.name = name
         self.needsNetwork = needsNetwork
         self.mayBeRedirectTarget = mayBeRedirectTarget
         self.credentialsPerRequest = credentialsPerRequest
         self.canUpload = canUpload
+        self.defaultPort = defaultPort
+        self.carriesCookies = carriesCookies
     }
 
-    init(_ s: porter_scheme) {
+    /// Read from a descriptor built for `abiMinor`: what 1.4 added is read only from a
+    /// 1.4 plugin (an older one's padding and unknown flag bits mean nothing).
+    init(_ s: porter_scheme, abiMinor: Int) {
         name = s.name.flatMap { String(validatingCString: $0) } ?? ""
         needsNetwork = s.flags & UInt32(PORTER_SCHEME_NEEDS_NETWORK) != 0
         mayBeRedirectTarget = s.flags & UInt32(PORTER_SCHEME_REDIRECT_TARGET) != 0
         credentialsPerRequest = s.flags & UInt32(PORTER_SCHEME_CREDENTIALS_PER_REQUEST) != 0
         canUpload = s.flags & UInt32(PORTER_SCHEME_CAN_UPLOAD) != 0
+        let declares = abiMinor >= 4
+        defaultPort = declares && s.default_port != 0 ? Int(s.default_port) : nil
+        carriesCookies = declares && s.flags & UInt32(PORTER_SCHEME_CARRIES_COOKIES) != 0
+    }
+
+    /// Why these declarations cannot be used (read from a probe's output, which the
+    /// plugin's own code could have written to), or nil.
+    func problem(abiMinor: Int) -> String? {
+        if let port = defaultPort, !(1...65535).contains(port) { return "scheme \(name): default port \(port)" }
+        if abiMinor < 4, defaultPort != nil || carriesCookies { return "scheme \(name): 1.4 declarations from a \(abiMinor) plugin" }
+        return nil
     }
 
     /// Why a request cannot go to this scheme's plugin, or nil: a body to a scheme that
@@ -41,8 +65,16 @@ public struct PluginScheme: Sendable, Equatable, Codable {
         if needsNetwork { f.append("network") }
         if mayBeRedirectTarget { f.append("redirect-target") }
         if canUpload { f.append("upload") }
+        if carriesCookies { f.append("cookies") }
+        if let defaultPort { f.append("port \(defaultPort)") }
         return f
     }
+}
+
+/// A plugin's declarations, as its factories (in process and isolated) answer the registry.
+extension [PluginScheme] {
+    func defaultPort(for scheme: String) -> Int? { first { $0.name == scheme }?.defaultPort }
+    func carriesCookies(for scheme: String) -> Bool { first { $0.name == scheme }?.carriesCookies ?? false }
 }
 
 /// Turns a checked plugin descriptor into handlers: one factory per descriptor, so a
@@ -83,6 +115,9 @@ public struct PluginHandlerFactory: ProtocolHandlerFactory, @unchecked Sendable 
     }
 
     public func requestIsCacheEquivalent(_ a: Request, _ b: Request) -> Bool { a.url == b.url }
+
+    public func defaultPort(for scheme: String) -> Int? { pluginSchemes.defaultPort(for: scheme) }
+    public func carriesCookies(for scheme: String) -> Bool { pluginSchemes.carriesCookies(for: scheme) }
 
     public func makeHandler(request: Request, cachedResponse: CachedResponse?,
                             client: any ProtocolClient) -> any ProtocolHandler {

@@ -89,23 +89,26 @@ struct PluginChallengeRequest: Sendable {
         return out
     }
 
-    /// The protection space of a challenge raised while loading `url`.
-    func protectionSpace(loading url: URL) -> ProtectionSpace {
+    /// The protection space of a challenge raised while loading `url` for a session of
+    /// `configuration`: the port the URL names, else the one its scheme's handler declares
+    /// (the plugin's own `default_port`, read from its descriptor, never from the challenge).
+    func protectionSpace(loading url: URL, configuration: SessionConfiguration) -> ProtectionSpace {
         let scheme = url.scheme?.lowercased() ?? ""
         return ProtectionSpace(host: url.host ?? "",
-                               port: url.port ?? ProtectionSpace.defaultPort(for: scheme),
+                               port: configuration.port(of: url) ?? 0,
                                protocol: scheme, realm: realm, authenticationMethod: method, serverTrust: serverTrust)
     }
 
     /// The challenge raised while loading `url`. A password the URL carries is the
     /// proposed credential of a password challenge, as for http and ftp.
-    func challenge(loading url: URL, reply: @escaping @Sendable (ChallengeDisposition) -> Void) -> AuthenticationChallenge {
+    func challenge(loading url: URL, configuration: SessionConfiguration,
+                   reply: @escaping @Sendable (ChallengeDisposition) -> Void) -> AuthenticationChallenge {
         var proposed: Credential?
         if method == .default || method == .password,
            let user = url.user(percentEncoded: false), let password = url.password(percentEncoded: false) {
             proposed = Credential(user: user, password: password, persistence: .none)
         }
-        return AuthenticationChallenge(protectionSpace: protectionSpace(loading: url), proposedCredential: proposed,
+        return AuthenticationChallenge(protectionSpace: protectionSpace(loading: url, configuration: configuration), proposedCredential: proposed,
                                        previousFailureCount: previousFailureCount, reply: reply)
     }
 }

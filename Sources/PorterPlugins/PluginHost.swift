@@ -159,9 +159,10 @@ enum PluginHost {
         let asked = PluginChallengeRequest(realm: string(c.realm), method: method,
                                            previousFailureCount: Int(c.previous_failure_count), serverTrust: trust)
         let url = load.request.url
+        let configuration = load.client.context.configuration
         let target = UnsafeSendable((reply, context))
         return load.challenge({ answer in
-            asked.challenge(loading: url, reply: answer)
+            asked.challenge(loading: url, configuration: configuration, reply: answer)
         }, reply: { disposition in
             PluginHost.send(disposition, to: target.value.0, context: target.value.1)
         })

@@ -121,6 +121,7 @@ struct PluginDescription: Codable, Sendable, Equatable {
         if name.isEmpty || version.isEmpty { return "no name or version" }
         if schemes.isEmpty || schemes.count > 64 { return "\(schemes.count) schemes (1 to 64)" }
         if let bad = schemes.first(where: { !PluginLoader.isValidScheme($0.name) }) { return "invalid scheme '\(bad.name)'" }
+        if let why = schemes.lazy.compactMap({ $0.problem(abiMinor: self.abiMinor) }).first { return why }
         if readPaths.count > 32 || writePaths.count > 32 { return "too many declared paths" }
         if let bad = readPaths.first(where: { !Self.acceptable($0, write: false) })
             ?? writePaths.first(where: { !Self.acceptable($0, write: true) }) {

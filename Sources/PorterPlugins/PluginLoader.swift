@@ -420,7 +420,7 @@ public final class PluginLoader: @unchecked Sendable {
         if (table.pause == nil) != (table.resume == nil) { return fail("handler table has only one of pause / resume") }
         var schemes: [PluginScheme] = []
         for i in 0..<d.scheme_count {
-            let s = PluginScheme(list[i])
+            let s = PluginScheme(list[i], abiMinor: Int(d.abi_minor))
             guard isValidScheme(s.name) else {
                 return fail("invalid scheme '\(s.name)' (RFC 3986: lower-case letter, then letters, digits, + - .)")
             }

@@ -270,7 +270,7 @@ final class BackgroundLink: @unchecked Sendable {
         guard let t else { return ack() }
         switch event.kind {
         case .finishedDownloading:
-            guard let named = event.file, let d = t as? DownloadTask else { return ack() }
+            guard let named = event.file, let d = t as? DownloadTask, t.takesFinishedFile() else { return ack() }
             // Only a file in porterd's own folder for this session: whatever is at the
             // socket (an impostor that got there first) must not make the app hand over,
             // or delete, a file of its choosing.
@@ -292,8 +292,9 @@ final class BackgroundLink: @unchecked Sendable {
                 PorterError(.cannotOpenFile, "the background daemon named \($0) as the download, which is not in porterd's own folder for this session: refused",
                             url: t.originalRequest.url)
             }
-            t.completeRemotely(error, statusCode: event.statusCode)
             dequeued(event.task, session)
+            // Exactly once, whatever porterd sends: the task's machine decides.
+            guard t.completeRemotely(error, statusCode: event.statusCode) else { return ack() }
             let delegate = session.taskDelegate
             let waiter = lock.withLock { resumeWaiters.removeValue(forKey: event.task) }
             deliver(session) {

@@ -12,8 +12,7 @@ enum Connectivity {
     static func hasRoute(for url: URL, configuration: SessionConfiguration) -> Bool {
         var host = url.host ?? ""
         // Any port serves a route lookup; 80 stands in for a scheme with no default.
-        var port = url.port ?? ProtectionSpace.defaultPort(for: url.scheme ?? "")
-        if port == 0 { port = 80 }
+        var port = configuration.port(of: url) ?? 80
         if let proxy = configuration.proxies.proxy(for: url), let proxyHost = proxy.host {
             host = proxyHost
             port = proxy.port ?? 1080

@@ -1,5 +1,6 @@
 import Foundation
 import PorterCore
+import PorterEngine
 import Synchronization
 
 /// Progress of a task's transfer, as a value.
@@ -35,6 +36,9 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
         var detachedState: TaskState?
         var currentRequest: Request?
         var earliestBegin: Date?
+        /// A background task's life cycle as this process sees it (nil for a task that
+        /// runs here): what of porterd's reports reaches the application.
+        var mirror: BackgroundMirrorMachine?
     }
 
     init(session: Session, identifier: Int, request: Request, asksResponseDisposition: Bool) {
@@ -70,13 +74,20 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
         self.originalRequest = Request(url: snapshot.url)
         self.remote = link
         self.driver = nil
+        let state = TaskState(backgroundName: snapshot.state)
+        info.withLock {
+            $0.mirror = BackgroundMirrorMachine(state: state)
+            $0.detachedState = state
+        }
         apply(snapshot)
     }
 
-    /// Takes porterd's view of the task (background sessions).
+    /// Takes porterd's view of the task (background sessions). Once the completion was
+    /// delivered the machine drops it: a snapshot still on its way changes nothing.
     func apply(_ snapshot: BackgroundTaskSnapshot) {
         info.withLock {
-            $0.detachedState = TaskState(backgroundName: snapshot.state)
+            guard case .setState(let state)? = $0.mirror?.handle(.snapshot(TaskState(backgroundName: snapshot.state))) else { return }
+            $0.detachedState = state
             $0.received = snapshot.received
             $0.expectedToReceive = snapshot.expected
             $0.sent = snapshot.sent
@@ -85,15 +96,30 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
         }
     }
 
-    func completeRemotely(_ error: PorterError?, statusCode: Int?) {
+    /// porterd says the task ended: true when the delegate is to hear it (the machine
+    /// answers yes once).
+    func completeRemotely(_ error: PorterError?, statusCode: Int?) -> Bool {
         info.withLock {
+            guard $0.mirror?.handle(.completed) == .deliverCompletion else { return false }
             $0.error = error
             $0.detachedState = .completed
             if $0.response == nil, let statusCode {
                 $0.response = Response(url: originalRequest.url, mimeType: nil, expectedContentLength: $0.expectedToReceive,
                                        textEncodingName: nil, statusCode: statusCode)
             }
+            return true
         }
+    }
+
+    /// porterd says the download's file is ready: true when the delegate is to get it
+    /// (never after the completion).
+    func takesFinishedFile() -> Bool {
+        info.withLock { $0.mirror?.handle(.finishedDownloading) == .deliverFile }
+    }
+
+    /// Whether a control of the application goes to porterd (not for a completed task).
+    private func sendsControl() -> Bool {
+        info.withLock { $0.mirror?.handle(.control) == .sendControl }
     }
 
     // MARK: public state
@@ -105,14 +131,17 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
             remote?.describe(taskIdentifier, newValue)
         }
     }
-    /// 0 (low) to 1 (high); a hint handlers may use. In a background session porterd
-    /// starts waiting tasks of higher priority first.
+    /// 0 (low) to 1 (high), 0.5 by default; read when the task's handler starts (handlers
+    /// see it as `Request.priority`). The http and ftp handlers start the loads waiting
+    /// for a connection to a host (`httpMaximumConnectionsPerHost`) in order of it, and
+    /// make it the HTTP/2 stream weight. In a background session porterd starts waiting
+    /// tasks of higher priority first.
     public var priority: Float {
         get { info.withLock { $0.priority } }
         set {
             let p = min(1, max(0, newValue))
             info.withLock { $0.priority = p }
-            remote?.schedule(taskIdentifier, priority: p, earliestBegin: earliestBeginDate)
+            if let remote, sendsControl() { remote.schedule(taskIdentifier, priority: p, earliestBegin: earliestBeginDate) }
         }
     }
     /// Background sessions: porterd does not start the task before this date.
@@ -120,7 +149,7 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
         get { info.withLock { $0.earliestBegin } }
         set {
             info.withLock { $0.earliestBegin = newValue }
-            remote?.schedule(taskIdentifier, priority: priority, earliestBegin: newValue)
+            if let remote, sendsControl() { remote.schedule(taskIdentifier, priority: priority, earliestBegin: newValue) }
         }
     }
     public var state: TaskState { info.withLock { $0.detachedState } ?? driver.state }
@@ -169,16 +198,16 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
     let ownDelegate = Locked(OwnDelegate(nil))
 
     public func resume() {
-        if let remote { return remote.control(taskIdentifier, .resume) }
+        if let remote { return sendsControl() ? remote.control(taskIdentifier, .resume) : () }
         driver.control(.resume, expecting: .running)
     }
     public func suspend() {
-        if let remote { return remote.control(taskIdentifier, .suspend) }
+        if let remote { return sendsControl() ? remote.control(taskIdentifier, .suspend) : () }
         driver.control(.suspend, expecting: .suspended)
     }
     public func cancel() {
         cancelRequested.store(true, ordering: .releasing)
-        if let remote { return remote.control(taskIdentifier, .cancel) }
+        if let remote { return sendsControl() ? remote.control(taskIdentifier, .cancel) : () }
         driver.control(.cancel(producingResumeData: false), expecting: .canceling)
     }
 

@@ -82,6 +82,8 @@ extension TaskDriver {
     /// Makes the handler for the current request and starts it.
     func load(_ request: Request, cachedResponse: CachedResponse?, paused: Bool, generation: UInt64) {
         guard let factory = plannedFactory else { return }
+        var request = request
+        if let owner { request.priority = owner.priority }
         logger.debug("start \(request) with \(factory.name)")
         let client = HandlerClient(driver: self, generation: generation,
                                    context: SessionContext(configuration: session.configuration, sessionIdentifier: session.identifier,
@@ -132,21 +134,21 @@ extension TaskDriver {
         return config.httpShouldSetCookies ? config.cookieStore : nil
     }
 
-    private static func carriesCookies(_ url: URL) -> Bool {
-        let scheme = url.scheme?.lowercased()
-        return scheme == "http" || scheme == "https"
+    /// As the handlers of the URL's scheme declare (`ProtocolHandler.carriesCookies`).
+    private func carriesCookies(_ url: URL) -> Bool {
+        url.scheme.map { session.configuration.carriesCookies(forScheme: $0) } ?? false
     }
 
     /// Each hop (the first request, every redirect) gets the cookies for its own URL.
     private func applyCookies(to request: inout Request) {
-        guard cookiesAutomatic, let store = cookieStore, Self.carriesCookies(request.url) else { return }
+        guard cookiesAutomatic, let store = cookieStore, carriesCookies(request.url) else { return }
         _ = request.setValue(store.cookieHeader(for: request.url, mainDocumentURL: request.mainDocumentURL),
                              forHeader: "Cookie")
     }
 
     /// Set-Cookie of every response, the redirects' included.
     func storeCookies(from response: Response) {
-        guard let store = cookieStore, Self.carriesCookies(response.url) else { return }
+        guard let store = cookieStore, carriesCookies(response.url) else { return }
         let headers = response.headerFields[values: .setCookie]
         guard !headers.isEmpty else { return }
         store.storeCookies(fromHeaders: headers, for: response.url, mainDocumentURL: currentRequest.mainDocumentURL)

@@ -131,6 +131,10 @@ public final class HARReplay: @unchecked Sendable {
     }
 }
 
+private enum HTTPSchemes {
+    static let defaultPort = ["http": 80, "https": 443]
+}
+
 struct ReplayFactory: ProtocolHandlerFactory {
     let replay: HARReplay
     let schemes: Set<String>
@@ -138,6 +142,10 @@ struct ReplayFactory: ProtocolHandlerFactory {
     func canHandle(_ request: Request) -> Bool { true }
     func canonicalRequest(for request: Request) -> Request { request }
     func requestIsCacheEquivalent(_ a: Request, _ b: Request) -> Bool { a.url == b.url }
+    /// A HAR file records HTTP: replayed http and https loads keep HTTP's declarations,
+    /// so a session that replays without the HTTP handler registered still carries cookies.
+    func defaultPort(for scheme: String) -> Int? { HTTPSchemes.defaultPort[scheme] }
+    func carriesCookies(for scheme: String) -> Bool { HTTPSchemes.defaultPort[scheme] != nil }
     func makeHandler(request: Request, cachedResponse: CachedResponse?, client: any ProtocolClient) -> any ProtocolHandler {
         switch replay.answer(for: request) {
         case .failure(let error): return FailingHandler(error: error, client: client)

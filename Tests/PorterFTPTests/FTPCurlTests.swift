@@ -65,7 +65,12 @@ extension FTPTests {
     }
 
     func testFTPSDefaultPortIs990() {
+        let registry = HandlerRegistry()
+        registry.register(FTPHandler.self)
+        XCTAssertEqual(registry.defaultPort(forScheme: "ftps"), 990, "declared by the handler, read through the registry")
+        XCTAssertEqual(registry.defaultPort(forScheme: "FTP"), 21)
+        XCTAssertNil(HandlerRegistry().defaultPort(forScheme: "ftp"), "no handler, no port")
+        Porter.bootstrap()
         XCTAssertEqual(ProtectionSpace.defaultPort(for: "ftps"), 990)
-        XCTAssertEqual(ProtectionSpace.defaultPort(for: "ftp"), 21)
     }
 }

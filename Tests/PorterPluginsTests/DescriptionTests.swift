@@ -5,9 +5,10 @@ import XCTest
 /// the host runs none of the plugin's code, so this is where a forged one stops.
 final class DescriptionTests: XCTestCase {
     private func description(schemes: [String] = ["pok"], reads: [String] = [], writes: [String] = [],
-                             minor: Int = 2, needs: UInt32 = 0) -> PluginDescription {
+                             minor: Int = 2, needs: UInt32 = 0, port: Int? = nil, cookies: Bool = false) -> PluginDescription {
         let list = schemes.map { name in
-            PluginScheme(name: name, needsNetwork: false, mayBeRedirectTarget: false, credentialsPerRequest: false, canUpload: false)
+            PluginScheme(name: name, needsNetwork: false, mayBeRedirectTarget: false, credentialsPerRequest: false, canUpload: false,
+                         defaultPort: port, carriesCookies: cookies)
         }
         return PluginDescription(name: "p", version: "1", schemes: list, readPaths: reads, writePaths: writes,
                                  subscriptions: [], abiMinor: minor, needs: needs)
@@ -27,5 +28,11 @@ final class DescriptionTests: XCTestCase {
         XCTAssertNil(description(minor: 3, needs: UInt32(PORTER_NEED_SSH_AGENT)).problem)
         XCTAssertNotNil(description(minor: 3, needs: 1 << 7).problem)
         XCTAssertNotNil(description(minor: 2, needs: UInt32(PORTER_NEED_SSH_AGENT)).problem)
+        // Declarations (ABI 1.4): a port a URL can name, and only from a 1.4 plugin.
+        XCTAssertNil(description(minor: 4, port: 22, cookies: true).problem)
+        XCTAssertNotNil(description(minor: 4, port: 70_000).problem)
+        XCTAssertNotNil(description(minor: 4, port: 0).problem)
+        XCTAssertNotNil(description(minor: 3, port: 22).problem)
+        XCTAssertNotNil(description(minor: 3, cookies: true).problem)
     }
 }

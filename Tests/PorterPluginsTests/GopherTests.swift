@@ -141,7 +141,7 @@ class GopherTests: XCTestCase {
         chmod(folder.appendingPathComponent("junk.so").path, 0o644)
         let r = try porter(["plugins", "--plugin-path", folder.path])
         XCTAssertEqual(r.status, 0, r.err)
-        XCTAssertTrue(r.out.contains("loaded  \(good)\n        gopher (C example) 1.0.0; schemes: gopher (network)"), r.out)
+        XCTAssertTrue(r.out.contains("loaded  \(good)\n        gopher (C example) 1.0.0; schemes: gopher (network, port 70)"), r.out)
         XCTAssertTrue(r.out.contains("refused \(folder.path)/junk.so\n        stage: open; reason: dlopen failed"), r.out)
         XCTAssertTrue(r.out.contains("refused \(loose)\n        stage: file; reason: the file is writable by others"), r.out)
         // A URL of a scheme no loaded plugin serves points at `porter plugins`.

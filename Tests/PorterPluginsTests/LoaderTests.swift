@@ -94,7 +94,7 @@ final class LoaderTests: XCTestCase {
         try PluginFixture.build("major.so", in: folder, defines: ["ABI_MAJOR=2"])
         let d = try refusal(in: folder, named: "major.so")
         XCTAssertEqual(d?.stage, .abi)
-        XCTAssertTrue(d?.reason.contains("built for ABI 2.3; this host has 1.3") == true, "\(String(describing: d))")
+        XCTAssertTrue(d?.reason.contains("built for ABI 2.4; this host has 1.4") == true, "\(String(describing: d))")
     }
 
     func testNewerMinor() throws {
@@ -102,7 +102,7 @@ final class LoaderTests: XCTestCase {
         try PluginFixture.build("minor.so", in: folder, defines: ["ABI_MINOR=7"])
         let d = try refusal(in: folder, named: "minor.so")
         XCTAssertEqual(d?.stage, .abi)
-        XCTAssertTrue(d?.reason.contains("1.7, newer than this host's 1.3") == true, "\(String(describing: d))")
+        XCTAssertTrue(d?.reason.contains("1.7, newer than this host's 1.4") == true, "\(String(describing: d))")
     }
 
     /// ABI 1.1, 1.2 and 1.3 only appended fields: a plugin built against 1.0 or 1.1 — with

@@ -70,7 +70,8 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         owned.append(UnsafeMutableRawPointer(list))
         for i in 0..<schemeCount {
             let flags = UInt32(input.byte())
-            list[i] = porter_scheme(name: input.cString(into: &owned), flags: flags)
+            let port = UInt16(input.byte()) << 8 | UInt16(input.byte())
+            list[i] = porter_scheme(name: input.cString(into: &owned), flags: flags, default_port: port, reserved: 0)
         }
         d.schemes = UnsafePointer(list)
     }

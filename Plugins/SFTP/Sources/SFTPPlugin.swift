@@ -21,9 +21,9 @@ public enum SFTPPlugin {
     public static let definition = PluginDefinition(
         name: "sftp (libssh2)", version: version,
         schemes: [PluginSchemeDefinition("sftp", flags: UInt32(PORTER_SCHEME_NEEDS_NETWORK)
-                                                    | UInt32(PORTER_SCHEME_CAN_UPLOAD)),
+                                                    | UInt32(PORTER_SCHEME_CAN_UPLOAD), defaultPort: 22),
                   PluginSchemeDefinition("scp", flags: UInt32(PORTER_SCHEME_NEEDS_NETWORK)
-                                                   | UInt32(PORTER_SCHEME_CAN_UPLOAD))],
+                                                   | UInt32(PORTER_SCHEME_CAN_UPLOAD), defaultPort: 22)],
         // Keys and known_hosts (read only: an unknown host key is a challenge, never
         // written down here).
         readPaths: ["~/.ssh"],

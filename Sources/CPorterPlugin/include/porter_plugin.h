@@ -9,8 +9,11 @@
  * PORTER_SCHEME_CREDENTIALS_PER_REQUEST; 1.3 appended the descriptor's `needs`
  * (PORTER_NEED_*), `porter_host.connect_service` (a connection to a local service such as
  * the user's ssh agent, made by the host and handed over as a descriptor: an isolated
- * plugin cannot open a Unix socket itself) and PORTER_ERR_UNSUPPORTED_CONFIGURATION.
- * A 1.0, 1.1 or 1.2 plugin loads unchanged.
+ * plugin cannot open a Unix socket itself) and PORTER_ERR_UNSUPPORTED_CONFIGURATION;
+ * 1.4 gave each scheme its declarations as curl's handler table has them:
+ * `porter_scheme.default_port` (in what was padding after `flags`) and
+ * PORTER_SCHEME_CARRIES_COOKIES. A 1.0 to 1.3 plugin loads unchanged (its schemes
+ * declare no default port and carry no cookies: the host does not read those bytes).
  *
  * ----------------------------------------------------------------------------------
  * Where a plugin runs
@@ -89,7 +92,7 @@ extern "C" {
 #endif
 
 #define PORTER_PLUGIN_ABI_MAJOR 1
-#define PORTER_PLUGIN_ABI_MINOR 3
+#define PORTER_PLUGIN_ABI_MINOR 4
 
 /* The name of the one exported function. */
 #define PORTER_PLUGIN_ENTRY_SYMBOL "porter_plugin_entry"
@@ -160,6 +163,12 @@ enum {
  * with a body to a scheme without this flag fails with PORTER_ERR_UNSUPPORTED_URL before
  * `start` is called. */
 #define PORTER_SCHEME_CAN_UPLOAD             (1u << 3)
+/* 1.4. Loads of the scheme carry the session's cookies, as HTTP's do: the host puts
+ * the cookies for the request's URL in its "Cookie" header field before `start`, and
+ * stores the Set-Cookie fields of each response (and redirect response) the plugin
+ * reports, as the session's cookie settings allow. Without it (and always from a
+ * plugin built for 1.3 or older) a load neither sends nor stores cookies. */
+#define PORTER_SCHEME_CARRIES_COOKIES        (1u << 4)
 
 /* ---------------------------------------------------------------------------------
  * Local services (1.3): what a plugin may ask the host to connect it to with
@@ -184,9 +193,10 @@ enum {
 /* One header field, or one request property (name = key).
  *
  * Frozen: `porter_field` and `porter_scheme` are array elements without a struct_size,
- * so they never change. Should either ever need a field, the struct that holds the
- * array gains an element-size field first (e.g. `scheme_size` in the descriptor) in a
- * minor version, and readers step through the array by that size. */
+ * so their size never changes (1.4 only named `porter_scheme`'s padding, read from 1.4
+ * plugins only). Should either ever need more, the struct that holds the array gains
+ * an element-size field first (e.g. `scheme_size` in the descriptor) in a minor
+ * version, and readers step through the array by that size. */
 typedef struct porter_field {
     const char *name;
     const char *value;
@@ -467,11 +477,31 @@ typedef struct porter_handler_vtable {
     void (*resume)(void *load);
 } porter_handler_vtable;
 
-/* One scheme the plugin serves. */
+/* One scheme the plugin serves, with what it declares about it (as curl's handler
+ * table declares `defport` and flags): the host reads these instead of knowing schemes.
+ *
+ * 1.4 put `default_port` where a 64-bit build had 4 bytes of padding after `flags`, so
+ * the element's size and the array's stride did not change (the static assertion
+ * below holds it). The host reads `default_port` only from a plugin built for 1.4 or
+ * newer: an older plugin's padding was never written and may hold anything. */
 typedef struct porter_scheme {
     const char *name;    /* lower case; RFC 3986: a letter, then letters, digits, + - . */
     uint32_t flags;      /* PORTER_SCHEME_* */
+    /* 1.4: the port a URL of this scheme means when it names none (sftp: 22, gopher:
+     * 70), or 0 for none. The host builds the protection space of the plugin's
+     * challenges with it (so a credential saved for sftp://host/ answers sftp://host:22/),
+     * and route checks and telemetry report it. */
+    uint16_t default_port;
+    uint16_t reserved;   /* 0 */
 } porter_scheme;
+
+#if defined(__LP64__) || defined(_LP64)
+#ifdef __cplusplus
+static_assert(sizeof(porter_scheme) == 16, "porter_scheme must keep the 1.0 stride");
+#else
+_Static_assert(sizeof(porter_scheme) == 16, "porter_scheme must keep the 1.0 stride");
+#endif
+#endif
 
 typedef struct porter_plugin_descriptor {
     uint32_t struct_size;   /* sizeof(porter_plugin_descriptor) */

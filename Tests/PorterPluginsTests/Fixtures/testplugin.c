@@ -17,6 +17,8 @@
  *   /refuse         start() refuses with PORTER_ERR_NO_PERMISSIONS_TO_READ_FILE
  *   /counters       the plugin's counters as text (works in process and in a worker)
  *   /events         the event log (see -DEVENTS)
+ *   /cookie         Set-Cookie "plugin=baked"; body "cookie=" and the request's Cookie
+ *                   field ("-" when it has none)
  *
  * Faults of a plugin at work (issue 13), each the body's doing or the process's end:
  *   /crash-start    SIGSEGV inside start()
@@ -70,6 +72,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #ifdef CRASH_CONSTRUCTOR
@@ -248,6 +251,30 @@ static void *run(void *arg) {
     }
     if (strcmp(path, "/hello") == 0) {
         body_text(l, "hello from " SCHEME);
+    } else if (strcmp(path, "/cookie") == 0) {
+        /* Every Cookie field, joined (the host may split the header into crumbs, one
+         * cookie each, as HTTP/2 does). */
+        char text[512] = "cookie=";
+        size_t used = strlen(text), start = used;
+        for (size_t i = 0; i < l->request->header_count; i++) {
+            if (strcasecmp(l->request->headers[i].name, "Cookie") != 0) continue;
+            snprintf(text + used, sizeof text - used, "%s%s", used > start ? "; " : "", l->request->headers[i].value);
+            used = strlen(text);
+        }
+        if (used == start) snprintf(text + used, sizeof text - used, "-");
+        porter_response r;
+        memset(&r, 0, sizeof r);
+        r.struct_size = sizeof r;
+        r.mime_type = "text/plain";
+        r.expected_length = (int64_t)strlen(text);
+        r.status_code = -1;
+        r.resume_offset = -1;
+        porter_field headers[1] = {{"Set-Cookie", "plugin=baked; Path=/"}};
+        r.headers = headers;
+        r.header_count = 1;
+        host->did_receive_response(l->client, &r);
+        host->did_load_data(l->client, text, strlen(text));
+        host->did_finish(l->client);
     } else if (strcmp(path, "/counters") == 0) {
         char text[256];
         snprintf(text, sizeof text, "full_loads=%d validations=%d pauses=%d live=%d late=%d flooded=%d",
@@ -733,7 +760,10 @@ static const porter_scheme schemes[] = {
 #ifndef SCHEME_FLAGS
 #define SCHEME_FLAGS (PORTER_SCHEME_REDIRECT_TARGET | PORTER_SCHEME_CAN_UPLOAD)
 #endif
-    {SCHEME, SCHEME_FLAGS},
+#ifndef DEFAULT_PORT
+#define DEFAULT_PORT 0
+#endif
+    {SCHEME, SCHEME_FLAGS, DEFAULT_PORT, 0},
 #endif
 };
 
