@@ -141,9 +141,9 @@ final class IsolationTests: XCTestCase {
         XCTAssertTrue(eventually { task.countOfBytesReceived == 1 }, "the plugin's first byte")
         let pid = try XCTUnwrap(ptestStatus()?.workerPID)
         task.cancel()
-        XCTAssertTrue(eventually(2) { task.state == .completed && task.error != nil })
+        XCTAssertTrue(eventually(60) { task.state == .completed && task.error != nil })
         XCTAssertEqual(task.error?.code, .cancelled)
-        XCTAssertTrue(eventually(5) { kill(pid, 0) != 0 }, "the worker stuck in stop was not killed")
+        XCTAssertTrue(eventually(60) { kill(pid, 0) != 0 }, "the worker stuck in stop was not killed")
         try await assertStillServing()
 
         let control = session(Self.inProcess).dataTask(with: URL(string: "ptest://h/hang-stop")!)
@@ -306,7 +306,7 @@ final class IsolationTests: XCTestCase {
         let workerAliveAtTheEnd = kill(pid, 0) == 0
         XCTAssertEqual((ended as? PorterError)?.code, .cancelled, "\(String(describing: ended))")
         XCTAssertTrue(workerAliveAtTheEnd, "the cancel waited on the worker (\(Date().timeIntervalSince(started)) s)")
-        XCTAssertTrue(eventually(5) { kill(pid, 0) != 0 }, "the worker stuck in pause was not killed at the stop timeout")
+        XCTAssertTrue(eventually(60) { kill(pid, 0) != 0 }, "the worker stuck in pause was not killed at the stop timeout")
         try await assertStillServing()
     }
 
