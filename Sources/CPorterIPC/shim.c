@@ -465,3 +465,31 @@ int porter_ipc_connect_now(const char *path) {
 int porter_ipc_release_free_memory(void) {
     return malloc_trim(0);
 }
+
+int porter_ipc_wait_exit(pid_t pid, int timeout_ms, int *status) {
+    /* The exit is an event: a pidfd becomes readable when the process ends. Without one
+     * (an old kernel), poll waitpid every 10 ms up to the same deadline. */
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    struct timespec now, end;
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    end.tv_sec += timeout_ms / 1000;
+    end.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (end.tv_nsec >= 1000000000L) { end.tv_sec += 1; end.tv_nsec -= 1000000000L; }
+    int result = 0;
+    for (;;) {
+        pid_t r = waitpid(pid, status, WNOHANG);
+        if (r == pid) { result = 1; break; }
+        if (r < 0 && errno != EINTR) { result = -1; break; }
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long long left = (long long)(end.tv_sec - now.tv_sec) * 1000 + (end.tv_nsec - now.tv_nsec) / 1000000;
+        if (left <= 0) break;
+        if (pidfd >= 0) {
+            struct pollfd p = { .fd = pidfd, .events = POLLIN, .revents = 0 };
+            (void)poll(&p, 1, left > 1000 ? 1000 : (int)left);
+        } else {
+            usleep(10000);
+        }
+    }
+    if (pidfd >= 0) close(pidfd);
+    return result;
+}

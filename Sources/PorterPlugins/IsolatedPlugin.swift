@@ -185,6 +185,10 @@ final class WorkerProcess: @unchecked Sendable {
     static let outboundLimit = 16 << 20
     /// Larger than a data frame: a request with big header fields still fits.
     static let maximumPayload = 4 << 20
+    /// How long a worker whose connection closed may take to exit before it is killed
+    /// and reported as "closed its connection": only a worker that closed its socket and
+    /// lives on waits this long; an exit ends the wait at once.
+    static let exitWaitMilliseconds: Int32 = 30_000
 
     /// The copier of the worker's stderr (nil when no pipe could be made).
     private let stderrCopy: WorkerStderr?
@@ -418,16 +422,14 @@ final class WorkerProcess: @unchecked Sendable {
         }
         channel.close()
         dropOutbound()
-        // The exit status says why; wait for it briefly (a worker that closed its socket
-        // is exiting), then make sure.
+        // The exit status says why. A worker whose connection closed is exiting (the kernel
+        // closes its socket as it goes, or it was killed): wait for that exit as an event,
+        // with a deadline that only bounds a worker that closed its socket and lives on — a
+        // short one would, under load, report a crash as "closed its connection".
         var status: Int32 = 0
-        var exited = false
-        for _ in 0..<100 {
-            let r = waitpid(pid, &status, WNOHANG)
-            if r == pid { exited = true; break }
-            if r < 0 && errno != EINTR { break }
-            usleep(10_000)
-        }
+        // A worker the host killed is reported by that reason, whatever its status: a short
+        // wait, so one stuck in the kernel does not hold this thread (it is reaped off it).
+        let exited = porter_ipc_wait_exit(pid, killed == nil ? Self.exitWaitMilliseconds : 1000, &status) == 1
         if !exited {
             _ = lock.withLock { Glibc.kill(pid, SIGKILL) }
         }

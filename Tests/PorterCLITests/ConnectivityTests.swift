@@ -29,7 +29,7 @@ final class ConnectivityTests: XCTestCase {
         // hangs until its timeout, which is no test of waiting for a route.)
         server = try startProcess("/usr/sbin/ip", ["netns", "exec", ns, "/usr/bin/python3", "-m", "http.server", String(port),
                                                    "--bind", "127.0.0.1", "--directory", site])
-        XCTAssertTrue(eventually(10) {
+        XCTAssertTrue(eventually(60) {
             ((try? runProcess("/usr/sbin/ip", ["netns", "exec", ns, "/usr/bin/ss", "-ltnH"]).stdout) ?? "").contains("127.0.0.1:\(port)")
         }, "the server in the namespace did not start")
     }
@@ -50,11 +50,10 @@ final class ConnectivityTests: XCTestCase {
         try runProcess("/usr/sbin/ip", ["netns", "exec", ns, porterBinary] + args)
     }
 
+    /// Failed by the connect (7), not by the resource timeout (28): it did not wait.
     func testWithoutWaitingNoRouteFailsAtOnce() throws {
-        let start = Date()
-        let r = try porterInNamespace(["-sS", url])
+        let r = try porterInNamespace(["-sS", "--max-time", "600", url])
         XCTAssertEqual(r.status, 7, "curl's 7: cannot connect: \(r.stderr)")
-        XCTAssertLessThan(Date().timeIntervalSince(start), 20)
     }
 
     func testWaitsForTheRouteThenLoads() throws {
@@ -63,19 +62,20 @@ final class ConnectivityTests: XCTestCase {
         _ = FileManager.default.createFile(atPath: out, contents: nil)
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/usr/sbin/ip")
-        p.arguments = ["netns", "exec", ns, porterBinary, "-v", "--wait-for-connectivity", "--max-time", "60", url]
+        p.arguments = ["netns", "exec", ns, porterBinary, "-v", "--wait-for-connectivity", "--max-time", "600", url]
         p.standardError = FileHandle(forWritingAtPath: err)
         p.standardOutput = FileHandle(forWritingAtPath: out)
         try p.run()
-        XCTAssertTrue(eventually(15) {
+        XCTAssertTrue(eventually(60) {
             ((try? String(contentsOfFile: err, encoding: .utf8)) ?? "").contains("waiting for connectivity")
         }, "porter did not report waiting: \((try? String(contentsOfFile: err, encoding: .utf8)) ?? "")")
+        // A lower bound only: on a slow machine this can only pass more easily.
         usleep(700_000)
         XCTAssertTrue(p.isRunning, "a waiting task must not fail while there is no route")
-        let up = Date()
         try setLoopback(up: true)
-        XCTAssertTrue(eventually(10) { !p.isRunning }, "the task did not start when the route appeared")
-        XCTAssertLessThan(Date().timeIntervalSince(up), 30, "started by the route change, not by --max-time's end")
+        // Ended long before --max-time (600 s) could end it, and with success (below): the
+        // route change started it — an order of events, not a timing.
+        XCTAssertTrue(eventually(120) { !p.isRunning }, "the task did not start when the route appeared")
         p.waitUntilExit()
         XCTAssertEqual(p.terminationStatus, 0, (try? String(contentsOfFile: err, encoding: .utf8)) ?? "")
         XCTAssertEqual(try String(contentsOfFile: out, encoding: .utf8), "hello from the namespace\n")
@@ -89,8 +89,10 @@ final class ConnectivityTests: XCTestCase {
         let took = Date().timeIntervalSince(start)
         XCTAssertEqual(r.status, 28, "curl's 28: timed out: \(r.stderr)")
         XCTAssertTrue(r.stderr.contains("waited for connectivity"), r.stderr)
+        // The behaviour is a time limit: not before it, and (a bound on a hang only, 20× the
+        // limit, since a loaded machine is slow) not forever after it.
         XCTAssertGreaterThanOrEqual(took, 1.4)
-        XCTAssertLessThan(took, 8)
+        XCTAssertLessThan(took, 30)
     }
 
     /// A name that cannot be looked up while no name server is reachable is the network's
@@ -120,9 +122,7 @@ final class ConnectivityTests: XCTestCase {
     /// A route exists and nothing listens: the refusal is the answer, not a reason to wait.
     func testARefusingServerIsNotWaitedFor() throws {
         try setLoopback(up: true)
-        let start = Date()
-        let r = try porterInNamespace(["-sS", "--wait-for-connectivity", "--max-time", "30", "http://127.0.0.1:\(port + 1)/"])
-        XCTAssertEqual(r.status, 7, r.stderr)
-        XCTAssertLessThan(Date().timeIntervalSince(start), 20, "a wait would last --max-time's 30 s")
+        let r = try porterInNamespace(["-sS", "--wait-for-connectivity", "--max-time", "600", "http://127.0.0.1:\(port + 1)/"])
+        XCTAssertEqual(r.status, 7, "refused (7), not timed out after a wait (28): \(r.stderr)")
     }
 }

@@ -33,7 +33,7 @@ final class BackgroundMethodTests: DaemonTestCase {
         while completed < 2, Date() < end {
             if recorder.completed.wait(timeout: .now() + 1) == .success { completed += 1 }
         }
-        XCTAssertEqual(completed, 2, recorder.lock.withLock { recorder.order }.joined(separator: ", "))
+        XCTAssertEqual(completed, 2, recorder.order.joined(separator: ", "))
         XCTAssertEqual(bad.error?.code, .badURL, "\(String(describing: bad.error))")
         XCTAssertEqual(bad.state, .completed)
         XCTAssertNil(good.error, "\(String(describing: good.error))")

@@ -10,14 +10,6 @@ extension DaemonTestCase {
         URL(fileURLWithPath: porterBinary).deletingLastPathComponent().appendingPathComponent("BackgroundApp").path
     }
 
-    func waitFor(_ seconds: Double, _ condition: () -> Bool) -> Bool {
-        let end = Date().addingTimeInterval(seconds)
-        while Date() < end {
-            if condition() { return true }
-            usleep(50_000)
-        }
-        return condition()
-    }
 
     var daemonLog: String { (try? String(contentsOfFile: home + "/state/porter/porterd.log", encoding: .utf8)) ?? "" }
 }
@@ -104,7 +96,7 @@ final class DaemonBoundaryTests: DaemonTestCase {
     func testASandboxedProcessIsRefused() throws {
         let session = Session(configuration: .background(identifier: "owner"), delegate: BackgroundRecorder())
         defer { session.finishTasksAndInvalidate() }
-        XCTAssertTrue(waitFor(10) { FileManager.default.fileExists(atPath: socket) })
+        XCTAssertTrue(eventually { FileManager.default.fileExists(atPath: socket) })
         let client = try sandboxedClient()
         let confined = try runProcess(client, [socket, "sandboxed"])
         XCTAssertEqual(confined.status, 0, confined.stdout + confined.stderr)
@@ -130,7 +122,7 @@ final class DaemonBoundaryTests: DaemonTestCase {
         let task = session.downloadTask(with: URL(string: nginx.http + "/medium.bin")!)
         task.resume()
         session.finishTasksAndInvalidate()
-        XCTAssertTrue(waitFor(30) { daemonLog.contains("session shell: events wait and no process holds it") }, daemonLog)
+        XCTAssertTrue(eventually { daemonLog.contains("session shell: events wait and no process holds it") }, daemonLog)
         XCTAssertFalse(daemonLog.contains("ran [\"/bin/sh\""), daemonLog)
         XCTAssertTrue(daemonLog.contains("a launch command may only run the attaching program itself"), daemonLog)
         XCTAssertFalse(FileManager.default.fileExists(atPath: pwned))
@@ -148,7 +140,7 @@ final class DaemonBoundaryTests: DaemonTestCase {
         let intruder = Session(configuration: config, delegate: BackgroundRecorder())
         XCTAssertEqual(intruder.allTasks.count, 1, "the app's task is still running while the intruder holds the session")
         intruder.finishTasksAndInvalidate()
-        XCTAssertTrue(waitFor(30) { (try? String(contentsOfFile: marks, encoding: .utf8)) == "owned\n" }, daemonLog)
+        XCTAssertTrue(eventually { (try? String(contentsOfFile: marks, encoding: .utf8)) == "owned\n" }, daemonLog)
         XCTAssertFalse(FileManager.default.fileExists(atPath: pwned))
         XCTAssertTrue(daemonLog.contains("may not change the launch command"), daemonLog)
     }
@@ -183,7 +175,7 @@ final class DaemonBoundaryTests: DaemonTestCase {
         c.close()
         XCTAssertEqual(answers, ["refused: a connection lists only the tasks of its own session"])
         XCTAssertTrue(listed.isEmpty, "\(listed)")
-        XCTAssertEqual(recorder.completed.wait(timeout: .now() + 30), .success)
+        XCTAssertEqual(recorder.completed.wait(timeout: .now() + 120), .success)
         XCTAssertNil(recorder.completions[task.taskIdentifier] ?? nil, "the other session's cancel did not reach the task")
         XCTAssertEqual(recorder.files[task.taskIdentifier]?.count, NginxFixture.mediumSize)
         let after = try c2list("victim")
@@ -230,7 +222,7 @@ final class DaemonBoundaryTests: DaemonTestCase {
             let task = session.downloadTask(withResumeData: forged)
             task.resume()
             while recorder.completions[task.taskIdentifier] == nil {
-                XCTAssertEqual(recorder.completed.wait(timeout: .now() + 30), .success)
+                XCTAssertEqual(recorder.completed.wait(timeout: .now() + 120), .success)
             }
             XCTAssertNil(recorder.completions[task.taskIdentifier] ?? nil, named)
             XCTAssertEqual(recorder.files[task.taskIdentifier], Data((0..<NginxFixture.mediumSize).map { NginxFixture.bigByte($0) }), named)
@@ -276,7 +268,7 @@ final class DaemonBoundaryTests: DaemonTestCase {
         impostor.start()
         let recorder = BackgroundRecorder()
         let session = Session(configuration: .background(identifier: "fooled"), delegate: recorder)
-        XCTAssertEqual(recorder.completed.wait(timeout: .now() + 20), .success)
+        XCTAssertEqual(recorder.completed.wait(timeout: .now() + 120), .success)
         XCTAssertNil(recorder.files[7] ?? nil, "the impostor's file was not handed to the delegate")
         XCTAssertEqual(try? Data(contentsOf: URL(fileURLWithPath: victim)), Data("keep me\n".utf8), "not deleted")
         let error = recorder.completions[7] ?? nil
@@ -337,10 +329,10 @@ final class DaemonBoundaryTests: DaemonTestCase {
                                                 attributes: [.posixPermissions: 0o700])
         let impostor = try startProcess(binary, [socket, out])
         defer { if impostor.isRunning { impostor.terminate() } }
-        XCTAssertTrue(waitFor(10) { FileManager.default.fileExists(atPath: out + ".ready") })
+        XCTAssertTrue(eventually { FileManager.default.fileExists(atPath: out + ".ready") })
         let session = Session(configuration: .background(identifier: "phished"), delegate: BackgroundRecorder())
         defer { session.invalidateAndCancel() }
-        XCTAssertTrue(waitFor(20) { FileManager.default.fileExists(atPath: out) })
+        XCTAssertTrue(eventually { FileManager.default.fileExists(atPath: out) })
         XCTAssertEqual(try String(contentsOfFile: out, encoding: .utf8), "EOF before hello")
     }
 
@@ -372,7 +364,7 @@ final class DaemonBoundaryTests: DaemonTestCase {
         env.merge(withoutProxies) { a, _ in a }
         let queued = try runProcess(porterBinary, ["--background", "legacy", "-o", home + "/l.bin", nginx.http + "/medium.bin"], environment: env)
         XCTAssertEqual(queued.status, 0, queued.stderr)
-        XCTAssertTrue(waitFor(30) { daemonLog.contains("session legacy: events wait and no process holds it") || daemonLog.contains("ran [") }, daemonLog)
+        XCTAssertTrue(eventually { daemonLog.contains("session legacy: events wait and no process holds it") || daemonLog.contains("ran [") }, daemonLog)
         XCTAssertFalse(daemonLog.contains("ran [\"/bin/sh\""), daemonLog)
         XCTAssertFalse(FileManager.default.fileExists(atPath: pwned))
     }

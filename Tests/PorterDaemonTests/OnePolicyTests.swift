@@ -62,7 +62,7 @@ final class OnePolicyTests: DaemonTestCase {
             result.withLock { $0 = (url.flatMap { try? Data(contentsOf: $0) }, error) }
             done.signal()
         }.resume()
-        XCTAssertEqual(done.wait(timeout: .now() + 30), .success, "the resumed download ends")
+        XCTAssertEqual(done.wait(timeout: .now() + 120), .success, "the resumed download ends")
         session.finishTasksAndInvalidate()
         return result.current
     }
@@ -147,11 +147,11 @@ final class OnePolicyTests: DaemonTestCase {
         let session = Session(configuration: .background(identifier: "splice"), delegate: recorder)
         let task = session.downloadTask(with: URL(string: liar + "/v?stall-daemon")!)
         task.resume()
-        XCTAssertTrue(waitUntil(30) { recorder.received(task.taskIdentifier) >= 1000 }, "porterd has the first 1000 bytes")
+        XCTAssertTrue(eventually { recorder.received(task.taskIdentifier) >= 1000 }, "porterd has the first 1000 bytes")
         task.suspend()
         task.resume()
         while recorder.completions[task.taskIdentifier] == nil {
-            XCTAssertEqual(recorder.completed.wait(timeout: .now() + 30), .success, "\(recorder.order)")
+            XCTAssertEqual(recorder.completed.wait(timeout: .now() + 120), .success, "\(recorder.order)")
         }
         XCTAssertEqual(recorder.completions[task.taskIdentifier].map { $0 == nil }, true, "\(recorder.completions)")
         XCTAssertEqual(recorder.files[task.taskIdentifier], Data(repeating: UInt8(ascii: "a"), count: 2000),

@@ -159,7 +159,7 @@ final class FileHandlerTests: XCTestCase {
         config.downloadDirectory = dir
         let first = ResumeRecorder(cancelAt: 2 << 20)
         Session(configuration: config, delegate: first).downloadTask(with: url).resume()
-        XCTAssertEqual(first.done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(first.done.wait(timeout: .now() + 120), .success)
         XCTAssertEqual(first.error?.code, .cancelled)
         let resumeData = try XCTUnwrap(first.resumeData)
         let info = try ResumeData(data: resumeData)
@@ -168,7 +168,7 @@ final class FileHandlerTests: XCTestCase {
 
         let second = ResumeRecorder(cancelAt: nil)
         Session(configuration: config, delegate: second).downloadTask(withResumeData: resumeData).resume()
-        XCTAssertEqual(second.done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(second.done.wait(timeout: .now() + 120), .success)
         XCTAssertNil(second.error)
         XCTAssertEqual(second.resumedAt, info.bytesReceived, "the file handler honoured the offset")
         XCTAssertEqual(second.file, original)
@@ -177,12 +177,12 @@ final class FileHandlerTests: XCTestCase {
         // The file changes: the validator no longer matches and the download starts over.
         let third = ResumeRecorder(cancelAt: 1 << 20)
         Session(configuration: config, delegate: third).downloadTask(with: url).resume()
-        XCTAssertEqual(third.done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(third.done.wait(timeout: .now() + 120), .success)
         let changed = Data(repeating: 9, count: 3 << 20)
         try changed.write(to: url)
         let fourth = ResumeRecorder(cancelAt: nil)
         Session(configuration: config, delegate: fourth).downloadTask(withResumeData: try XCTUnwrap(third.resumeData)).resume()
-        XCTAssertEqual(fourth.done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(fourth.done.wait(timeout: .now() + 120), .success)
         XCTAssertNil(fourth.resumedAt)
         XCTAssertEqual(fourth.file, changed)
     }
@@ -237,7 +237,7 @@ final class FileHandlerTests: XCTestCase {
         XCTAssertEqual(mkfifo(fifo, 0o600), 0)
         let received = readFIFOInBackground(fifo)
         _ = try await session.upload(for: Request(url: URL(fileURLWithPath: fifo)), from: Data("into the fifo".utf8))
-        for _ in 0..<500 where received.current.count < 13 { usleep(10_000) }
+        _ = eventually { received.current.count >= 13 }
         XCTAssertEqual(received.current, Data("into the fifo".utf8))
         var st = stat()
         XCTAssertEqual(lstat(fifo, &st), 0)

@@ -260,7 +260,7 @@ final class ProxyAuthenticationTests: XCTestCase {
             XCTAssertTrue(space.isProxy)
             XCTAssertEqual(space.port, squid.port)
             XCTAssertEqual(space.realm, realmName)
-            XCTAssertTrue(eventually(10) { self.squid.log("access.log").contains("/index.txt \(user) ") }, squid.log("access.log"))
+            XCTAssertTrue(eventually(60) { self.squid.log("access.log").contains("/index.txt \(user) ") }, squid.log("access.log"))
         }
 
         // A wrong Basic password: asked again with previousFailureCount 1, then the 407.
@@ -281,7 +281,7 @@ final class ProxyAuthenticationTests: XCTestCase {
         XCTAssertEqual(response.statusCode, 200, String(squid.log("cache.log").suffix(800)))
         XCTAssertEqual(String(decoding: data, as: UTF8.self), "open area\n")
         XCTAssertEqual(d.methods, [.negotiate])
-        XCTAssertTrue(eventually(10) { self.squid.log("access.log").contains("/index.txt alice@PORTER.TEST ") }, squid.log("access.log"))
+        XCTAssertTrue(eventually(60) { self.squid.log("access.log").contains("/index.txt alice@PORTER.TEST ") }, squid.log("access.log"))
 
         // Without a ticket, with nothing else to answer: Negotiate fails, Digest and Basic
         // have no credential, and the 407 is the response.

@@ -215,6 +215,12 @@ final class HTTPHandlerTests: XCTestCase {
         return text.split(separator: "\n").map(String.init).filter { $0.contains(" \(path) ") }
     }
 
+    /// Lines in one of nginx's logs (responses that went out): a process is killed once it
+    /// has got this far, not after a fixed time.
+    private func logLineCount(_ name: String) -> Int {
+        ((try? String(contentsOfFile: nginx.dir + "/logs/" + name, encoding: .utf8)) ?? "").split(separator: "\n").count
+    }
+
     func testFreshResponsesComeFromTheCache() async throws {
         let metrics = FetchTypes()
         let s = Session(configuration: config { $0.responseCache = HTTPCache() }, delegate: metrics)
@@ -254,7 +260,7 @@ final class HTTPHandlerTests: XCTestCase {
         let s = Session(configuration: config { $0.responseCache = cache }, delegate: refuse)
         for _ in 0..<2 {
             s.dataTask(with: url(nginx.http + "/cache/fresh.txt?refused")).resume()
-            XCTAssertEqual(refuse.done.wait(timeout: .now() + 10), .success)
+            XCTAssertEqual(refuse.done.wait(timeout: .now() + 120), .success)
         }
         XCTAssertEqual(cache.count, 0)
         XCTAssertEqual(cacheLog("/cache/fresh.txt?refused").count, 2, "nothing stored, so both went to nginx")
@@ -386,8 +392,9 @@ final class HTTPHandlerTests: XCTestCase {
         // SIGKILL while filling the cache.
         let list = home + "/urls.txt"
         try (0..<5000).map { nginx.http + "/cache/fresh.txt?k=\($0)" }.joined(separator: "\n").write(toFile: list, atomically: true, encoding: .utf8)
+        let logged = logLineCount("cache.log")
         let p = try startProcess(porterBinary, ["-s", "--cache", "--url-list", list, "--concurrency", "8"], environment: env)
-        Thread.sleep(forTimeInterval: 0.8)
+        XCTAssertTrue(eventually { self.logLineCount("cache.log") >= logged + 100 }, "the filling did not start")
         kill(p.processIdentifier, SIGKILL)
         p.waitUntilExit()
         let cache = try HTTPCache(diskCapacity: 256 << 20, directory: home + "/porter/http")
@@ -532,8 +539,9 @@ final class HTTPHandlerTests: XCTestCase {
         // kill -9 mid-write.
         let list = data + "/urls.txt"
         try (100..<20_100).map { nginx.http + "/cookie/n?n=\($0)" }.joined(separator: "\n").write(toFile: list, atomically: true, encoding: .utf8)
+        let setBefore = logLineCount("cookie.log")
         let writer = try spawn(["-s", "--cookie-store", "--url-list", list, "--concurrency", "8"])
-        Thread.sleep(forTimeInterval: 0.8)
+        XCTAssertTrue(eventually { self.logLineCount("cookie.log") >= setBefore + 100 }, "the writing did not start")
         kill(writer.processIdentifier, SIGKILL)
         writer.waitUntilExit()
         let reopened = try PersistentCookieStore(path: path)
@@ -789,7 +797,7 @@ final class HTTPHandlerTests: XCTestCase {
         let p = Progress()
         let s = Session(configuration: config(), delegate: p)
         s.uploadTask(with: Request(url: url(nginx.http + "/echo"), method: "POST"), from: payload).resume()
-        XCTAssertEqual(p.done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(p.done.wait(timeout: .now() + 120), .success)
         XCTAssertEqual(p.lock.withLock { p.body }, Data("POST ".utf8) + payload)
         XCTAssertEqual(p.lock.withLock { p.sent }, Int64(payload.count))
 
@@ -802,7 +810,7 @@ final class HTTPHandlerTests: XCTestCase {
         streamed.stream = { DataBodyStream(Data("streamed, chunked".utf8)) }
         let s2 = Session(configuration: config(), delegate: streamed)
         s2.uploadTask(withStreamedRequest: Request(url: url(nginx.http + "/echo"), method: "POST")).resume()
-        XCTAssertEqual(streamed.done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(streamed.done.wait(timeout: .now() + 120), .success)
         XCTAssertEqual(text(streamed.lock.withLock { streamed.body }), "POST streamed, chunked")
     }
 
@@ -846,18 +854,18 @@ final class HTTPHandlerTests: XCTestCase {
         let upload = Upload()
         let s = Session(configuration: config(), delegate: upload)
         s.uploadTask(withStreamedRequest: Request(url: url(nginx.http + "/echo"), method: "POST")).resume()
-        XCTAssertEqual(upload.stream.firstRead.wait(timeout: .now() + 30), .success)
-        XCTAssertEqual(upload.stream.blocked.wait(timeout: .now() + 30), .success, "the stream is in its slow read")
+        XCTAssertEqual(upload.stream.firstRead.wait(timeout: .now() + 120), .success)
+        XCTAssertEqual(upload.stream.blocked.wait(timeout: .now() + 120), .success, "the stream is in its slow read")
         let got = Locked<String?>(nil)
         let fetched = DispatchSemaphore(value: 0)
         s.dataTask(with: Request(url: url(nginx.http + "/index.html"))) { data, _, _ in
             got.withLock { $0 = data.map { String(decoding: $0, as: UTF8.self) } }
             fetched.signal()
         }.resume()
-        XCTAssertEqual(fetched.wait(timeout: .now() + 30), .success, "the GET waited for the blocked stream")
+        XCTAssertEqual(fetched.wait(timeout: .now() + 120), .success, "the GET waited for the blocked stream")
         XCTAssertEqual(got.current, "hello from nginx\n")
         upload.stream.release.signal()
-        XCTAssertEqual(upload.done.wait(timeout: .now() + 30), .success)
+        XCTAssertEqual(upload.done.wait(timeout: .now() + 120), .success)
         XCTAssertEqual(text(upload.lock.withLock { upload.body }), "POST first second")
     }
 
@@ -910,7 +918,7 @@ final class HTTPHandlerTests: XCTestCase {
     func testDownloadResumesWithRangeAndIfRange() throws {
         let first = ResumeRecorder(cancelAt: 3 << 20)
         Session(configuration: config(), delegate: first).downloadTask(with: url(nginx.http + "/throttled.bin")).resume()
-        XCTAssertEqual(first.done.wait(timeout: .now() + 20), .success)
+        XCTAssertEqual(first.done.wait(timeout: .now() + 120), .success)
         XCTAssertEqual(first.error?.code, .cancelled)
         let data = try XCTUnwrap(first.resumeData)
         let info = try ResumeData(data: data)
@@ -918,7 +926,7 @@ final class HTTPHandlerTests: XCTestCase {
 
         let second = ResumeRecorder(cancelAt: nil)
         Session(configuration: config(), delegate: second).downloadTask(withResumeData: data).resume()
-        XCTAssertEqual(second.done.wait(timeout: .now() + 30), .success)
+        XCTAssertEqual(second.done.wait(timeout: .now() + 120), .success)
         XCTAssertNil(second.error)
         XCTAssertEqual(second.resumedAt, info.bytesReceived, "206 from the offset")
         let file = try XCTUnwrap(second.file)
@@ -1012,7 +1020,7 @@ final class CurlLoopExecutorTests: XCTestCase {
                 if i == 99 { done.signal() }
             }
         }
-        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(done.wait(timeout: .now() + 120), .success)
         XCTAssertEqual(seen.current, Array(0..<100), "in order, each on the loop's own thread")
     }
 
@@ -1029,14 +1037,6 @@ final class CurlLoopExecutorTests: XCTestCase {
         return tasks.compactMap { try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8) }
     }
 
-    private func waitUntil(_ seconds: Double, _ condition: () -> Bool) -> Bool {
-        let end = Date().addingTimeInterval(seconds)
-        while Date() < end {
-            if condition() { return true }
-            usleep(20_000)
-        }
-        return condition()
-    }
 
     /// An idle loop ends its thread and starts a new one for the next work.
     func testAnIdleLoopEndsItsThreadAndStartsAgain() {
@@ -1046,10 +1046,10 @@ final class CurlLoopExecutorTests: XCTestCase {
         XCTAssertFalse(loop.hasThread, "no thread before any work")
         let ran = DispatchSemaphore(value: 0)
         loop.execute { if loop.isCurrent { ran.signal() } }
-        XCTAssertEqual(ran.wait(timeout: .now() + 10), .success)
-        XCTAssertTrue(waitUntil(10) { !loop.hasThread }, "the thread ends once the loop is idle")
+        XCTAssertEqual(ran.wait(timeout: .now() + 120), .success)
+        XCTAssertTrue(eventually { !loop.hasThread }, "the thread ends once the loop is idle")
         loop.execute { if loop.isCurrent { ran.signal() } }
-        XCTAssertEqual(ran.wait(timeout: .now() + 10), .success, "work after the idle end runs on a new thread")
+        XCTAssertEqual(ran.wait(timeout: .now() + 120), .success, "work after the idle end runs on a new thread")
     }
 
     /// A session with pinned names (curl's --resolve) gets a loop of its own; once idle,
@@ -1068,10 +1068,10 @@ final class CurlLoopExecutorTests: XCTestCase {
         XCTAssertEqual(Set(loops.map { ObjectIdentifier($0) }).count, 5)
         let ran = DispatchSemaphore(value: 0)
         for loop in loops { loop.execute { ran.signal() } }
-        for _ in loops { XCTAssertEqual(ran.wait(timeout: .now() + 10), .success) }
+        for _ in loops { XCTAssertEqual(ran.wait(timeout: .now() + 120), .success) }
         XCTAssertGreaterThanOrEqual(keyedLoopThreads().count, 5, "five loops, five threads: \(allThreads())")
-        XCTAssertTrue(waitUntil(15) { keyedLoopThreads().isEmpty }, "left: \(keyedLoopThreads())")
-        XCTAssertTrue(waitUntil(5) { CurlLoop.keyedLoopCount == 0 }, "idle keyed loops leave the table")
+        XCTAssertTrue(eventually { keyedLoopThreads().isEmpty }, "left: \(keyedLoopThreads())")
+        XCTAssertTrue(eventually { CurlLoop.keyedLoopCount == 0 }, "idle keyed loops leave the table")
         loops.removeAll()
     }
 }

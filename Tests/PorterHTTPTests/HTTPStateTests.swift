@@ -276,7 +276,7 @@ final class HTTPStateTests: XCTestCase {
         let (first, _) = try await s.data(from: url(localhostHTTPS + "/alt/who"))
         XCTAssertEqual(text(first), "origin\n")
         let line = "h2 localhost \(nginx.httpsPort) h2 localhost \(nginx.altPort) "
-        XCTAssertTrue(waitUntil { ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").contains(line) },
+        XCTAssertTrue(eventually { ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").contains(line) },
                       (try? String(contentsOfFile: path, encoding: .utf8)) ?? "no file")
         let (second, _) = try await Session(configuration: config { $0.altSvcCache = cache }).data(from: url(localhostHTTPS + "/alt/who"))
         XCTAssertEqual(text(second), "alt\n")
@@ -301,12 +301,4 @@ final class HTTPStateTests: XCTestCase {
         XCTAssertEqual(c.stdout, "alt\n", c.stderr)
     }
 
-    private func waitUntil(_ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(20)
-        while Date() < deadline {
-            if condition() { return true }
-            usleep(20_000)
-        }
-        return condition()
-    }
 }

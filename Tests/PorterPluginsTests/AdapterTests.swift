@@ -332,7 +332,7 @@ final class IsolatedAdapterTests: AdapterTests {
 }
 
 /// Waits until `condition` holds (at most `seconds`), failing the test otherwise.
-func eventuallyAsync(_ seconds: Double = 5, file: StaticString = #filePath, line: UInt = #line,
+func eventuallyAsync(_ seconds: Double = 60, file: StaticString = #filePath, line: UInt = #line,
                      _ condition: () async throws -> Bool) async throws {
     let end = Date().addingTimeInterval(seconds)
     while Date() < end {

@@ -91,7 +91,7 @@ final class LocalServiceTests: XCTestCase {
         let key = dir.appendingPathComponent("id_ed25519").path
         try runChecked("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-C", "porter-agent-marker", "-f", key])
         let pid = try spawnDaemon("/usr/bin/ssh-agent", ["-D", "-a", socket])
-        XCTAssertTrue(eventually(10) { FileManager.default.fileExists(atPath: socket) }, "ssh-agent did not start")
+        XCTAssertTrue(eventually(60) { FileManager.default.fileExists(atPath: socket) }, "ssh-agent did not start")
         let add = try runProcess("/usr/bin/ssh-add", ["-q", key], environment: ["SSH_AUTH_SOCK": socket])
         XCTAssertEqual(add.status, 0, add.stderr)
         return (pid, socket)

@@ -2,6 +2,7 @@ import XCTest
 @testable import PorterCore
 @testable import PorterSession
 import Porter
+import PorterTestSupport
 
 final class DownloadTests: XCTestCase {
     /// The stores `.default` and `.ephemeral` configurations get come from the `Porter` module.
@@ -41,8 +42,8 @@ final class DownloadTests: XCTestCase {
         }.resume()
         let (contents, path) = try XCTUnwrap(done.wait())
         XCTAssertEqual(contents, patternBytes(from: 0, count: 1000))
-        usleep(50_000)
-        XCTAssertFalse(FileManager.default.fileExists(atPath: try XCTUnwrap(path)))
+        let temporary = try XCTUnwrap(path)
+        XCTAssertTrue(eventually { !FileManager.default.fileExists(atPath: temporary) }, "the temporary file is removed")
 
         let (owned, response) = try await session.download(from: URL(string: "chunks://h/20/100")!)
         XCTAssertEqual(response.expectedContentLength, 2000)
@@ -233,7 +234,8 @@ final class BackPressureTests: XCTestCase {
             XCTAssertEqual(first, 0)
         }
         // The sequence and its iterator are gone: the transfer must stop.
-        for _ in 0..<200 where task?.state != .completed { try await Task.sleep(nanoseconds: 10_000_000) }
+        let end = Date().addingTimeInterval(60)
+        while task?.state != .completed, Date() < end { try await Task.sleep(nanoseconds: 10_000_000) }
         XCTAssertEqual(task?.state, .completed)
         XCTAssertEqual(task?.error?.code, .cancelled)
     }

@@ -188,6 +188,8 @@ final class AuthHandler: ProtocolHandler, @unchecked Sendable {
 final class MisbehavingHandler: ProtocolHandler, @unchecked Sendable {
     static var schemes: Set<String> { ["bad"] }
     static let stops = Counter()
+    /// Loads of "silent" started (a test cancels one once it runs, not after a sleep).
+    static let silentStarts = Counter()
     /// The steps of "finish-behind-cancel" (the delegate's side signals sawData and cancelled).
     final class Race: Sendable {
         let sawData = DispatchSemaphore(value: 0)
@@ -239,7 +241,7 @@ final class MisbehavingHandler: ProtocolHandler, @unchecked Sendable {
                 gate.signal()
             }
         case "silent":
-            break
+            MisbehavingHandler.silentStarts.add(1)
         case "response-then-silent":
             client.didReceive(r, cacheStoragePolicy: .notAllowed)
         case "data-before-response":

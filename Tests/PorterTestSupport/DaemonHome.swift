@@ -11,11 +11,17 @@ public struct DaemonHome {
         try FileManager.default.createDirectory(atPath: path + "/run", withIntermediateDirectories: true)
     }
 
+    /// porterd exits by itself after this many idle seconds (no connection, no transfer).
+    /// Long enough that a loaded machine's pause between two steps of a test that need the
+    /// same porterd (a CLI run after a session let go, say) cannot outlast it; `remove()`
+    /// ends the test's porterd anyway. No test waits for the idle exit.
+    public static let idleExitSeconds = 60
+
     public var environment: [String: String] {
         let built = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent(".build/debug/porterd").path
         return ["XDG_RUNTIME_DIR": path + "/run", "XDG_STATE_HOME": path + "/state", "XDG_CACHE_HOME": path + "/cache",
-                "XDG_DATA_HOME": path + "/data", "XDG_CONFIG_HOME": path + "/config", "PORTERD_IDLE_EXIT": "3",
+                "XDG_DATA_HOME": path + "/data", "XDG_CONFIG_HOME": path + "/config", "PORTERD_IDLE_EXIT": String(Self.idleExitSeconds),
                 "PORTERD_PATH": ProcessInfo.processInfo.environment["PORTERD_BIN"] ?? built]
     }
 

@@ -95,7 +95,7 @@ public final class NginxFixture: @unchecked Sendable {
             location = /cookie/two { add_header Set-Cookie "first=1; Path=/; Max-Age=600"; add_header Set-Cookie "second=2; Path=/cookie"; return 200 "set\n"; }
             location = /cookie/cross { add_header Set-Cookie "only=127; Path=/"; return 302 http://localhost:\(httpPort)/headers; }
             location = /cookie/domain { add_header Set-Cookie "dom=1; Domain=porter.test; Path=/"; add_header Set-Cookie "host=1; Path=/"; return 200 "domain\n"; }
-            location = /cookie/n { add_header Set-Cookie "n$arg_n=1; Max-Age=600; Path=/"; return 200 "n\n"; }
+            location = /cookie/n { access_log \(dir)/logs/cookie.log cachelog; add_header Set-Cookie "n$arg_n=1; Max-Age=600; Path=/"; return 200 "n\n"; }
             location = /cookie/secure { add_header Set-Cookie "sec=1; Secure; Path=/"; return 200 "secure\n"; }
             location = /cache/fresh.txt { access_log \(dir)/logs/cache.log cachelog; add_header Cache-Control "max-age=60"; }
             location = /cache/nocache.txt { access_log \(dir)/logs/cache.log cachelog; add_header Cache-Control "no-cache"; }

@@ -86,14 +86,14 @@ public final class SecretServiceFixture: @unchecked Sendable {
         do {
             busPID = try SecretServiceFixture.spawn("/usr/bin/dbus-daemon", ["--config-file=\(dir)/bus.conf", "--nofork"],
                                                     environment: env)
-            guard eventually(10, { FileManager.default.fileExists(atPath: dir + "/bus") && self.busAnswers() }) else {
+            guard eventually(60, { FileManager.default.fileExists(atPath: dir + "/bus") && self.busAnswers() }) else {
                 throw SpawnError(message: "the private dbus-daemon did not start")
             }
             if case .gnomeKeyring(let password) = service {
                 keyringPID = try SecretServiceFixture.spawn(
                     "/usr/bin/gnome-keyring-daemon", ["--foreground", "--unlock", "--components=secrets"],
                     environment: env, input: password)
-                guard eventually(10, { self.nameHasOwner("org.freedesktop.secrets") }) else {
+                guard eventually(60, { self.nameHasOwner("org.freedesktop.secrets") }) else {
                     throw SpawnError(message: "gnome-keyring-daemon did not claim org.freedesktop.secrets")
                 }
             }

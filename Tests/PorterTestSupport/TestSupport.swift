@@ -276,8 +276,10 @@ public func readFIFOInBackground(_ path: String) -> Locked<Data> {
     return received
 }
 
-/// Waits until `condition` holds or `seconds` pass; true when it held.
-public func eventually(_ seconds: Double = 5, _ condition: () -> Bool) -> Bool {
+/// Waits until `condition` holds or `seconds` pass; true when it held. The deadline only
+/// bounds a hang (it ends at once when the condition holds), so it is generous: a loaded
+/// machine must not fail a test by being slow.
+public func eventually(_ seconds: Double = 60, _ condition: () -> Bool) -> Bool {
     let end = Date().addingTimeInterval(seconds)
     while Date() < end {
         if condition() { return true }

@@ -158,4 +158,9 @@ typedef struct porter_sandbox {
  * fail did (errno set). `report` receives a short text of what was skipped and why. */
 int porter_worker_sandbox(const porter_sandbox *box, char *report, size_t report_capacity);
 
+/* Waits up to `timeout_ms` for the child `pid` to exit and reaps it: 1 with its wait
+ * status in `status`, 0 when it still runs at the deadline, -1 when it cannot be waited
+ * for (errno set). Woken by the exit itself (a pidfd), not by a polling period. */
+int porter_ipc_wait_exit(pid_t pid, int timeout_ms, int *status);
+
 #endif
