@@ -297,7 +297,10 @@ final class DaemonBoundaryTests: DaemonTestCase {
                 return 0;
             }
             static void say(const char *path, const char *text) {
-                FILE *f = fopen(path, "w"); if (f) { fputs(text, f); fclose(f); }
+                /* Whole or not at all: the test reads the file as soon as it exists. */
+                char tmp[4300];
+                snprintf(tmp, sizeof tmp, "%s.tmp", path);
+                FILE *f = fopen(tmp, "w"); if (f) { fputs(text, f); fclose(f); rename(tmp, path); }
             }
             int main(int argc, char **argv) {
                 struct sock_filter allow[] = { BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW) };

@@ -107,7 +107,7 @@ final class DaemonQueueTests: DaemonTestCase {
         let recorder = BackgroundRecorder()
         let session = Session(configuration: configuration, delegate: recorder)
         defer { session.finishTasksAndInvalidate() }
-        XCTAssertTrue(waitUntil(20) { gauge(metrics, id) == 0 }, "the depth as the session attached: \(String(describing: gauge(metrics, id)))")
+        XCTAssertTrue(eventually(120) { gauge(metrics, id) == 0 }, "the depth as the session attached: \(String(describing: gauge(metrics, id)))")
         let tasks = (0..<3).map { i -> DownloadTask in
             let t = session.downloadTask(with: URL(string: nginx.http + "/medium.bin?\(i)")!)
             t.earliestBeginDate = Date().addingTimeInterval(3600)
@@ -115,10 +115,10 @@ final class DaemonQueueTests: DaemonTestCase {
         }
         XCTAssertEqual(gauge(metrics, id), 0, "made, not resumed: not queued")
         tasks.forEach { $0.resume() }
-        XCTAssertTrue(waitUntil(20) { gauge(metrics, id) == 3 }, "three queued: \(String(describing: gauge(metrics, id)))")
+        XCTAssertTrue(eventually(120) { gauge(metrics, id) == 3 }, "three queued: \(String(describing: gauge(metrics, id)))")
         tasks.forEach { $0.cancel() }
-        XCTAssertTrue(waitUntil(20) { gauge(metrics, id) == 0 }, "they ended: \(String(describing: gauge(metrics, id)))")
-        XCTAssertTrue(waitUntil(20) { recorder.lock.withLock { recorder.completions.count } == 3 })
+        XCTAssertTrue(eventually(120) { gauge(metrics, id) == 0 }, "they ended: \(String(describing: gauge(metrics, id)))")
+        XCTAssertTrue(eventually(120) { recorder.completions.count == 3 })
         XCTAssertTrue(recorder.completions.values.allSatisfy { $0?.code == .cancelled }, "\(recorder.completions)")
     }
 }
