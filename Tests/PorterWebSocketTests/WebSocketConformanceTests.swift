@@ -207,7 +207,10 @@ final class WebSocketConformanceTests: WSTestCase {
             let above = Double(peak - baseline) / 1024
             print("WebSocket 16 MiB echo\(compressed ? " (permessage-deflate)" : ""): baseline \(baseline / 1024) MiB, peak \(peak / 1024) MiB, "
                   + "\(String(format: "%.1f", above)) MiB above")
-            XCTAssertLessThanOrEqual(above, 32, "peak \(above) MiB above the baseline")
+            // Twice the message, plus 4 MiB for the rest of this process: the suite's test
+            // process runs other tests' threads and pools meanwhile (alone: 16–21 MiB above;
+            // in the whole suite once 32.3). A copy too many would be 48 or more.
+            XCTAssertLessThanOrEqual(above, 36, "peak \(above) MiB above the baseline")
             task.cancel(with: .normalClosure, reason: nil)
         }
     }
