@@ -128,7 +128,7 @@ static int32_t start(void *context, const porter_request *request, porter_client
 static void nothing(void *load) { (void)load; }
 
 static const porter_handler_vtable handler = { sizeof handler, NULL, start, nothing, nothing, NULL, NULL };
-static const porter_scheme schemes[] = { { "tiny", 0 } };
+static const porter_scheme schemes[] = { { .name = "tiny", .flags = 0 } };
 static const porter_plugin_descriptor descriptor = {
     sizeof descriptor, PORTER_PLUGIN_ABI_MAJOR, PORTER_PLUGIN_ABI_MINOR, "tiny", "1.0",
     schemes, 1, &handler, NULL, NULL, 0, NULL, 0, 0 };
