@@ -57,7 +57,7 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
             _ = head.response(fallback: fallback).suggestedFilename
         case .challenge(_, let wire):
             // The host builds the challenge of its own load from what the worker may choose.
-            let c = wire.request.challenge(loading: fallback) { _ in }
+            let c = wire.request.challenge(loading: fallback, configuration: .ephemeral) { _ in }
             guard c.protectionSpace.isOrigin(of: fallback) else { fatalError("a worker chose the protection space's origin") }
             _ = WireChallenge(c)
             for answer in [WireDisposition.trust, .cancel, .password(user: "u", password: "p")] {
