@@ -64,6 +64,17 @@ public enum LocalService: Int32, Sendable, CaseIterable {
                 return .failure(PorterError(.resourceUnavailable,
                                             "cannot connect to the ssh agent at \(path): \(String(cString: strerror(errno)))"))
             }
+            // Only an agent run by this user (or root) answers: a socket another user
+            // listens at is not the user's agent, whatever the environment says (ssh-agent
+            // makes the same check of its clients).
+            var pid: pid_t = 0
+            var uid: uid_t = 0
+            var gid: gid_t = 0
+            guard porter_ipc_peer(fd, &pid, &uid, &gid) == 0, uid == getuid() || uid == 0 else {
+                close(fd)
+                return .failure(PorterError(.resourceUnavailable,
+                                            "the ssh agent socket at \(path) is served by another user (uid \(uid)); refused"))
+            }
             return .success(fd)
         }
     }

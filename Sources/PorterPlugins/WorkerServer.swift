@@ -48,6 +48,11 @@ public enum PluginWorkerServer {
             _exit(70)
         }
         let sandbox = describe(status, skipped: report)
+        // A write to a socket whose peer closed (the agent's, a server's) fails with EPIPE
+        // instead of killing the worker: the plugin sees an error, as it would in a host
+        // that ignores SIGPIPE, and its loads in flight do not die with it. The worker's
+        // own writes to the host end it on any error already.
+        signal(SIGPIPE, SIG_IGN)
         _ = dlerror()
         guard let handle = dlopen("/proc/self/fd/4", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE),
               let symbol = dlsym(handle, PORTER_PLUGIN_ENTRY_SYMBOL) else {

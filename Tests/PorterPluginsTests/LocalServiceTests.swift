@@ -151,6 +151,44 @@ final class LocalServiceTests: XCTestCase {
         XCTAssertTrue(none.hasPrefix("fd=-1 code=26 "), none)
     }
 
+    /// $SSH_AUTH_SOCK naming a socket another user listens at (a planted "agent", through
+    /// setpriv as uid 65534): the host refuses it after connecting, in process and in a
+    /// worker, and the plugin gets no descriptor to it.
+    func testAnAgentSocketServedByAnotherUserIsRefused() async throws {
+        var template = Array("/tmp/porter-foreign-agent-XXXXXX".utf8CString)
+        let dir = try XCTUnwrap(mkdtemp(&template).map { String(cString: $0) })
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        chmod(dir, 0o777)
+        let socket = dir + "/agent.sock"
+        let script = """
+            import os, socket, sys
+            s = socket.socket(socket.AF_UNIX)
+            s.bind(sys.argv[1] + ".new")
+            s.listen(64)
+            os.rename(sys.argv[1] + ".new", sys.argv[1])
+            while True:
+                c, _ = s.accept()
+                c.close()
+            """
+        let pid = try spawnDaemon("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "--",
+                                                       "/usr/bin/python3", "-c", script, socket])
+        defer { stopDaemon(pid, signal: SIGKILL) }
+        XCTAssertTrue(eventually { FileManager.default.fileExists(atPath: socket) }, "the foreign listener never bound its socket")
+        setenv("SSH_AUTH_SOCK", socket, 1)
+        for mode in [PluginMode.inProcess, .isolated] {
+            let body = try await load("phish://h/agent", from: Self.declared, mode)
+            XCTAssertTrue(body.hasPrefix("fd=-1 code=26 ") && body.contains("another user"), "\(mode): \(body)")
+        }
+    }
+
+    /// A plugin that writes to a socket or pipe whose reader is gone gets EPIPE, in a
+    /// worker as in a host that ignores SIGPIPE: the worker is not killed by the signal
+    /// (which counted as a crash and, three times, disabled the plugin).
+    func testAWriteToAClosedPipeFailsInsteadOfKillingTheWorker() async throws {
+        let body = try await load("phish://h/sigpipe", from: Self.undeclared, .isolated)
+        XCTAssertEqual(body, "write=-1 errno=\(EPIPE)")
+    }
+
     /// Its forged requests, each naming a path, get the agent at most for the load's
     /// budget (16), never the path; the plugin's own request after them is then refused.
     func testForgedRequestsOfADeclaredPluginAreBoundedAndNeverReachItsPath() async throws {

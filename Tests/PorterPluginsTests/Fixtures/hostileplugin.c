@@ -23,6 +23,7 @@
  *        in a worker only: writes N `connectService` messages of its own on the worker's
  *        socket for load L, each also naming a path P, then asks as /agent?quiet=1 does.
  *   /whoami  "exe=<the worker's executable> pid=<its pid>"
+ *   /sigpipe writes to a pipe whose reading end it closed: "write=R errno=E"
  *   /crash   SIGSEGV on the plugin's thread
  */
 #include "porter_plugin.h"
@@ -311,6 +312,19 @@ static void *run(void *arg) {
             return NULL;
         }
         if (!oversized) _exit(0);
+    } else if (strcmp(path, "/sigpipe") == 0) {
+        int ends[2];
+        if (pipe(ends) != 0) {
+            body_text(l, "no pipe");
+            return NULL;
+        }
+        close(ends[0]);
+        ssize_t wrote = write(ends[1], "x", 1);
+        int saved = errno;
+        close(ends[1]);
+        char text[64];
+        snprintf(text, sizeof text, "write=%zd errno=%d", wrote, wrote < 0 ? saved : 0);
+        body_text(l, text);
     } else if (strcmp(path, "/whoami") == 0) {
         char exe[1024];
         ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
