@@ -169,7 +169,7 @@ final class IsolationTests: XCTestCase {
             } catch let e as PorterError {
                 XCTAssertEqual(e.code, .timedOut)
             }
-            try await eventuallyAsync { try await self.counter("live", registry) == live }
+            try await assertEventually { try await self.counter("live", registry) == live }
         }
         try await assertStillServing()
     }
