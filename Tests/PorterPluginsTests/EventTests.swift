@@ -39,12 +39,10 @@ final class EventTests: XCTestCase {
         _ = try await session.upload(for: upload, from: Data(count: 1234))
 
         var log = ""
-        let end = Date().addingTimeInterval(60)
-        while Date() < end {
+        _ = try await eventuallyAsync {
             log = mode == .inProcess ? PluginFixture.events(of: path)
                 : String(decoding: try await session.data(from: URL(string: "\(evt)://x/events")!).0, as: UTF8.self)
-            if log.contains("\(evt)://e4/upload 13 1234 0") { break }
-            try await Task.sleep(nanoseconds: 50_000_000)
+            return log.contains("\(evt)://e4/upload 13 1234 0")
         }
         let lines = log.split(separator: "\n").map(String.init)
         func line(_ prefix: String, _ contains: String) -> String? {
