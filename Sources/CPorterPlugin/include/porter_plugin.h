@@ -53,8 +53,10 @@
  * Threads.  Every host function in `porter_host` may be called from any thread,
  *           including threads the plugin creates, and never blocks for long (the
  *           host queues the work). The host calls the handler functions from its own
- *           threads; they must return promptly: do I/O on a thread, loop or queue of
- *           the plugin's own. The host never calls `start`, `stop` and `destroy` of
+ *           threads (each load's `start`, `stop`, `pause` and `resume` in order, on a
+ *           serial queue of that load's own, in process as in a worker, so a call that
+ *           blocks holds back that load only); they must return promptly: do I/O on a
+ *           thread, loop or queue of the plugin's own. The host never calls `start`, `stop` and `destroy` of
  *           one load concurrently with each other; `pause` and `resume` may come from
  *           any thread at any time between `start` and `destroy`, including from
  *           inside a host call the plugin is making, so they must only set state
