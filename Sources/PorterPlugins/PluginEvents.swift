@@ -150,7 +150,7 @@ public final class PluginEvents: @unchecked Sendable {
     }
 
     /// Events delivered to no hook because its plugin was too far behind, per image.
-    public var droppedEvents: [String: Int] {
+    var droppedEvents: [String: Int] {
         lock.withLock { Dictionary(queues.values.map { ($0.image, $0.dropped) }, uniquingKeysWith: +) }
     }
 
