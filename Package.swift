@@ -185,6 +185,8 @@ let package = Package(
                            .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict),
         .testTarget(name: "PorterIPCTests", dependencies: ["PorterIPC"], swiftSettings: strict),
+        // PluginKit's values and C glue against a fake host table: in process, no sockets.
+        .testTarget(name: "PorterPluginKitTests", dependencies: ["PorterPluginKit", "CPorterPlugin"], swiftSettings: strict),
         .testTarget(name: "PorterFTPTests", dependencies: ["Porter", "PorterFTP", "PorterTestSupport"], exclude: ["ftpserver.py"], swiftSettings: strict),
         .testTarget(name: "PorterCurlTests", dependencies: ["PorterCurl", "PorterCore", "CCurl"], swiftSettings: strict),
         .testTarget(name: "PorterEngineTests", dependencies: ["PorterEngine", "PorterCore", .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),

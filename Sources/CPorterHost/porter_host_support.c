@@ -1,4 +1,6 @@
+#define _GNU_SOURCE
 #include "porter_host_support.h"
+#include <dlfcn.h>
 #include <malloc.h>
 #include <sys/auxv.h>
 
@@ -21,4 +23,12 @@ int porter_secure_exec(void) {
 
 int porter_fix_mmap_threshold(int bytes) {
     return mallopt(M_MMAP_THRESHOLD, bytes);
+}
+
+const void *porter_image_base(const void *address, const char **path) {
+    Dl_info info;
+    if (path) *path = NULL;
+    if (dladdr(address, &info) == 0) return NULL;
+    if (path) *path = info.dli_fname;
+    return info.dli_fbase;
 }

@@ -12,9 +12,11 @@ public enum TaskEvent: Sendable {
     case completed(taskID: UInt64, url: URL, bytesReceived: Int64, bytesSent: Int64, error: PorterError?)
 }
 
-/// The process-wide list of task observers. An observer is called on the session's
-/// delivery queue right after the event, so it must return promptly. Costs one lock
-/// per event when nobody observes.
+/// The process-wide list of task observers. An observer is called on the thread that
+/// posts the event (the libcurl loop, a task's executor, or the thread that made the
+/// task) right after the event, so it must only hand the event on and return: plugins'
+/// hooks run on queues of their own (PorterPlugins' `PluginEvents`). Costs one lock per
+/// event when nobody observes.
 public final class TaskEventCenter: @unchecked Sendable {
     public static let shared = TaskEventCenter()
 

@@ -57,11 +57,16 @@ final class IsolatedPlugin: @unchecked Sendable {
         self.refusal = refusal
         if !description.subscriptions.isEmpty {
             let wanted = Set(description.subscriptions)
-            // Subscriptions last for the process, as the plugin lives for it.
+            // Subscriptions last for the process, as the plugin lives for it. The event is
+            // posted on the loop thread (or a task's executor): finding or starting the
+            // worker happens on the plugin's own event queue, in order, as in process.
+            let queue = HookQueue(image: path)
             _ = TaskEventCenter.shared.addObserver { [weak self] event in
-                guard let self, let wire = WireTaskEvent(event), wanted.contains(wire.kind) else { return }
-                guard case .success(let worker) = self.worker() else { return }
-                worker.send(.event(wire))
+                guard let wire = WireTaskEvent(event), wanted.contains(wire.kind) else { return }
+                queue.enqueue { [weak self] in
+                    guard let self, case .success(let worker) = self.worker() else { return }
+                    worker.send(.event(wire))
+                }
             }
         }
     }

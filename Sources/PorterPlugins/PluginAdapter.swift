@@ -130,12 +130,19 @@ public struct PluginHandlerFactory: ProtocolHandlerFactory, @unchecked Sendable 
 }
 
 /// The `ProtocolHandler` a plugin's load runs behind.
+///
+/// The plugin's handler functions (`start`, `stop`, `pause`, `resume`) run on a serial
+/// queue of this load's own, as a worker runs them (`WorkerServer`): the host calls
+/// `startLoading` and the rest on the task's executor, which may be the libcurl loop
+/// (after a redirect from http) or the session's queue, and never waits there for plugin
+/// code. A plugin stuck in one of them holds its own load, no other transfer.
 final class PluginHandler: ProtocolHandler, @unchecked Sendable {
     // Plugin handlers are made by their factory, which knows the schemes; the type
     // itself serves none (it is never registered as a type).
     static var schemes: Set<String> { [] }
 
     let load: PluginLoad
+    private let calls = DispatchQueue(label: "porter.plugin.load")
 
     init(load: PluginLoad) { self.load = load }
 
@@ -147,8 +154,12 @@ final class PluginHandler: ProtocolHandler, @unchecked Sendable {
                                    pluginContext: nil))
     }
 
-    func startLoading() { load.start() }
-    func stopLoading() { load.stop() }
-    func pauseDelivery() { load.pause(true) }
-    func resumeDelivery() { load.pause(false) }
+    func startLoading() { calls.async { [load] in load.start() } }
+    /// The host stops listening at once; the plugin hears of it on the load's queue.
+    func stopLoading() {
+        load.silence()
+        calls.async { [load] in load.stop() }
+    }
+    func pauseDelivery() { calls.async { [load] in load.pause(true) } }
+    func resumeDelivery() { calls.async { [load] in load.pause(false) } }
 }

@@ -5,6 +5,14 @@ import PorterCore
 /// Event hooks: plugins subscribe plain C functions to named task events with a
 /// declared signature; each call is built with libffi (`ffi_prep_cif` once per
 /// subscription, `ffi_call` per event), so no closures and no executable memory.
+///
+/// Events are posted on the thread that saw them (the libcurl loop, a task's executor,
+/// the thread that made the task). The host never runs plugin code there: each plugin
+/// (the image its hook functions live in) has a serial queue of its own, and posting an
+/// event only enqueues the calls. So a slow hook delays that plugin's own later hooks and
+/// nothing else, each plugin still sees events in the order they happened, and a plugin
+/// that falls `HookQueue.limit` events behind misses the next ones (counted and logged)
+/// instead of growing the host's memory without end.
 public final class PluginEvents: @unchecked Sendable {
     public static let shared = PluginEvents()
 
@@ -24,6 +32,8 @@ public final class PluginEvents: @unchecked Sendable {
 
     private struct Subscription {
         let event: String
+        /// The queue of the plugin the function belongs to.
+        let queue: HookQueue
         let cif: UnsafeMutablePointer<ffi_cif>
         let function: @convention(c) () -> Void
         let userData: UnsafeMutableRawPointer?
@@ -33,6 +43,23 @@ public final class PluginEvents: @unchecked Sendable {
     private let lock = NSLock()
     private var subscriptions: [String: [Subscription]] = [:]
     private var observing = false
+    /// One queue per plugin image (keyed by its load address), for the process.
+    private var queues: [UInt: HookQueue] = [:]
+
+    /// The queue for hooks whose code lives in the same image as `function`: a plugin's
+    /// shared object, or the program for a plugin linked in.
+    private func queue(for function: @escaping @convention(c) () -> Void) -> HookQueue {
+        let address = unsafeBitCast(function, to: UnsafeRawPointer.self)
+        var path: UnsafePointer<CChar>?
+        let key = UInt(bitPattern: porter_image_base(address, &path) ?? address)
+        let name = path.flatMap { String(validatingCString: $0) } ?? "plugin"
+        return lock.withLock {
+            if let q = queues[key] { return q }
+            let q = HookQueue(image: name)
+            queues[key] = q
+            return q
+        }
+    }
 
     /// The events some function is subscribed to (a worker tells its host, which then
     /// forwards those events to it).
@@ -62,7 +89,8 @@ public final class PluginEvents: @unchecked Sendable {
             cif.deallocate(); types.deallocate()
             return .failure(Refusal(message: "libffi could not prepare '\(signature)' (status \(status.rawValue))"))
         }
-        let sub = Subscription(event: name, cif: cif, function: function, userData: userData, argumentCodes: args)
+        let sub = Subscription(event: name, queue: queue(for: function), cif: cif, function: function, userData: userData,
+                               argumentCodes: args)
         let startObserving = lock.withLock { () -> Bool in
             subscriptions[name, default: []].append(sub)
             defer { observing = true }
@@ -86,7 +114,7 @@ public final class PluginEvents: @unchecked Sendable {
     }
 
     /// One argument of an event call.
-    enum Argument {
+    enum Argument: Sendable {
         case int32(Int32), int64(Int64), uint64(UInt64), string(String)
     }
 
@@ -109,10 +137,24 @@ public final class PluginEvents: @unchecked Sendable {
                     .int32(Int32(error?.code.rawValue ?? 0))]
         }
         let subs = lock.withLock { subscriptions[name] ?? [] }
-        for sub in subs { call(sub, args) }
+        for sub in subs {
+            let call = UncheckedCall(subscription: sub, arguments: args)
+            sub.queue.enqueue { PluginEvents.call(call.subscription, call.arguments) }
+        }
     }
 
-    private func call(_ sub: Subscription, _ args: [Argument]) {
+    /// A subscription's pointers cross to its plugin's queue; they live for the process.
+    private struct UncheckedCall: @unchecked Sendable {
+        let subscription: Subscription
+        let arguments: [Argument]
+    }
+
+    /// Events delivered to no hook because its plugin was too far behind, per image.
+    var droppedEvents: [String: Int] {
+        lock.withLock { Dictionary(queues.values.map { ($0.image, $0.dropped) }, uniquingKeysWith: +) }
+    }
+
+    private static func call(_ sub: Subscription, _ args: [Argument]) {
         // Every argument is at most 8 bytes: one slot each, user_data first.
         let count = args.count + 1
         guard sub.argumentCodes.count == count else { return }
@@ -141,5 +183,44 @@ public final class PluginEvents: @unchecked Sendable {
         }
         var result: UInt64 = 0
         ffi_call(sub.cif, sub.function, &result, pointers)
+    }
+}
+
+/// The serial queue one plugin's hooks run on, bounded: once `limit` calls wait, later
+/// ones are dropped (and counted) until the plugin catches up.
+final class HookQueue: @unchecked Sendable {
+    static let limit = 4096
+    let image: String
+    private let queue: DispatchQueue
+    private let lock = NSLock()
+    private var waiting = 0
+    private var droppedCount = 0
+    private var warned = false
+
+    init(image: String) {
+        self.image = image
+        queue = DispatchQueue(label: "porter.plugin-events.\((image as NSString).lastPathComponent)")
+    }
+
+    var dropped: Int { lock.withLock { droppedCount } }
+
+    func enqueue(_ work: @escaping @Sendable () -> Void) {
+        let (accepted, warn) = lock.withLock { () -> (Bool, Bool) in
+            guard waiting < Self.limit else {
+                droppedCount += 1
+                defer { warned = true }
+                return (false, !warned)
+            }
+            waiting += 1
+            return (true, false)
+        }
+        if warn {
+            IsolatedPlugin.logger.warning("plugin \(image): its event hooks are \(Self.limit) events behind; later events are dropped until it catches up")
+        }
+        guard accepted else { return }
+        queue.async { [self] in
+            work()
+            lock.withLock { waiting -= 1; if waiting == 0 { warned = false } }
+        }
     }
 }

@@ -98,11 +98,25 @@ final class PluginLoad: @unchecked Sendable {
     private func goLive() { Self.live.withLock { $0[token] = self } }
     private func die() { _ = Self.live.withLock { $0.removeValue(forKey: token) } }
 
-    // MARK: - host side (the session's delivery queue)
+    // MARK: - host side (the load's queue: `PluginHandler`, or a worker's per-load queue)
+
+    /// The host stops listening: no report reaches the client from now on (the plugin's
+    /// `stop` follows on the load's queue).
+    func silence() { state.withLock { $0.silenced = true } }
 
     func start() {
         guard let startFunction = vtable.start else {
             client.didFail(with: PorterError(.unsupportedURL, "plugin \(pluginName) has no start function", url: request.url))
+            return
+        }
+        // Stopped before its start ran: the plugin never sees the load.
+        let stoppedFirst = state.withLock { s -> Bool in
+            guard s.silenced, !s.started, !s.destroyed else { return false }
+            s.destroyed = true
+            return true
+        }
+        if stoppedFirst {
+            onDestroyed?()
             return
         }
         if let refusal {

@@ -67,25 +67,17 @@ final class BackgroundRecorder: DownloadDelegate, @unchecked Sendable {
 }
 
 /// nginx for the class's tests; each test gets a `DaemonHome`.
-class DaemonTestCase: XCTestCase {
-    nonisolated(unsafe) static var nginx: NginxFixture?
+class DaemonTestCase: NginxTestCase {
     var daemonHome: DaemonHome!
     var home: String { daemonHome.path }
-    var nginx: NginxFixture { Self.nginx! }
 
     override class func setUp() {
-        super.setUp()
         Porter.bootstrap()
-        nginx = try? NginxFixture()
-    }
-
-    override class func tearDown() {
-        nginx?.stop()
-        super.tearDown()
+        super.setUp()
     }
 
     override func setUpWithError() throws {
-        guard Self.nginx != nil else { throw NginxFixture.Failure.setup("unreachable: nginx failed to start") }
+        try super.setUpWithError()
         daemonHome = try DaemonHome("porterd-test")
     }
 

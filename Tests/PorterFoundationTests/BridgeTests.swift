@@ -10,27 +10,18 @@ import XCTest
 
 /// Issue 14, Foundation bridges: a URLSession program moves to Porter line by line, its
 /// URLRequest, HTTPURLResponse and URLError kept.
-final class BridgeTests: XCTestCase {
-    nonisolated(unsafe) static var nginx: NginxFixture?
-
+final class BridgeTests: NginxTestCase {
     override class func setUp() {
-        super.setUp()
         Porter.bootstrap(loadPlugins: false)
-        nginx = try? NginxFixture()
+        super.setUp()
     }
 
-    override class func tearDown() {
-        nginx?.stop()
-        super.tearDown()
-    }
-
-    var base: String { Self.nginx?.http ?? "http://127.0.0.1:1" }
+    var base: String { nginx.http }
 
     /// The URLSession snippet, ported: each line keeps its Foundation types; only the
     /// call that loads changes (`URLSession.shared.data(for: request)` becomes
     /// `session.data(for: Request(request))`, and the response is bridged back).
     func testAURLSessionSnippetPortedLineByLine() async throws {
-        _ = try XCTUnwrap(Self.nginx, "nginx did not start")
         let session = Session(configuration: .ephemeral)
 
         var request = URLRequest(url: URL(string: base + "/echo")!)

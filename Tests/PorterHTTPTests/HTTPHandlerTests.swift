@@ -5,29 +5,12 @@ import PorterTestSupport
 @testable import PorterCurl
 
 /// http and https against a real nginx on loopback.
-final class HTTPHandlerTests: XCTestCase {
-    nonisolated(unsafe) static var fixture: Result<NginxFixture, Error>?
-
+final class HTTPHandlerTests: NginxTestCase {
     override class func setUp() {
-        super.setUp()
         Porter.bootstrap()
-        fixture = Result { try NginxFixture() }
-    }
-    override class func tearDown() {
-        if case .success(let n)? = fixture { n.stop() }
-        super.tearDown()
+        super.setUp()
     }
 
-    /// The running server; a fixture that failed to start fails every test with its reason.
-    private(set) var nginx: NginxFixture!
-
-    override func setUpWithError() throws {
-        switch HTTPHandlerTests.fixture {
-        case .success(let n)?: nginx = n
-        case .failure(let e)?: throw e
-        case nil: throw NginxFixture.Failure.setup("no fixture")
-        }
-    }
 
     private func config(_ change: (inout SessionConfiguration) -> Void = { _ in }) -> SessionConfiguration {
         var c = SessionConfiguration.ephemeral

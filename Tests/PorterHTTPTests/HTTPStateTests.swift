@@ -6,28 +6,16 @@ import PorterTestSupport
 
 /// The HTTP state and codings curl has, against a real nginx: HSTS (RFC 6797), Alt-Svc
 /// (RFC 7838), br and zstd bodies; the library and `porter`'s flags.
-final class HTTPStateTests: XCTestCase {
-    nonisolated(unsafe) static var fixture: Result<NginxFixture, Error>?
-
+final class HTTPStateTests: NginxTestCase {
     override class func setUp() {
-        super.setUp()
         Porter.bootstrap()
-        fixture = Result { try NginxFixture() }
-    }
-    override class func tearDown() {
-        if case .success(let n)? = fixture { n.stop() }
-        super.tearDown()
+        super.setUp()
     }
 
-    private(set) var nginx: NginxFixture!
     private var tmp: String!
 
     override func setUpWithError() throws {
-        switch HTTPStateTests.fixture {
-        case .success(let n)?: nginx = n
-        case .failure(let e)?: throw e
-        case nil: throw NginxFixture.Failure.setup("no fixture")
-        }
+        try super.setUpWithError()
         tmp = NSTemporaryDirectory() + "porter-state-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: tmp, withIntermediateDirectories: true)
     }

@@ -3,28 +3,12 @@ import PorterTestSupport
 @testable import Porter
 
 /// What a task's delegate hears, and when, against a real nginx: the life cycle users see.
-final class LifecycleTests: XCTestCase {
-    nonisolated(unsafe) static var fixture: Result<NginxFixture, Error>?
-
+final class LifecycleTests: NginxTestCase {
     override class func setUp() {
-        super.setUp()
         Porter.bootstrap()
-        fixture = Result { try NginxFixture() }
-    }
-    override class func tearDown() {
-        if case .success(let n)? = fixture { n.stop() }
-        super.tearDown()
+        super.setUp()
     }
 
-    private(set) var nginx: NginxFixture!
-
-    override func setUpWithError() throws {
-        switch Self.fixture {
-        case .success(let n)?: nginx = n
-        case .failure(let e)?: throw e
-        case nil: throw NginxFixture.Failure.setup("no fixture")
-        }
-    }
 
     final class Recorder: TaskDelegate, @unchecked Sendable {
         let seen = Locked<[String]>([])

@@ -6,15 +6,13 @@ import PorterTestSupport
 /// different URLs of which many fail (refused port, reset mid-body, bad head, bad
 /// encoding, TLS to a plain port, h2 to nginx). Every error names its own task's URL,
 /// and its message names no other task's.
-final class NetworkErrorURLTests: XCTestCase {
-    nonisolated(unsafe) static var fixture: Result<NginxFixture, Error>?
+final class NetworkErrorURLTests: NginxTestCase {
     nonisolated(unsafe) static var server: Process?
     nonisolated(unsafe) static var port = 0
 
     override class func setUp() {
-        super.setUp()
         Porter.bootstrap()
-        fixture = Result { try NginxFixture() }
+        super.setUp()
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("misbehave.py").path
         if let (p, n) = try? startReadyServer("/usr/bin/env", ["python3", script]) {
             port = n
@@ -22,21 +20,14 @@ final class NetworkErrorURLTests: XCTestCase {
         }
     }
     override class func tearDown() {
-        if case .success(let n)? = fixture { n.stop() }
         server?.terminate()
         server?.waitUntilExit()
         super.tearDown()
     }
 
-    private(set) var nginx: NginxFixture!
-
     override func setUpWithError() throws {
         guard Self.port > 0 else { throw NginxFixture.Failure.setup("python3 misbehave.py did not start") }
-        switch Self.fixture {
-        case .success(let n)?: nginx = n
-        case .failure(let e)?: throw e
-        case nil: throw NginxFixture.Failure.setup("no fixture")
-        }
+        try super.setUpWithError()
     }
 
     func testEachErrorNamesItsOwnURL() async throws {

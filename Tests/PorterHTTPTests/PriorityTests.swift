@@ -5,28 +5,12 @@ import PorterTestSupport
 
 /// `SessionTask.priority` orders foreground work: the loads that wait for a connection
 /// to their host start highest priority first, and an HTTP/2 load's stream weight says it.
-final class PriorityTests: XCTestCase {
-    nonisolated(unsafe) static var fixture: Result<NginxFixture, Error>?
-
+final class PriorityTests: NginxTestCase {
     override class func setUp() {
-        super.setUp()
         Porter.bootstrap()
-        fixture = Result { try NginxFixture() }
-    }
-    override class func tearDown() {
-        if case .success(let n)? = fixture { n.stop() }
-        super.tearDown()
+        super.setUp()
     }
 
-    private var nginx: NginxFixture!
-
-    override func setUpWithError() throws {
-        switch PriorityTests.fixture {
-        case .success(let n)?: nginx = n
-        case .failure(let e)?: throw e
-        case nil: throw NginxFixture.Failure.setup("no fixture")
-        }
-    }
 
     /// Signals once the blocking load has its first bytes (it holds the one connection).
     private final class FirstBytes: DataDelegate, @unchecked Sendable {
@@ -68,10 +52,7 @@ final class PriorityTests: XCTestCase {
             task.resume()
         }
         // All four reached the loop (waiting for the connection) before it frees up.
-        let deadline = Date().addingTimeInterval(60)
-        while loop.transferCount().running + loop.transferCount().waiting < 5, Date() < deadline {
-            try await Task.sleep(nanoseconds: 10_000_000)
-        }
+        _ = await eventuallyAsync { loop.transferCount().running + loop.transferCount().waiting >= 5 }
         XCTAssertEqual(loop.transferCount().waiting, 4, "the four wait in the loop, not in libcurl")
         blocker.cancel()
         await fulfillment(of: done, timeout: 60)

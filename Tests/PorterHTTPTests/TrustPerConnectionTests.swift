@@ -4,28 +4,12 @@ import PorterTestSupport
 
 /// The server-trust delegate is asked once per connection (as URLSession asks), not once
 /// per request: against nginx over https with a CA the session does not trust.
-final class TrustPerConnectionTests: XCTestCase {
-    nonisolated(unsafe) static var fixture: Result<NginxFixture, Error>?
-
+final class TrustPerConnectionTests: NginxTestCase {
     override class func setUp() {
-        super.setUp()
         Porter.bootstrap()
-        fixture = Result { try NginxFixture() }
-    }
-    override class func tearDown() {
-        if case .success(let n)? = fixture { n.stop() }
-        super.tearDown()
+        super.setUp()
     }
 
-    private(set) var nginx: NginxFixture!
-
-    override func setUpWithError() throws {
-        switch Self.fixture {
-        case .success(let n)?: nginx = n
-        case .failure(let e)?: throw e
-        case nil: throw NginxFixture.Failure.setup("no fixture")
-        }
-    }
 
     final class Trusting: SessionDelegate, @unchecked Sendable {
         let asked = Locked([String]())

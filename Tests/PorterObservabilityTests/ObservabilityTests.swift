@@ -10,28 +10,12 @@ import XCTest
 /// `traceparent` and `tracestate` it received), and swift-metrics counters and timers.
 /// Every test names its tracer and metrics backend on the session: the process-wide
 /// systems stay unbootstrapped, so no other test sees a header it did not ask for.
-final class ObservabilityTests: XCTestCase {
-    nonisolated(unsafe) static var fixture: Result<NginxFixture, Error>?
-
+final class ObservabilityTests: NginxTestCase {
     override class func setUp() {
-        super.setUp()
         Porter.bootstrap()
-        fixture = Result { try NginxFixture() }
-    }
-    override class func tearDown() {
-        if case .success(let n)? = fixture { n.stop() }
-        super.tearDown()
+        super.setUp()
     }
 
-    private(set) var nginx: NginxFixture!
-
-    override func setUpWithError() throws {
-        switch ObservabilityTests.fixture {
-        case .success(let n)?: nginx = n
-        case .failure(let e)?: throw e
-        case nil: throw NginxFixture.Failure.setup("no fixture")
-        }
-    }
 
     private func session(tracer: RecordingTracer?, metrics: TestMetrics? = nil) -> Session {
         var c = SessionConfiguration.ephemeral
@@ -130,8 +114,7 @@ final class ObservabilityTests: XCTestCase {
         var other = ServiceContext.topLevel
         other[RecordingTracer.IDsKey.self] = .init(traceID: "0af7651916cd43dd8448eb211c80319c", spanID: "b7ad6b7169203331")
         ServiceContext.withValue(other) { task.resume() }
-        let deadline = Date().addingTimeInterval(60)
-        while tracer.finished.current.isEmpty, Date() < deadline { try await Task.sleep(nanoseconds: 10_000_000) }
+        _ = await eventuallyAsync { !tracer.finished.current.isEmpty }
         let span = try XCTUnwrap(tracer.finished.current.first)
         XCTAssertEqual(span.parentSpanID, "00f067aa0ba902b7")
         XCTAssertEqual(span.ids.traceID, "4bf92f3577b34da6a3ce929d0e0e4736")
@@ -186,10 +169,9 @@ final class ObservabilityTests: XCTestCase {
         let s = session(tracer: tracer)
         let task = s.dataTask(with: request) { _, _, _ in }
         task.resume()
-        let deadline = Date().addingTimeInterval(60)
-        while tracer.started.current.isEmpty, Date() < deadline { try await Task.sleep(nanoseconds: 10_000_000) }
+        _ = await eventuallyAsync { !tracer.started.current.isEmpty }
         task.cancel()
-        while tracer.finished.current.isEmpty, Date() < deadline { try await Task.sleep(nanoseconds: 10_000_000) }
+        _ = await eventuallyAsync { !tracer.finished.current.isEmpty }
         let span = try XCTUnwrap(tracer.finished.current.first)
         XCTAssertEqual(span.operationName, "HTTP")
         XCTAssertEqual(span.string("http.request.method"), "_OTHER")

@@ -71,17 +71,6 @@ final class PorterTransportTests: XCTestCase {
         _ = try await control.data(for: r)
     }
 
-    /// Polls `condition` every 20 ms until it holds or `seconds` pass (a bound on a hang
-    /// only: generous, so a loaded machine is not a failure).
-    static func until(_ seconds: Double = 60, _ condition: () async throws -> Bool) async rethrows -> Bool {
-        let end = Date().addingTimeInterval(seconds)
-        while Date() < end {
-            if try await condition() { return true }
-            try? await Task.sleep(nanoseconds: 20_000_000)
-        }
-        return try await condition()
-    }
-
     func json(_ body: HTTPBody?) async throws -> [String: Any] {
         let data = try await Data(collecting: try XCTUnwrap(body), upTo: 1 << 20)
         return try XCTUnwrap(JSONSerialization.jsonObject(with: data) as? [String: Any], String(decoding: data, as: UTF8.self))
@@ -314,7 +303,7 @@ final class PorterTransportTests: XCTestCase {
         let producer = Producer(chunks: chunks) { k in
             guard k == 1 else { return }
             // Were the body collected before sending, the server would never see this.
-            let seen = try await PorterTransportTests.until(60) { PorterTransportTests.int(try await PorterTransportTests.state("upload", id)["received"]) >= 65536 }
+            let seen = try await eventuallyAsync(60) { PorterTransportTests.int(try await PorterTransportTests.state("upload", id)["received"]) >= 65536 }
             if !seen { throw PorterError(.unknown, "the first chunk never reached the server: the body was not streamed") }
         }
         let (response, body) = try await transport().send(
@@ -340,11 +329,11 @@ final class PorterTransportTests: XCTestCase {
             try await t.send(PorterTransportTests.request(.put, "/upload?id=\(id)&stall=1"), body: producer.body(length: .unknown),
                              baseURL: base, operationID: "upload")
         }
-        let stalled = try await PorterTransportTests.until(60) { PorterTransportTests.int(try await PorterTransportTests.state("upload", id)["received"]) >= 65536 }
+        let stalled = try await eventuallyAsync(60) { PorterTransportTests.int(try await PorterTransportTests.state("upload", id)["received"]) >= 65536 }
         XCTAssertTrue(stalled)
         // Wait until the producer stops (its output unchanged over 300 ms).
         var last = -1
-        _ = await PorterTransportTests.until(60) {
+        _ = await eventuallyAsync(60) {
             let now = producer.producedNow
             defer { last = now }
             try? await Task.sleep(nanoseconds: 300_000_000)
@@ -398,7 +387,7 @@ final class PorterTransportTests: XCTestCase {
         } catch {
             XCTAssertTrue(error is BodyBroke, "\(error)")
         }
-        let closed = try await PorterTransportTests.until(60) { try await PorterTransportTests.state("upload", id)["closed"] as? Bool == true }
+        let closed = try await eventuallyAsync(60) { try await PorterTransportTests.state("upload", id)["closed"] as? Bool == true }
         XCTAssertTrue(closed)
         let after = try await PorterTransportTests.state("upload", id)
         XCTAssertEqual(after["done"] as? Bool, false)
@@ -460,7 +449,7 @@ final class PorterTransportTests: XCTestCase {
         var count = try await iterator.next()?.count ?? 0
         // Wait while the server fills what it can; it must come to a stop well short of the end.
         var last = -1
-        _ = try await PorterTransportTests.until(60) {
+        _ = try await eventuallyAsync(60) {
             let now = PorterTransportTests.int(try await PorterTransportTests.state("flood", id)["sent"])
             defer { last = now }
             try? await Task.sleep(nanoseconds: 300_000_000)
@@ -496,7 +485,7 @@ final class PorterTransportTests: XCTestCase {
         let t = transport()
         let base = baseURL
         let call = Task { try await t.send(PorterTransportTests.request(.get, "/hang?id=\(id)"), body: nil, baseURL: base, operationID: "hang") }
-        let arrived = try await PorterTransportTests.until(60) { try await PorterTransportTests.state("hang", id)["arrived"] as? Bool == true }
+        let arrived = try await eventuallyAsync(60) { try await PorterTransportTests.state("hang", id)["arrived"] as? Bool == true }
         XCTAssertTrue(arrived)
         call.cancel()
         do {
@@ -507,7 +496,7 @@ final class PorterTransportTests: XCTestCase {
             // timeout would be a PorterError), so no clock is needed to tell.
             XCTAssertTrue(error is CancellationError, "\(error)")
         }
-        let closed = try await PorterTransportTests.until(60) { try await PorterTransportTests.state("hang", id)["closed"] as? Bool == true }
+        let closed = try await eventuallyAsync(60) { try await PorterTransportTests.state("hang", id)["closed"] as? Bool == true }
         XCTAssertTrue(closed, "the server never saw the connection close")
     }
 
@@ -541,7 +530,7 @@ final class PorterTransportTests: XCTestCase {
             // timeout would be a PorterError), so no clock is needed to tell.
             XCTAssertTrue(error is CancellationError, "\(error)")
         }
-        let closed = try await PorterTransportTests.until(60) { try await PorterTransportTests.state("download", id)["closed"] as? Bool == true }
+        let closed = try await eventuallyAsync(60) { try await PorterTransportTests.state("download", id)["closed"] as? Bool == true }
         XCTAssertTrue(closed, "the server never saw the connection close")
     }
 

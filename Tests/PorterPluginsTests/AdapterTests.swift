@@ -112,14 +112,14 @@ class AdapterTests: XCTestCase {
             XCTAssertEqual(e.code, .noPermissionsToReadFile)
             XCTAssertEqual(e.message, "refused, but calls anyway")
         }
-        try await eventuallyAsync { try await self.counter("late") == before + 1 }
+        try await assertEventually { try await self.counter("late") == before + 1 }
         do {
             _ = try await session().data(from: URL(string: "ptest://h/late-after-destroy")!)
             XCTFail("the test plugin fails unknown paths")
         } catch let e as PorterError {
             XCTAssertNotEqual(e.message, "late")
         }
-        try await eventuallyAsync { try await self.counter("late") == before + 2 }
+        try await assertEventually { try await self.counter("late") == before + 2 }
         // The host still serves the plugin normally.
         let (data, _) = try await session().data(from: URL(string: "ptest://h/hello")!)
         XCTAssertEqual(String(decoding: data, as: UTF8.self), "hello from ptest")
@@ -254,7 +254,7 @@ class AdapterTests: XCTestCase {
         task.cancel()
         XCTAssertTrue(eventually { task.state == .completed })
         XCTAssertEqual(task.error?.code, .cancelled)
-        try await eventuallyAsync { try await self.counter("live") == before }
+        try await assertEventually { try await self.counter("live") == before }
     }
 
     func testIdleTimeoutStopsAPluginLoad() async throws {
@@ -332,15 +332,10 @@ final class IsolatedAdapterTests: AdapterTests {
 }
 
 /// Waits until `condition` holds (at most `seconds`), failing the test otherwise.
-func eventuallyAsync(_ seconds: Double = 60, file: StaticString = #filePath, line: UInt = #line,
-                     _ condition: () async throws -> Bool) async throws {
-    let end = Date().addingTimeInterval(seconds)
-    while Date() < end {
-        if try await condition() { return }
-        try await Task.sleep(nanoseconds: 20_000_000)
-    }
-    let last = try await condition()
-    XCTAssertTrue(last, "the condition did not hold within \(seconds) s", file: file, line: line)
+func assertEventually(_ seconds: Double = 60, file: StaticString = #filePath, line: UInt = #line,
+                      _ condition: () async throws -> Bool) async throws {
+    let held = try await eventuallyAsync(seconds, condition)
+    XCTAssertTrue(held, "the condition did not hold within \(seconds) s", file: file, line: line)
 }
 
 /// A task delegate that answers challenges with `answer` and records failure counts.

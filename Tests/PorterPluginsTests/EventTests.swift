@@ -1,6 +1,7 @@
 import Foundation
 import Porter
 import PorterPlugins
+import PorterTestSupport
 import XCTest
 
 /// Event hooks: a C plugin subscribes functions of different signatures; libffi calls
@@ -38,12 +39,10 @@ final class EventTests: XCTestCase {
         _ = try await session.upload(for: upload, from: Data(count: 1234))
 
         var log = ""
-        let end = Date().addingTimeInterval(60)
-        while Date() < end {
+        _ = try await eventuallyAsync {
             log = mode == .inProcess ? PluginFixture.events(of: path)
                 : String(decoding: try await session.data(from: URL(string: "\(evt)://x/events")!).0, as: UTF8.self)
-            if log.contains("\(evt)://e4/upload 13 1234 0") { break }
-            try await Task.sleep(nanoseconds: 50_000_000)
+            return log.contains("\(evt)://e4/upload 13 1234 0")
         }
         let lines = log.split(separator: "\n").map(String.init)
         func line(_ prefix: String, _ contains: String) -> String? {
@@ -70,5 +69,69 @@ final class EventTests: XCTestCase {
         XCTAssertNotNil(line("completed F ", "\(evt)://e3/missing 0 0 17"), log)
         // An upload's byte counts ("received 1234" is 13 bytes).
         XCTAssertNotNil(line("completed F ", "\(evt)://e4/upload 13 1234 0"), log)
+    }
+
+    /// A plugin's hook that blocks (on the libcurl loop thread, before hooks had queues of
+    /// their own) holds back no transfer: while it waits, another HTTP load of the same
+    /// session completes; once released, the plugin has seen every event, in order.
+    func testASlowHookHoldsBackNoTransfer() async throws {
+        let nginx = try NginxFixture()
+        defer { nginx.stop() }
+        let folder = try PluginFixture.folder()
+        let path = try PluginFixture.build("hold.so", in: folder, defines: ["HOLD", "SCHEME=\"hold\""])
+        typealias Release = @convention(c) () -> Void
+        let release = try XCTUnwrap(PluginFixture.symbol("testplugin_release", in: path, as: Release.self))
+        let registry = HandlerRegistry()
+        Porter.bootstrap(registry: registry, loadPlugins: false)
+        var isolation = PluginIsolation.default
+        isolation.defaultMode = .inProcess
+        let verdict = PluginLoader(registry: registry, isolation: isolation).load(path: path)
+        XCTAssertEqual(verdict.plugin?.mode, .inProcess, "\(verdict)")
+        var released = false
+        defer { if !released { release() } }
+
+        var config = SessionConfiguration.ephemeral
+        config.registry = registry
+        let session = Session(configuration: config)
+        let held = nginx.http + "/index.html?hold-here"
+        let other = nginx.http + "/index.html?meanwhile"
+        let first = Task { try await session.data(from: URL(string: held)!) }
+        let holding = await eventuallyAsync { PluginFixture.counter("testplugin_holding", of: path) == 1 }
+        XCTAssertTrue(holding, "the hook never saw the response of \(held)")
+
+        let done = Locked(false)
+        let second = Task {
+            let (body, _) = try await session.data(from: URL(string: other)!)
+            done.withLock { $0 = true }
+            return body
+        }
+        let passed = await eventuallyAsync { done.current }
+        XCTAssertTrue(passed, "a load waited for a plugin's blocked event hook")
+        released = true
+        release()
+        let (firstBody, secondBody) = (try await first.value.0, try await second.value)
+        XCTAssertEqual(String(decoding: firstBody, as: UTF8.self), "hello from nginx\n")
+        XCTAssertEqual(String(decoding: secondBody, as: UTF8.self), "hello from nginx\n")
+
+        // Every event reached the plugin once released, each task's in order, and the
+        // second task's later events after the held one (one queue, never two at once).
+        var lines: [String] = []
+        let all = await eventuallyAsync {
+            lines = PluginFixture.events(of: path).split(separator: "\n").map(String.init)
+            return lines.contains { $0.hasPrefix("completed \(held) ") } && lines.contains { $0.hasPrefix("completed \(other) ") }
+        }
+        XCTAssertTrue(all, lines.joined(separator: "\n"))
+        func index(_ kind: String, _ url: String) -> Int {
+            let matches = lines.indices.filter { lines[$0].hasPrefix("\(kind) \(url)") && (lines[$0] + " ").dropFirst(kind.count + 1 + url.count).hasPrefix(" ") }
+            XCTAssertEqual(matches.count, 1, "\(kind) \(url) in:\n\(lines.joined(separator: "\n"))")
+            return matches.first ?? -1
+        }
+        for url in [held, other] {
+            let (c, r, f) = (index("created", url), index("response", url), index("completed", url))
+            XCTAssertTrue(c < r && r < f, "\(url) out of order:\n\(lines.joined(separator: "\n"))")
+        }
+        XCTAssertTrue(index("response", held) < index("response", other), lines.joined(separator: "\n"))
+        XCTAssertTrue(lines.contains("response \(held) 200"), lines.joined(separator: "\n"))
+        XCTAssertTrue(lines.contains("completed \(other) 17 0"), lines.joined(separator: "\n"))
     }
 }

@@ -137,7 +137,9 @@ final class IsolationTests: XCTestCase {
 
     /// A plugin whose `stop` never returns: the task ends at once as cancelled; the worker
     /// is killed after the stop timeout (5 s here) and the next load gets a fresh one. In
-    /// process, the stuck `stop` holds the session's queue and the task never completes.
+    /// process, the stuck `stop` holds only its load's own queue (it used to hold the
+    /// session's, and with it every later task of the session): the task ends as
+    /// cancelled and the session's next load completes.
     func testHangInStopIsKilledAfterTheTimeout() async throws {
         let task = session().dataTask(with: URL(string: "ptest://h/hang-stop")!)
         task.resume()
@@ -149,12 +151,19 @@ final class IsolationTests: XCTestCase {
         XCTAssertTrue(eventually(60) { kill(pid, 0) != 0 }, "the worker stuck in stop was not killed")
         try await assertStillServing()
 
-        let control = session(Self.inProcess).dataTask(with: URL(string: "ptest://h/hang-stop")!)
-        control.resume()
-        XCTAssertTrue(eventually { control.countOfBytesReceived == 1 })
-        control.cancel()
-        XCTAssertFalse(eventually(2) { control.state == .completed },
-                       "in process, a stop that never returns holds the session (the control)")
+        let inProcess = session(Self.inProcess)
+        let stuck = inProcess.dataTask(with: URL(string: "ptest://h/hang-stop")!)
+        stuck.resume()
+        XCTAssertTrue(eventually { stuck.countOfBytesReceived == 1 })
+        stuck.cancel()
+        XCTAssertTrue(eventually(60) { stuck.state == .completed }, "in process, a stop that never returns held its task")
+        XCTAssertEqual(stuck.error?.code, .cancelled)
+        let next = Locked<String?>(nil)
+        inProcess.dataTask(with: URL(string: "ptest://h/hello")!) { data, _, error in
+            next.withLock { $0 = data.map { String(decoding: $0, as: UTF8.self) } ?? "\(String(describing: error))" }
+        }.resume()
+        XCTAssertTrue(eventually(60) { next.current != nil }, "in process, a stop that never returns held the session")
+        XCTAssertEqual(next.current, "hello from ptest")
     }
 
     /// A load that never finishes ends by the request's timeout in both modes, and the
@@ -169,7 +178,7 @@ final class IsolationTests: XCTestCase {
             } catch let e as PorterError {
                 XCTAssertEqual(e.code, .timedOut)
             }
-            try await eventuallyAsync { try await self.counter("live", registry) == live }
+            try await assertEventually { try await self.counter("live", registry) == live }
         }
         try await assertStillServing()
     }

@@ -287,3 +287,15 @@ public func eventually(_ seconds: Double = 60, _ condition: () -> Bool) -> Bool 
     }
     return condition()
 }
+
+/// The async twin of `eventually`: polls `condition` until it holds or `seconds` pass,
+/// without blocking a thread of the concurrency pool; true when it held. The deadline
+/// only bounds a hang, so it is generous.
+public func eventuallyAsync(_ seconds: Double = 60, _ condition: () async throws -> Bool) async rethrows -> Bool {
+    let end = Date().addingTimeInterval(seconds)
+    while Date() < end, !Task.isCancelled {
+        if try await condition() { return true }
+        try? await Task.sleep(nanoseconds: 10_000_000)
+    }
+    return try await condition()
+}

@@ -7,18 +7,10 @@ import XCTest
 
 /// The conformance kit passes Porter's own handlers and the example plugins, and catches
 /// each kind of broken handler with the rule it breaks and the fix.
-final class ConformanceTests: XCTestCase {
-    nonisolated(unsafe) static var nginx: NginxFixture?
-
+final class ConformanceTests: NginxTestCase {
     override class func setUp() {
-        super.setUp()
         Porter.bootstrap(loadPlugins: false)
-        nginx = try? NginxFixture()
-    }
-    override class func tearDown() {
-        nginx?.stop()
-        nginx = nil
-        super.tearDown()
+        super.setUp()
     }
 
     static let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
@@ -38,7 +30,6 @@ final class ConformanceTests: XCTestCase {
     }
 
     func testHTTPHandlerPassesWithRedirectsAndChallenges() throws {
-        let nginx = try XCTUnwrap(Self.nginx, "nginx did not start")
         for path in ["/index.html", "/redirect/302", "/basic/", "/medium.bin"] {
             let report = HandlerConformance.check(HTTPHandler.self, url: URL(string: nginx.http + path)!)
             XCTAssertTrue(report.passed, report.description)

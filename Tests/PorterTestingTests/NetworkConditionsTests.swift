@@ -6,21 +6,13 @@ import XCTest
 
 /// Network conditions seen as the application sees them: errors, events, byte counts.
 /// Durations are checked as lower bounds only (a loaded machine is slower, never faster).
-final class NetworkConditionsTests: XCTestCase {
-    nonisolated(unsafe) static var nginx: NginxFixture?
-
+final class NetworkConditionsTests: NginxTestCase {
     override class func setUp() {
-        super.setUp()
         Porter.bootstrap(loadPlugins: false)
-        nginx = try? NginxFixture()
-    }
-    override class func tearDown() {
-        nginx?.stop()
-        nginx = nil
-        super.tearDown()
+        super.setUp()
     }
 
-    private func server() throws -> NginxFixture { try XCTUnwrap(Self.nginx, "nginx did not start") }
+    private func server() throws -> NginxFixture { try XCTUnwrap(nginx, "nginx did not start") }
 
     private func session(_ conditions: NetworkConditions, _ tweak: (inout SessionConfiguration) -> Void = { _ in }) -> Session {
         var configuration = SessionConfiguration.ephemeral

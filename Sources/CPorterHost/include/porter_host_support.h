@@ -15,4 +15,9 @@ int porter_secure_exec(void);
  * glibc from raising it on its own. For programs (the porter CLI), not libraries. */
 int porter_fix_mmap_threshold(int bytes);
 
+/* The load address of the image (shared object or program) that holds `address`, and
+ * its path in `*path` (static, or NULL); NULL when dladdr knows none. Event hooks are
+ * queued per image: one queue per plugin. */
+const void *porter_image_base(const void *address, const char **path);
+
 #endif

@@ -53,8 +53,10 @@
  * Threads.  Every host function in `porter_host` may be called from any thread,
  *           including threads the plugin creates, and never blocks for long (the
  *           host queues the work). The host calls the handler functions from its own
- *           threads; they must return promptly: do I/O on a thread, loop or queue of
- *           the plugin's own. The host never calls `start`, `stop` and `destroy` of
+ *           threads (each load's `start`, `stop`, `pause` and `resume` in order, on a
+ *           serial queue of that load's own, in process as in a worker, so a call that
+ *           blocks holds back that load only); they must return promptly: do I/O on a
+ *           thread, loop or queue of the plugin's own. The host never calls `start`, `stop` and `destroy` of
  *           one load concurrently with each other; `pause` and `resume` may come from
  *           any thread at any time between `start` and `destroy`, including from
  *           inside a host call the plugin is making, so they must only set state
@@ -423,8 +425,12 @@ typedef struct porter_host {
  * ---------------------------------------------------------------------------------
  * A plugin may watch every task of the process by subscribing a plain C function to a
  * named event. The host calls it through libffi with the arguments the signature
- * names, first `user_data`, on a host thread, after the event happened; it must
- * return promptly and must not call back into the client of that task.
+ * names, first `user_data`, after the event happened, on a serial queue of the
+ * plugin's own (one per plugin image): a plugin sees events in the order they
+ * happened and never two at once, and the host never waits for a hook, so a slow hook
+ * delays only that plugin's later hooks, never a transfer. A hook should still return
+ * promptly: once 4096 events wait for a plugin, later ones are dropped (and logged)
+ * until it catches up. It must not call back into the client of that task.
  *
  * A signature is a return type, then the argument types in parentheses:
  *   v void (return only)   i int32_t   q int64_t   Q uint64_t   d double

@@ -45,6 +45,7 @@
  *   /block-pause?N  like /flood, and its pause() never returns (it blocks the thread
  *                   that calls it: in a worker, that load's own queue)
  *
+ * -DHOLD subscribes hooks whose task.response hook blocks for a "hold-here" URL (below).
  * -DWRITE_PATH="..." declares one write path (ABI 1.2); -DREAD_PATH one read path.
  *
  * Faults for the out-of-process probe: -DCRASH_CONSTRUCTOR (SIGSEGV while the library
@@ -829,6 +830,44 @@ static void ev_completed(void *ud, uint64_t id, const char *url, int64_t receive
          (long long)sent, code);
 }
 
+/* -DHOLD: hooks for created, response and completed that log "created|response|completed
+ * URL"; the response hook of the first task whose URL contains "hold-here" blocks until
+ * testplugin_release() is called (testplugin_holding() says it is blocked there). */
+static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cond = PTHREAD_COND_INITIALIZER;
+static int hold_state; /* 0 not yet, 1 holding, 2 released */
+
+__attribute__((visibility("default"))) int32_t testplugin_holding(void) {
+    pthread_mutex_lock(&hold_lock);
+    int32_t h = hold_state == 1;
+    pthread_mutex_unlock(&hold_lock);
+    return h;
+}
+
+__attribute__((visibility("default"))) void testplugin_release(void) {
+    pthread_mutex_lock(&hold_lock);
+    hold_state = 2;
+    pthread_cond_broadcast(&hold_cond);
+    pthread_mutex_unlock(&hold_lock);
+}
+
+static void hold_created(void *ud, uint64_t id, const char *url) { (void)ud; (void)id; note("created %s", url); }
+static void hold_response(void *ud, uint64_t id, const char *url, int32_t status, int64_t length) {
+    (void)ud; (void)id; (void)length;
+    note("response %s %d", url, status);
+    if (!strstr(url, "hold-here")) return;
+    pthread_mutex_lock(&hold_lock);
+    if (hold_state == 0) {
+        hold_state = 1;
+        while (hold_state == 1) pthread_cond_wait(&hold_cond, &hold_lock);
+    }
+    pthread_mutex_unlock(&hold_lock);
+}
+static void hold_completed(void *ud, uint64_t id, const char *url, int64_t received, int64_t sent, int32_t code) {
+    (void)ud; (void)id; (void)sent;
+    note("completed %s %lld %d", url, (long long)received, code);
+}
+
 #ifdef UNRESOLVED
 extern int porter_test_symbol_that_does_not_exist(void);
 #endif
@@ -870,6 +909,14 @@ int32_t porter_plugin_entry(const porter_host *h, const porter_plugin_descriptor
     if (h->subscribe("task.completed", "v(pQs)", (void (*)(void))ev_created, "Y", why, sizeof why) != 0) note("refused mismatch: %s", why);
 #else
     (void)ev_created; (void)ev_response; (void)ev_redirected; (void)ev_challenged; (void)ev_completed;
+#endif
+#ifdef HOLD
+    char hwhy[256];
+    if (h->subscribe("task.created", "v(pQs)", (void (*)(void))hold_created, NULL, hwhy, sizeof hwhy) != 0) note("refused created: %s", hwhy);
+    if (h->subscribe("task.response", "v(pQsiq)", (void (*)(void))hold_response, NULL, hwhy, sizeof hwhy) != 0) note("refused response: %s", hwhy);
+    if (h->subscribe("task.completed", "v(pQsqqi)", (void (*)(void))hold_completed, NULL, hwhy, sizeof hwhy) != 0) note("refused completed: %s", hwhy);
+#else
+    (void)hold_created; (void)hold_response; (void)hold_completed;
 #endif
     (void)error; (void)cap;
     *out = &descriptor;
