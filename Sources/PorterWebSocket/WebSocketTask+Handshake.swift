@@ -212,6 +212,8 @@ extension WebSocketTask {
                 return finish(PorterError(.userAuthenticationRequired, "the server's Negotiate answer does not authenticate it: \(failure)",
                                           url: url), code: nil)
             }
+            // A wss 101 teaches HSTS as an https response would; a ws one never (RFC 6797 §8.1).
+            session?.configuration.noteStrictTransportSecurity(parsed.values("Strict-Transport-Security"), from: url)
             if let (credential, space) = handshake.usedCredential, credential.persistence != .none {
                 session?.configuration.credentialStore?.set(credential, for: space)
             }
