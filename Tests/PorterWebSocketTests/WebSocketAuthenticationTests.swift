@@ -7,7 +7,8 @@ extension DaemonFixture {
     /// Apache httpd in front of wsserver.py's `websockets` server (mod_proxy_wstunnel):
     /// /digest/ needs Digest (erin / erinpw, realm porter-ws; mod_auth_digest), /stale/
     /// the same with nonces that live one second, /krb/ needs Negotiate (mod_auth_gssapi,
-    /// HTTP/localhost of `realm`); each passes the upgrade to ws://127.0.0.1:`wsPort`/.
+    /// HTTP/localhost of `realm`), /krb-or-basic/ offers Negotiate and Basic (the Basic
+    /// password checked by the KDC: alice / alicepw); each passes the upgrade to ws://127.0.0.1:`wsPort`/.
     /// The access log says, per request, the status and the user.
     static func apacheWebSocketAuth(_ realm: KerberosRealm, wsPort: Int) throws -> DaemonFixture {
         try DaemonFixture(program: "/usr/sbin/apache2", configName: "httpd.conf", config: { dir, port in
@@ -58,6 +59,15 @@ extension DaemonFixture {
                   AuthName "Porter Kerberos"
                   GssapiCredStore keytab:\(realm.keytab)
                   GssapiAllowedMech krb5
+                  Require valid-user
+                  ProxyPass "ws://127.0.0.1:\(wsPort)/"
+                </Location>
+                <Location "/krb-or-basic/">
+                  AuthType GSSAPI
+                  AuthName "porter-krb-basic"
+                  GssapiCredStore keytab:\(realm.keytab)
+                  GssapiAllowedMech krb5
+                  GssapiBasicAuth On
                   Require valid-user
                   ProxyPass "ws://127.0.0.1:\(wsPort)/"
                 </Location>
@@ -214,6 +224,39 @@ final class WebSocketAuthenticationTests: WSTestCase {
         without.resume()
         let failure = await error(of: without)
         XCTAssertEqual(failure?.code, .userAuthenticationRequired, "\(String(describing: failure))")
+    }
+
+    /// Negotiate and Basic in one 401: Negotiate, the stronger, is asked first; a delegate
+    /// that rejects its protection space is asked for Basic next (URLSession's meaning of
+    /// rejectProtectionSpace), and without tickets default handling falls through to
+    /// Basic with the URL's credential.
+    func testStrongestSchemeFirstAndRejectingItFallsThroughToTheNext() async throws {
+        let earlier = apache.log("access.log").count
+        func log() -> Substring { apache.log("access.log").dropFirst(earlier) }
+        setenv("KRB5CCNAME", try realm.ticketCache("ws-none", user: nil), 1)
+        defer { unsetenv("KRB5CCNAME") }
+        let d = Answerer { c in
+            c.protectionSpace.authenticationMethod == .negotiate ? .rejectProtectionSpace
+                : .useCredential(Credential(user: "alice", password: "alicepw", persistence: .none))
+        }
+        let url = URL(string: "ws://localhost:\(apache.port)/krb-or-basic/echo")!
+        let task = session().webSocketTask(with: url, delegate: d)
+        task.resume()
+        try await task.send(.string("basic after negotiate"))
+        let echoed = try await task.receive()
+        XCTAssertEqual(echoed, .string("basic after negotiate"), apache.log("error.log"))
+        task.cancel(with: .normalClosure, reason: nil)
+        XCTAssertEqual(d.methods, [.negotiate, .httpBasic])
+        XCTAssertEqual(d.challenges.withLock { $0.last?.protectionSpace.realm }, "porter-krb-basic")
+
+        // Default handling, no tickets: Negotiate cannot answer, Basic takes the URL's credential.
+        let quiet = session().webSocketTask(with: URL(string: "ws://alice:alicepw@localhost:\(apache.port)/krb-or-basic/echo")!)
+        quiet.resume()
+        try await quiet.send(.string("default"))
+        let again = try await quiet.receive()
+        XCTAssertEqual(again, .string("default"))
+        quiet.cancel(with: .normalClosure, reason: nil)
+        XCTAssertTrue(eventually { log().components(separatedBy: "\"GET /krb-or-basic/echo HTTP/1.1\" 200 alice").count == 3 }, String(log()))
     }
 
     /// NTLM authenticates a connection: type 1 and type 3 go on one connection, and the
