@@ -37,6 +37,9 @@ public struct HTTPAuthChallenge: Sendable, Equatable {
     /// several challenges separated by commas, and a server often sends several fields.
     public static func parse(_ values: [String]) -> [HTTPAuthChallenge] {
         var found: [HTTPAuthChallenge] = []
+        // Parameters belong to the challenge before them (field lines combine into one
+        // list, RFC 9110 §5.3), and only when that challenge was well formed.
+        var open = false
         for value in values {
             for item in splitOutsideQuotes(value) {
                 let text = item.trimmingCharacters(in: .whitespaces)
@@ -44,12 +47,16 @@ public struct HTTPAuthChallenge: Sendable, Equatable {
                 let word = text.prefix { $0 != " " && $0 != "\t" }
                 if word.contains("=") {
                     // A parameter of the challenge before it.
-                    if let last = found.indices.last, found[last].token68 == nil, let (name, value) = parameter(text),
+                    if open, let last = found.indices.last, found[last].token68 == nil, let (name, value) = parameter(text),
                        found[last].parameters[name] == nil {
                         found[last].parameters[name] = value
                     }
                     continue
                 }
+                // A scheme is a token; anything else (an unbalanced quote, a stray
+                // separator) is no challenge, and what follows it is not its.
+                open = HTTPSyntax.isToken(String(word))
+                guard open else { continue }
                 var challenge = HTTPAuthChallenge(scheme: String(word))
                 let rest = text.dropFirst(word.count).trimmingCharacters(in: .whitespaces)
                 if !rest.isEmpty {

@@ -33,6 +33,16 @@ final class HandshakeAuthenticationTests: XCTestCase {
         XCTAssertEqual(ranked[1].parameters["algorithm"], "SHA-256")
     }
 
+    /// Found by FuzzChallenge: a field that starts inside a quoted string. The word before
+    /// the first space is no token, so no challenge, and its parameters belong to nothing.
+    func testJunkBeforeAChallengeIsNoChallenge() {
+        let value = #"j9XXwfDPEoM4URrv/xwf94BcCAzFZH4GiTo0v", opaque="FQhe/qaU925kfnzjCev0ciny7QMkPqMAFRtzCUYo5tdS", stale=true, userhash=true"#
+        XCTAssertEqual(HTTPAuthChallenge.parse([value]), [])
+        let mixed = HTTPAuthChallenge.parse([#"x/y realm="a", rest="r", Basic realm="b""#, #"nonce="n""#])
+        // Field lines combine into one list (RFC 9110 §5.3): the second line's parameter is Basic's.
+        XCTAssertEqual(mixed, [HTTPAuthChallenge(scheme: "Basic", parameters: ["realm": "b", "nonce": "n"])])
+    }
+
     /// RFC 7616 §3.9.1: the same request answered with SHA-256 and with MD5.
     func testDigestRFC7616Example() throws {
         for (algorithm, expected) in [("SHA-256", "753927fa0e85d155564e2e272a28d1802ca10daf4496794697cf8db5856cb6c1"),
