@@ -136,8 +136,10 @@ enum HandshakeAuthentication {
             var info: [UInt8] = []
             if m.count >= 48 {
                 let length = Int(readLE16(m, 40)), offset = Int(readLE32(m, 44))
-                guard length == 0 || (offset <= m.count && length <= m.count - offset) else { return nil }
-                info = Array(m[offset..<(offset + length)])
+                if length > 0 {
+                    guard offset <= m.count, length <= m.count - offset else { return nil }
+                    info = Array(m[offset..<(offset + length)])
+                }
             }
             // AV pairs: id (2), length (2), value; MsvAvEOL (0) ends them.
             var timestamp: [UInt8]?

@@ -121,6 +121,12 @@ final class HandshakeAuthenticationTests: XCTestCase {
         var lying = challengeMessage
         lying[40] = 0xFF  // target info longer than the message
         XCTAssertNil(N.parseChallenge(lying))
+        // Found by FuzzChallenge: an empty target info whose offset lies past the end.
+        var empty = challengeMessage
+        empty[40] = 0
+        empty[41] = 0
+        empty[46] = 0x44
+        XCTAssertEqual(N.parseChallenge(empty)?.targetInfo, [])
 
         // AUTHENTICATE: the fields where the header says they are.
         let m = N.authenticate(parsed, user: "Domain\\User", password: "Password", clientChallenge: bytes("aaaaaaaaaaaaaaaa"),
