@@ -77,11 +77,49 @@ extension DaemonFixture {
     }
 }
 
+extension DaemonFixture {
+    /// lighttpd in front of wsserver.py (mod_proxy with upgrade): /sha256/ needs Digest
+    /// with SHA-256 (bob / bobpw, realm porter-sha256; mod_auth), and passes the upgrade
+    /// to ws://127.0.0.1:`wsPort`/.
+    static func lighttpdWebSocketDigest(wsPort: Int) throws -> DaemonFixture {
+        try DaemonFixture(program: "/usr/sbin/lighttpd", configName: "lighttpd.conf", config: { dir, port in
+            let input = dir + "/a1.txt"
+            try? "bob:porter-sha256:bobpw".write(toFile: input, atomically: false, encoding: .utf8)
+            let ha1 = ((try? NginxFixture.run("/usr/bin/openssl", ["dgst", "-sha256", "-hex", "-r", input])) ?? "")
+                .split(separator: " ").first.map(String.init) ?? ""
+            try? "bob:porter-sha256:\(ha1)\n".write(toFile: dir + "/htdigest", atomically: true, encoding: .utf8)
+            try? FileManager.default.createDirectory(atPath: dir + "/www", withIntermediateDirectories: true)
+            _ = try? NginxFixture.run("/bin/chmod", ["-R", "a+rX", dir])
+            return """
+                server.document-root = "\(dir)/www"
+                server.bind = "127.0.0.1"
+                server.port = \(port)
+                server.pid-file = "\(dir)/lighttpd.pid"
+                server.errorlog = "\(dir)/error.log"
+                server.modules = ("mod_auth", "mod_authn_file", "mod_proxy", "mod_accesslog")
+                accesslog.filename = "\(dir)/access.log"
+                accesslog.format = "%r %>s %u"
+                auth.backend = "htdigest"
+                auth.backend.htdigest.userfile = "\(dir)/htdigest"
+                auth.require = (
+                    "/sha256/" => ("method" => "digest", "algorithm" => "SHA-256", "realm" => "porter-sha256", "require" => "valid-user"),
+                )
+                $HTTP["url"] =~ "^/sha256/" {
+                    proxy.server = ("" => (("host" => "127.0.0.1", "port" => \(wsPort))))
+                    proxy.header = ("upgrade" => "enable", "map-urlpath" => ("/sha256/" => "/"))
+                }
+
+                """
+        }, arguments: { dir in ["-D", "-f", dir + "/lighttpd.conf"] })
+    }
+}
+
 /// Challenges in the opening handshake against real acceptors: Apache's mod_auth_digest
 /// and mod_auth_gssapi (with MIT Kerberos's KDC) in front of the `websockets` server,
-/// and pyspnego's NTLM acceptor upgrading the connection it authenticated.
+/// lighttpd's mod_auth (Digest with SHA-256) likewise, and pyspnego's NTLM acceptor
+/// upgrading the connection it authenticated.
 final class WebSocketAuthenticationTests: WSTestCase {
-    nonisolated(unsafe) static var servers: Result<(KerberosRealm, DaemonFixture, NTLMServer), Error>?
+    nonisolated(unsafe) static var servers: Result<(KerberosRealm, DaemonFixture, NTLMServer, DaemonFixture), Error>?
 
     override class func setUp() {
         super.setUp()
@@ -90,23 +128,25 @@ final class WebSocketAuthenticationTests: WSTestCase {
             let ws = try WSFixture.start().get()
             let realm = try KerberosRealm(); started.append(realm.stop)
             let apache = try DaemonFixture.apacheWebSocketAuth(realm, wsPort: ws.ws); started.append(apache.stop)
-            let ntlm = try NTLMServer()
-            return (realm, apache, ntlm)
+            let ntlm = try NTLMServer(); started.append(ntlm.stop)
+            let lighttpd = try DaemonFixture.lighttpdWebSocketDigest(wsPort: ws.ws)
+            return (realm, apache, ntlm, lighttpd)
         }
         if case .failure = servers { started.forEach { $0() } }
     }
     override class func tearDown() {
-        if case .success(let (realm, apache, ntlm))? = servers { ntlm.stop(); apache.stop(); realm.stop() }
+        if case .success(let (realm, apache, ntlm, lighttpd))? = servers { lighttpd.stop(); ntlm.stop(); apache.stop(); realm.stop() }
         super.tearDown()
     }
 
     private var realm: KerberosRealm!
     private var apache: DaemonFixture!
     private var ntlm: NTLMServer!
+    private var lighttpd: DaemonFixture!
 
     override func setUpWithError() throws {
         try super.setUpWithError()
-        (realm, apache, ntlm) = try XCTUnwrap(WebSocketAuthenticationTests.servers).get()
+        (realm, apache, ntlm, lighttpd) = try XCTUnwrap(WebSocketAuthenticationTests.servers).get()
     }
 
     /// Records the challenges and answers each with `policy` (after `delay`, when given).
@@ -158,6 +198,21 @@ final class WebSocketAuthenticationTests: WSTestCase {
         // Apache logs a tunnelled upgrade (as 200) when the tunnel ends.
         XCTAssertTrue(eventually { log().contains("\"GET /digest/echo HTTP/1.1\" 200 erin") }, String(log()))
         XCTAssertTrue(log().contains("\"GET /digest/echo HTTP/1.1\" 401 -"), String(log()))
+    }
+
+    /// Digest with SHA-256 (RFC 7616), verified by lighttpd's mod_auth before it passes
+    /// the upgrade on.
+    func testSHA256DigestThroughLighttpd() async throws {
+        let d = Answerer { _ in .useCredential(Credential(user: "bob", password: "bobpw", persistence: .none)) }
+        let task = session().webSocketTask(with: URL(string: "ws://127.0.0.1:\(lighttpd.port)/sha256/echo")!, delegate: d)
+        task.resume()
+        try await task.send(.string("sha-256"))
+        let echoed = try await task.receive()
+        XCTAssertEqual(echoed, .string("sha-256"), lighttpd.log("error.log"))
+        task.cancel(with: .normalClosure, reason: nil)
+        XCTAssertEqual(d.methods, [.httpDigest])
+        XCTAssertEqual(d.challenges.withLock { $0.first?.protectionSpace.realm }, "porter-sha256")
+        XCTAssertTrue(eventually { self.lighttpd.log("access.log").contains("GET /sha256/echo HTTP/1.1 101 bob") }, lighttpd.log("access.log"))
     }
 
     /// Default handling: the URL's credential, once; a wrong one is refused and not
