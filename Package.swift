@@ -67,10 +67,13 @@ let package = Package(
         // Sessions and tasks: the task state machine and the shell that performs it.
         .target(name: "PorterSession", dependencies: ["PorterCore", "PorterEngine", "PorterStorage", "PorterIPC", "CPorterIPC"], swiftSettings: strict),
         // WebSocket (RFC 6455, permessage-deflate) and stream tasks on a session's byte streams.
-        .target(name: "PorterWebSocket", dependencies: ["PorterCore", "PorterSession", "PorterEngine", "CPorterDeflate",
+        .target(name: "PorterWebSocket", dependencies: ["PorterCore", "PorterSession", "PorterEngine", "CPorterDeflate", "CPorterAuth",
                                                         .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),
         // Raw DEFLATE streams for WebSocket's permessage-deflate, on zlib (Debian: zlib1g-dev).
         .target(name: "CPorterDeflate", linkerSettings: [.linkedLibrary("z")]),
+        // The handshake's authentication: digests and HMAC-MD5 from libcrypto; SPNEGO through
+        // libgssapi_krb5, opened with dlopen (no Kerberos headers needed to build).
+        .target(name: "CPorterAuth", linkerSettings: [.linkedLibrary("crypto")]),
         // Versioned, bounded frames over Unix sockets; peer credentials.
         .target(name: "CPorterIPC"),
         .target(name: "PorterIPC", dependencies: ["CPorterIPC"], swiftSettings: strict),

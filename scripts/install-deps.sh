@@ -28,7 +28,9 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 [ -x /usr/sbin/krb5kdc ] || need+=(krb5-kdc)
 [ -x /usr/sbin/kadmin.local ] || need+=(krb5-admin-server)
 [ -x /usr/bin/kinit ] || need+=(krb5-user)
-[ -x /usr/sbin/apache2 ] || need+=(apache2-bin)
+[ -x /usr/sbin/apache2 ] || need+=(apache2-bin)   # also mod_auth_digest and mod_proxy_wstunnel (WebSocket handshake auth)
+# The WebSocket handshake's Negotiate opens libgssapi_krb5.so.2 with dlopen (no headers needed).
+ldconfig -p 2>/dev/null | grep -q 'libgssapi_krb5\.so\.2 ' || need+=(libgssapi-krb5-2)
 [ -f /usr/lib/apache2/modules/mod_auth_gssapi.so ] || need+=(libapache2-mod-auth-gssapi)
 [ -x /usr/sbin/squid ] || need+=(squid)
 # Plugins: event hooks on libffi, the sftp plugin on libssh2, OpenSSH's sshd to test it.

@@ -16,3 +16,17 @@ public protocol StrictTransportStore: AnyObject, Sendable {
 public protocol AlternativeServiceCache: Sendable {
     var path: String { get }
 }
+
+extension SessionConfiguration {
+    /// RFC 6797 §8.1: the first Strict-Transport-Security field of a response over a
+    /// secure connection (https, or wss: RFC 6455's "wss is https") whose certificate
+    /// verified is noted for its host (an IP address never is). Not over plain http or ws,
+    /// not with verification off, not from a server the delegate trusted by hand
+    /// (`trustedByHand`): a certificate error means no HSTS. The one place the http
+    /// handler's responses and the WebSocket handshake's 101 are learnt from.
+    public func noteStrictTransportSecurity(_ values: [String], from url: URL, trustedByHand: Bool = false) {
+        guard let store = hstsStore, ["https", "wss"].contains(url.scheme?.lowercased() ?? ""),
+              !tlsVerificationDisabled, !trustedByHand, let value = values.first, let host = url.host else { return }
+        store.noteHeader(value, host: host)
+    }
+}

@@ -135,83 +135,15 @@ extension HTTPHandler {
     }
 
     /// Every challenge in the WWW-Authenticate (or Proxy-Authenticate) field values, each
-    /// scheme once, strongest first — Negotiate, NTLM, Digest, Basic, then others as sent,
-    /// as curl's --anyauth ranks them — with its realm. One field may carry several
-    /// challenges separated by commas (RFC 9110 §11.6.1), and a proxy often sends several
-    /// fields: "Negotiate", "Digest realm="x", nonce=..., qop="auth"", "Basic realm="y"".
+    /// scheme once, strongest first (Negotiate, NTLM, Digest, Basic, then others as sent),
+    /// with its realm: PorterCore's `HTTPAuthChallenge`, the parser the WebSocket handshake
+    /// uses too.
     static func parseChallenges(_ values: [String]) -> [(AuthenticationMethod, String?)] {
-        var found: [(method: AuthenticationMethod, realm: String?)] = []
-        for value in values {
-            for item in splitOutsideQuotes(value) {
-                let text = item.trimmingCharacters(in: .whitespaces)
-                guard !text.isEmpty else { continue }
-                let word = text.prefix { $0 != " " && $0 != "\t" }
-                if word.contains("=") {
-                    // A parameter of the challenge before it.
-                    if let last = found.indices.last, found[last].realm == nil { found[last].realm = realmParameter(text) }
-                    continue
-                }
-                let rest = text.dropFirst(word.count).trimmingCharacters(in: .whitespaces)
-                found.append((method(named: word.lowercased()), realmParameter(rest)))
-            }
-        }
-        func rank(_ m: AuthenticationMethod) -> Int {
-            switch m {
-            case .negotiate: return 0
-            case .ntlm: return 1
-            case .httpDigest: return 2
-            case .httpBasic: return 3
-            default: return 4
-            }
-        }
-        var seen = Set<AuthenticationMethod>()
-        let unique = found.filter { seen.insert($0.method).inserted }
-        return unique.enumerated().sorted { (rank($0.element.method), $0.offset) < (rank($1.element.method), $1.offset) }
-            .map { ($0.element.method, $0.element.realm) }
+        HTTPAuthChallenge.strongestFirst(values).map { ($0.method, $0.realm) }
     }
 
     /// The strongest challenge of one field value: "Digest realm="x", nonce=..." → (.httpDigest, "x").
     static func parseChallenge(_ header: String) -> (AuthenticationMethod, String?) {
         parseChallenges([header]).first ?? (.custom(""), nil)
-    }
-
-    static func method(named scheme: String) -> AuthenticationMethod {
-        switch scheme {
-        case "basic": return .httpBasic
-        case "digest": return .httpDigest
-        case "ntlm": return .ntlm
-        case "negotiate": return .negotiate
-        default: return .custom(scheme)
-        }
-    }
-
-    /// The items of a comma-separated list, commas inside quoted strings kept.
-    static func splitOutsideQuotes(_ value: String) -> [Substring] {
-        var items: [Substring] = []
-        var start = value.startIndex, i = value.startIndex
-        var quoted = false, escaped = false
-        while i < value.endIndex {
-            let c = value[i]
-            if escaped { escaped = false } else if quoted && c == "\\" { escaped = true } else if c == "\"" { quoted.toggle() } else if c == ",", !quoted {
-                items.append(value[start..<i])
-                start = value.index(after: i)
-            }
-            i = value.index(after: i)
-        }
-        items.append(value[start...])
-        return items
-    }
-
-    /// The value of `realm=...` (a quoted string, unescaped, or a token) when `param` is that parameter.
-    static func realmParameter(_ param: String) -> String? {
-        guard let eq = param.firstIndex(of: "="),
-              param[..<eq].trimmingCharacters(in: .whitespaces).lowercased() == "realm" else { return nil }
-        let raw = param[param.index(after: eq)...].trimmingCharacters(in: .whitespaces)
-        guard raw.hasPrefix("\"") else { return raw.isEmpty ? nil : raw }
-        var out = "", escaped = false
-        for c in raw.dropFirst() {
-            if escaped { out.append(c); escaped = false } else if c == "\\" { escaped = true } else if c == "\"" { break } else { out.append(c) }
-        }
-        return out
     }
 }

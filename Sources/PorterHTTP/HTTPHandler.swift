@@ -182,16 +182,11 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         client.wasRedirected(to: next, redirectResponse: r)
     }
 
-    /// RFC 6797 §8.1: the first Strict-Transport-Security field of a response over https
-    /// whose certificate verified is noted for its host (an IP address never is). Not
-    /// over plain http, not with verification off, not from a server the delegate trusted
-    /// by hand (trustedKeyPin): a certificate error means no HSTS.
+    /// RFC 6797 §8.1, as `SessionConfiguration.noteStrictTransportSecurity` applies it
+    /// (a server the delegate trusted by hand, trustedKeyPin, teaches nothing).
     func noteStrictTransportSecurity() {
-        let config = client.context.configuration
-        guard let store = config.hstsStore, request.url.scheme?.lowercased() == "https",
-              !config.tlsVerificationDisabled, trustedKeyPin == nil,
-              let value = head.fields[values: .strictTransportSecurity].first, let host = request.url.host else { return }
-        store.noteHeader(value, host: host)
+        client.context.configuration.noteStrictTransportSecurity(head.fields[values: .strictTransportSecurity], from: request.url,
+                                                                 trustedByHand: trustedKeyPin != nil)
     }
 
     public func stopLoading() { state.stopLoading(on: loop, stager: stager) }

@@ -10,9 +10,14 @@ struct WebSocketOpening {
     var key = ""
     var head: [UInt8] = []
     var redirects = 0
-    /// Authorization for the current target, after a challenge was answered.
-    var authorization: String?
-    var challengeFailures = 0
+    /// What the next request answers a challenge with (WebSocketTask+Authentication).
+    var answer: HandshakeAnswer?
+    /// Credentials used per scheme (a challenge's previousFailureCount).
+    var failures: [AuthenticationMethod: Int] = [:]
+    /// Schemes rejected by the delegate, or that cannot succeed (Negotiate without tickets).
+    var closedSchemes: Set<AuthenticationMethod> = []
+    /// A stale Digest nonce was answered again without asking.
+    var staleRetried = false
     var usedCredential: (Credential, ProtectionSpace)?
 }
 
@@ -118,7 +123,7 @@ extension WebSocketTask {
         if let deflate = lock.withLock({ $0.offeredDeflate }) { lines.append("Sec-WebSocket-Extensions: " + deflate.offer) }
         var reserved: Set<String> = ["host", "upgrade", "connection", "sec-websocket-key", "sec-websocket-version",
                                      "sec-websocket-protocol", "sec-websocket-extensions", "content-length", "transfer-encoding"]
-        if let authorization = handshake.authorization {
+        if let authorization = handshake.nextAuthorization(target: target) {
             reserved.insert("authorization")
             lines.append("Authorization: \(authorization)")
         }
@@ -194,8 +199,8 @@ extension WebSocketTask {
             if [301, 302, 303, 307, 308].contains(parsed.status), let location = parsed.values("Location").first {
                 return redirect(to: location, from: request)
             }
-            if parsed.status == 401, let challenge = WebSocketTask.basicChallenge(parsed.values("WWW-Authenticate")) {
-                return challenged(realm: challenge, response: response, request: request)
+            if parsed.status == 401, !parsed.values("WWW-Authenticate").isEmpty {
+                return authenticationRequired(parsed, response: response, request: request, rest: rest)
             }
             guard parsed.status == 101 else {
                 return finish(PorterError(.badServerResponse, "the server refused the WebSocket upgrade: \(parsed.status) \(parsed.reason)",
@@ -203,6 +208,12 @@ extension WebSocketTask {
             }
             let offered = lock.withLock { $0.offeredDeflate }
             let (agreed, deflate) = try WebSocketHandshake.validate(parsed, key: handshake.key, offered: protocols, deflate: offered)
+            if let failure = mutualAuthenticationFailure(parsed) {
+                return finish(PorterError(.userAuthenticationRequired, "the server's Negotiate answer does not authenticate it: \(failure)",
+                                          url: url), code: nil)
+            }
+            // A wss 101 teaches HSTS as an https response would; a ws one never (RFC 6797 §8.1).
+            session?.configuration.noteStrictTransportSecurity(parsed.values("Strict-Transport-Security"), from: url)
             if let (credential, space) = handshake.usedCredential, credential.persistence != .none {
                 session?.configuration.credentialStore?.set(credential, for: space)
             }
@@ -243,7 +254,7 @@ extension WebSocketTask {
     }
 
     /// Starts the handshake again on a new connection (after a redirect or a challenge).
-    private func reconnect(_ request: Request) {
+    func reconnect(_ request: Request) {
         stream?.close()
         stream = nil
         phase = .idle
@@ -283,88 +294,8 @@ extension WebSocketTask {
         c?.scheme = resolved.scheme?.lowercased() == "https" ? "wss" : "ws"
         next.url = c?.url ?? resolved
         // A credential a challenge gave belongs to its origin.
-        if !RedirectPolicy.sameOrigin(base, resolved) {
-            handshake.authorization = nil
-            handshake.usedCredential = nil
-        }
+        handshake.redirected(sameOrigin: RedirectPolicy.sameOrigin(base, resolved))
         reconnect(next)
-    }
-
-    // MARK: - authentication
-
-    /// The realm of a Basic challenge among WWW-Authenticate values (nil: none offered;
-    /// "" for a challenge without a realm).
-    static func basicChallenge(_ values: [String]) -> String? {
-        for value in values {
-            let trimmed = value.trimmingCharacters(in: .whitespaces)
-            guard trimmed.lowercased().hasPrefix("basic") else { continue }
-            let rest = trimmed.dropFirst(5)
-            guard rest.isEmpty || rest.first == " " else { continue }
-            if let r = rest.range(of: "realm=\"", options: .caseInsensitive),
-               let close = rest[r.upperBound...].firstIndex(of: "\"") {
-                return String(rest[r.upperBound..<close])
-            }
-            return ""
-        }
-        return nil
-    }
-
-    /// A 401 with a Basic challenge: the delegate answers (default handling: the credential
-    /// store's or the URL's credential, once), and the handshake is tried again with it.
-    private func challenged(realm: String, response: Response, request: Request) {
-        let url = request.url
-        let secure = ["wss", "https"].contains(url.scheme?.lowercased() ?? "")
-        let space = ProtectionSpace(host: url.host ?? "", port: url.port ?? (secure ? 443 : 80), protocol: secure ? "https" : "http",
-                                    realm: realm.isEmpty ? nil : realm, authenticationMethod: .httpBasic)
-        let store = session?.configuration.credentialStore
-        if handshake.challengeFailures > 0, let (failed, failedSpace) = handshake.usedCredential, failedSpace == space,
-           let store, store.defaultCredential(for: space) == failed {
-            store.remove(failed, for: space)   // refused: not offered again
-        }
-        var proposed: Credential?
-        if handshake.challengeFailures == 0 {
-            if let user = url.user, let password = url.password {
-                proposed = Credential(user: user.removingPercentEncoding ?? user, password: password.removingPercentEncoding ?? password,
-                                      persistence: .none)
-            } else {
-                proposed = store?.defaultCredential(for: space)
-            }
-        }
-        let offered = proposed
-        let failures = handshake.challengeFailures
-        handshake.challengeFailures += 1
-        // The connection waits for the answer; the open timer still runs.
-        stream?.close()
-        stream = nil
-        let refused = PorterError(.userAuthenticationRequired, "the server refused the WebSocket upgrade: 401 (authentication required)",
-                                  url: url)
-        let settle: @Sendable (ChallengeDisposition) -> Void = { disposition in
-            self.queue.async {
-                guard self.phase == .handshaking else { return }
-                var answer = disposition
-                if answer == .performDefaultHandling {
-                    answer = offered.map { .useCredential($0) } ?? .rejectProtectionSpace
-                }
-                switch answer {
-                case .useCredential(let credential):
-                    guard let user = credential.user, let password = credential.password else { return self.finish(refused, code: nil) }
-                    self.handshake.authorization = "Basic " + Data("\(user):\(password)".utf8).base64EncodedString()
-                    self.handshake.usedCredential = (credential, space)
-                    self.reconnect(request)
-                case .cancelAuthenticationChallenge:
-                    self.finish(PorterError(.userCancelledAuthentication, "the authentication challenge was cancelled", url: url), code: nil)
-                default:
-                    self.finish(refused, code: nil)
-                }
-            }
-        }
-        let challenge = AuthenticationChallenge(protectionSpace: space, proposedCredential: offered, previousFailureCount: failures,
-                                                failureResponse: response, reply: settle)
-        if let delegate {
-            deliver { delegate.webSocketTask(self, didReceive: challenge, completion: settle) }
-        } else {
-            settle(.performDefaultHandling)
-        }
     }
 
     // MARK: - timers

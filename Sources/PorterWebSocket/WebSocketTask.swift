@@ -10,9 +10,10 @@ public protocol WebSocketDelegate: AnyObject, Sendable {
     func webSocketTask(_ task: WebSocketTask, didCloseWith code: WebSocketTask.CloseCode, reason: Data?)
     /// The task ended: nil after a clean close, else why (URLSession's didCompleteWithError).
     func webSocketTask(_ task: WebSocketTask, didCompleteWithError error: PorterError?)
-    /// The server asked for credentials during the opening handshake (a 401 with a Basic
-    /// challenge). The default answer is `.performDefaultHandling`: the URL's or the
-    /// credential store's credential, once.
+    /// The server asked for credentials during the opening handshake (a 401: Negotiate,
+    /// NTLM, Digest or Basic, the strongest offered first). The default answer is
+    /// `.performDefaultHandling`: the URL's or the credential store's credential, once
+    /// (Negotiate: the user's Kerberos tickets).
     func webSocketTask(_ task: WebSocketTask, didReceive challenge: AuthenticationChallenge,
                        completion: @escaping @Sendable (ChallengeDisposition) -> Void)
 }

@@ -1,42 +1,8 @@
 import Foundation
 import PorterTestSupport
 
-/// A server program started on a free loopback port with a config of its own in a
-/// temporary folder, and stopped (and its folder removed) by `stop()`.
-final class DaemonFixture: @unchecked Sendable {
-    let dir: String
-    let port: Int
-    private let pid: pid_t
-
-    /// `config` gets the folder and the port and returns the config file's text;
-    /// `arguments` gets the folder and returns the command line.
-    init(program: String, configName: String, config: (String, Int) -> String, arguments: (String) -> [String]) throws {
-        var template = Array((NSTemporaryDirectory() + "porter-daemon-XXXXXX").utf8CString)
-        guard let made = mkdtemp(&template) else { throw NginxFixture.Failure.setup("mkdtemp failed") }
-        dir = String(cString: made)
-        chmod(dir, 0o777)  // daemons that drop to nobody write their logs here
-        let folder = dir
-        let started: (ports: [Int], pid: pid_t)
-        do {
-            // Started again on fresh ports when a port picked free was taken meanwhile.
-            started = try startListening(ports: 1) { ports in
-                try config(folder, ports[0]).write(toFile: folder + "/" + configName, atomically: true, encoding: .utf8)
-                return try spawnDaemon(program, arguments(folder))
-            }
-        } catch {
-            throw NginxFixture.Failure.setup("\(program) did not start: \(error)")
-        }
-        port = started.ports[0]
-        pid = started.pid
-    }
-
-    func log(_ name: String) -> String { (try? String(contentsOfFile: dir + "/" + name, encoding: .utf8)) ?? "" }
-
-    func stop() {
-        stopDaemon(pid, signal: SIGTERM)
-        try? FileManager.default.removeItem(atPath: dir)
-    }
-
+/// The servers of the http tests, on `DaemonFixture` (PorterTestSupport).
+extension DaemonFixture {
     static func tinyproxy(basicAuth: (String, String)? = nil) throws -> DaemonFixture {
         try DaemonFixture(program: "/usr/bin/tinyproxy", configName: "tinyproxy.conf", config: { dir, port in
             var conf = """

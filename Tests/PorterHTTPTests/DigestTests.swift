@@ -1,4 +1,5 @@
 import XCTest
+import PorterTestSupport
 @testable import Porter
 
 /// Digest authentication (MD5 and SHA-256) against lighttpd, through challenges.

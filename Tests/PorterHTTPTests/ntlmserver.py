@@ -9,10 +9,12 @@ asks for NTLM with 407 + Proxy-Authenticate (and answers the request itself once
 connection is authenticated; forwarding is not what the tests look at). NTLM
 authenticates the connection: once the type 3 message is accepted, later requests on the
 same connection are answered without asking again, as IIS does; a new connection starts
-over. Every request is logged as one line: the connection's number, the NTLM message
+over. A request with `Upgrade: websocket` on an authenticated connection is upgraded
+(the WebSocket tests' NTLM acceptor): one text message, then the client's close. Every request is logged as one line: the connection's number, the NTLM message
 type it carried (0: none), the status sent, the path. Prints READY once listening.
 """
 import base64
+import hashlib
 import http.server
 import itertools
 import socketserver
@@ -81,9 +83,45 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.user is None:
             log(f"{self.number} {kind} {DENIED} {self.path}")
             return self.reply(DENIED, "NTLM please\n", [(CHALLENGE, "NTLM")])
+        if self.headers.get("Upgrade", "").lower() == "websocket":
+            return self.upgrade(kind)
         log(f"{self.number} {kind} 200 {self.path}")
         text = f"ntlm user={self.user} connection={self.number} method={self.command} body={body.decode(errors='replace')}\n"
         self.reply(200, text)
+
+    def upgrade(self, kind):
+        """A WebSocket upgrade on the authenticated connection (RFC 6455 §4.2.2): the 101,
+        one text message naming the user and the connection, then the client's frames
+        are read and dropped until its close (answered) or the end of the stream."""
+        key = self.headers.get("Sec-WebSocket-Key", "")
+        accept = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+        log(f"{self.number} {kind} 101 {self.path}")
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept)
+        self.end_headers()
+        text = f"ntlm user={self.user} connection={self.number}".encode()
+        self.wfile.write(bytes([0x81, len(text)]) + text)
+        self.wfile.flush()
+        while True:
+            head = self.rfile.read(2)
+            if len(head) < 2:
+                break
+            length = head[1] & 0x7F
+            if length == 126:
+                length = int.from_bytes(self.rfile.read(2), "big")
+            elif length == 127:
+                length = int.from_bytes(self.rfile.read(8), "big")
+            mask = self.rfile.read(4) if head[1] & 0x80 else b""
+            payload = self.rfile.read(length)
+            if head[0] & 0x0F == 8:
+                if mask:
+                    payload = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+                self.wfile.write(bytes([0x88, len(payload[:125])]) + payload[:125])
+                self.wfile.flush()
+                break
+        self.close_connection = True
 
     do_GET = do_POST = do_PUT = do_HEAD = handle_one
 

@@ -10,7 +10,8 @@ Prints "READY <WS_PORT>" once every server listens.
   /close (closes with 4001 "bye"), /ping (pings the client, then says whether the pong
   came), /headers (the handshake's Cookie, X-Test, Authorization and Sec-WebSocket-Protocol as
   JSON), /extensions (the extension offer and answer as JSON, then an echo),
-  /big?N (a binary message of N bytes), /setcookie (the 101 sets a cookie).
+  /big?N (a binary message of N bytes), /setcookie (the 101 sets a cookie); any path
+  ending in "?hsts" gets Strict-Transport-Security (max-age=600; includeSubDomains) in its 101.
   Subprotocols "chat" and "superchat" are accepted. No extension is agreed.
 - DEFLATE_PORT: the same paths with permessage-deflate agreed (websockets' defaults:
   12-bit windows both ways, or what the client asks), plus /bomb (64 MiB of zeros, about
@@ -111,6 +112,8 @@ async def handler_main(ws):
 def process_response(connection, request, response):
     if request.path.startswith("/setcookie") and response.status_code == 101:
         response.headers["Set-Cookie"] = "ws=yes; Path=/"
+    if request.path.endswith("?hsts") and response.status_code == 101:
+        response.headers["Strict-Transport-Security"] = "max-age=600; includeSubDomains"
     return response
 
 
