@@ -138,7 +138,7 @@ public enum BackgroundProtocol {
     /// `$XDG_STATE_HOME/porter` (else `~/.local/state/porter`): the journal, partial and
     /// finished files.
     public static func stateFolder(environment: [String: String] = ProcessInfo.processInfo.environment) -> String? {
-        XDG.stateHome(environment: environment).map { $0 + "/porter" }
+        XDG.porterStateFolder(environment: environment)
     }
 }
 
