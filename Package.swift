@@ -10,7 +10,9 @@ let package = Package(
         .library(name: "Porter", targets: ["Porter"]),
         // The contract a handler author depends on: no SQLite, libpsl or libcurl.
         .library(name: "PorterCore", targets: ["PorterCore"]),
-        .library(name: "PorterSession", targets: ["PorterSession"]),
+        // With PorterBackground, which a background session finds at run time (the
+        // PorterSession target itself depends on no IPC module).
+        .library(name: "PorterSession", targets: ["PorterSession", "PorterBackground"]),
         // Background sessions' client of porterd and the messages they exchange.
         .library(name: "PorterBackground", targets: ["PorterBackground"]),
         .library(name: "PorterWebSocket", targets: ["PorterWebSocket"]),
