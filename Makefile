@@ -37,7 +37,7 @@ clean:
 # `make docs`: DocC reference of the public modules, with the "Migrating from URLSession"
 # article (Sources/Porter/Porter.docc), as one static site in .build/docs (serve that
 # folder; open /documentation/porter). Not part of `make test`.
-DOC_TARGETS = Porter PorterCore PorterSession PorterCache PorterCookies PorterCredentials PorterPlugins \
+DOC_TARGETS = Porter PorterCore PorterSession PorterBackground PorterCache PorterCookies PorterCredentials PorterPlugins \
 	PorterPluginKit PorterFoundation PorterOpenAPI
 docs:
 	$(SWIFT) package --allow-writing-to-directory .build/docs generate-documentation \

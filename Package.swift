@@ -10,7 +10,11 @@ let package = Package(
         .library(name: "Porter", targets: ["Porter"]),
         // The contract a handler author depends on: no SQLite, libpsl or libcurl.
         .library(name: "PorterCore", targets: ["PorterCore"]),
-        .library(name: "PorterSession", targets: ["PorterSession"]),
+        // With PorterBackground, which a background session finds at run time (the
+        // PorterSession target itself depends on no IPC module).
+        .library(name: "PorterSession", targets: ["PorterSession", "PorterBackground"]),
+        // Background sessions' client of porterd and the messages they exchange.
+        .library(name: "PorterBackground", targets: ["PorterBackground"]),
         .library(name: "PorterWebSocket", targets: ["PorterWebSocket"]),
         .library(name: "PorterCache", targets: ["PorterCache"]),
         .library(name: "PorterCookies", targets: ["PorterCookies"]),
@@ -64,8 +68,15 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict),
-        // Sessions and tasks: the task state machine and the shell that performs it.
-        .target(name: "PorterSession", dependencies: ["PorterCore", "PorterEngine", "PorterStorage", "PorterIPC", "CPorterIPC"], swiftSettings: strict),
+        // Sessions and tasks: the task state machine and the shell that performs it. No IPC:
+        // a background session reaches porterd through PorterBackground (`BackgroundClient`).
+        .target(name: "PorterSession", dependencies: ["PorterCore", "PorterEngine", "PorterStorage", "CPorterNetlink"], swiftSettings: strict),
+        // The kernel's network-change announcements (rtnetlink), for waitsForConnectivity and porterd.
+        .target(name: "CPorterNetlink"),
+        // Background sessions: porterd's wire types (`BackgroundProtocol`, the messages) and
+        // the client a background session talks to porterd through (`BackgroundLink`).
+        .target(name: "PorterBackground", dependencies: ["PorterCore", "PorterSession", "PorterStorage", "PorterIPC", "CPorterIPC"],
+                swiftSettings: strict),
         // WebSocket (RFC 6455, permessage-deflate) and stream tasks on a session's byte streams.
         .target(name: "PorterWebSocket", dependencies: ["PorterCore", "PorterSession", "PorterEngine", "CPorterDeflate", "CPorterAuth",
                                                         .product(name: "HTTPTypes", package: "swift-http-types")], swiftSettings: strict),
@@ -80,7 +91,7 @@ let package = Package(
         // Task life cycles as machines without I/O: an event in, actions out (the engine
         // family every shell performs; today the isolated plugin load's).
         .target(name: "PorterEngine", dependencies: ["PorterCore"], swiftSettings: strict),
-        .target(name: "PorterDaemon", dependencies: ["Porter", "PorterIPC", "CPorterIPC", "PorterStorage", "PorterDatabase", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
+        .target(name: "PorterDaemon", dependencies: ["Porter", "PorterBackground", "PorterIPC", "CPorterIPC", "CPorterNetlink", "PorterStorage", "PorterDatabase", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
         .executableTarget(name: "porterd", dependencies: ["PorterDaemon", "PorterPlugins"], swiftSettings: strict),
         .executableTarget(name: "porter-plugin-worker", dependencies: ["PorterPlugins"], swiftSettings: strict),
         // The stores behind the protocols of PorterCore.
@@ -143,7 +154,7 @@ let package = Package(
         // The umbrella: re-exports the modules an app names, HTTPTypes' field names included.
         .target(
             name: "Porter",
-            dependencies: ["PorterCore", "PorterStorage", "PorterSession", "PorterWebSocket", "PorterCache", "PorterCookies", "PorterCredentials", "PorterData", "PorterFile",
+            dependencies: ["PorterCore", "PorterStorage", "PorterSession", "PorterBackground", "PorterWebSocket", "PorterCache", "PorterCookies", "PorterCredentials", "PorterData", "PorterFile",
                            "PorterHTTP", "PorterFTP", "PorterPlugins", "PorterObservability",
                            .product(name: "HTTPTypes", package: "swift-http-types")],
             swiftSettings: strict),

@@ -37,7 +37,7 @@ let package = Package(
                            .product(name: "PorterSession", package: "Porter"), .product(name: "PorterWebSocket", package: "Porter"),
                            .product(name: "PorterCache", package: "Porter"),
                            .product(name: "PorterCookies", package: "Porter"), .product(name: "PorterCredentials", package: "Porter"),
-                           .product(name: "PorterIPC", package: "Porter")],
+                           .product(name: "PorterIPC", package: "Porter"), .product(name: "PorterBackground", package: "Porter")],
             swiftSettings: [.swiftLanguageMode(.v6), .unsafeFlags(["-parse-as-library"])])
     }
 )

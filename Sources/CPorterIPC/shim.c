@@ -8,8 +8,6 @@
 #include <sys/un.h>
 #include <fcntl.h>
 #include <malloc.h>
-#include <linux/netlink.h>
-#include <linux/rtnetlink.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -278,39 +276,6 @@ int porter_ipc_spawn_detached_env(const char *path, char *const argv[], char *co
 
 int porter_ipc_start_writeback(int fd, long long offset, long long length) {
     return sync_file_range(fd, (off_t)offset, (off_t)length, SYNC_FILE_RANGE_WRITE);
-}
-
-int porter_ipc_route_watch(void) {
-    int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-    if (fd < 0) return -1;
-    struct sockaddr_nl a;
-    memset(&a, 0, sizeof a);
-    a.nl_family = AF_NETLINK;
-    a.nl_groups = RTMGRP_LINK | RTMGRP_IPV4_IFADDR | RTMGRP_IPV6_IFADDR | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        int e = errno;
-        close(fd);
-        errno = e;
-        return -1;
-    }
-    return fd;
-}
-
-int porter_ipc_route_wait(int fd, int timeout_ms) {
-    struct pollfd p = { .fd = fd, .events = POLLIN };
-    int n = poll(&p, 1, timeout_ms);
-    if (n <= 0) return n;
-    char buf[8192];
-    int got = 0;
-    /* Drain: one change often comes as several messages. ENOBUFS: the kernel dropped
-       messages for want of room, so something changed that we did not hear. */
-    for (;;) {
-        ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-        if (n > 0) { got = 1; continue; }
-        if (n < 0 && errno == ENOBUFS) { got = 1; continue; }
-        break;
-    }
-    return got;
 }
 
 int porter_ipc_probe_plugin(const char *worker, const char *marker, int plugin_fd, char *out, size_t cap,

@@ -1,5 +1,6 @@
 @_exported import PorterCore
 @_exported import PorterSession
+@_exported import PorterBackground
 @_exported import PorterWebSocket
 @_exported import PorterCache
 @_exported import PorterCookies

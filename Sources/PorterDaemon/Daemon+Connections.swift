@@ -1,6 +1,7 @@
 import CPorterIPC
 import Foundation
 import Porter
+import PorterBackground
 import PorterCore
 import PorterIPC
 import PorterSession

@@ -1,6 +1,8 @@
 import CPorterIPC
+import CPorterNetlink
 import Foundation
 import Porter
+import PorterBackground
 import PorterCore
 import PorterIPC
 import PorterSession
@@ -162,11 +164,11 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
     /// a link, an address or a route appeared (rtnetlink), instead of at their back-off
     /// time: a machine that comes back online resumes its transfers in a moment.
     private func watchRoutes() {
-        let fd = porter_ipc_route_watch()
+        let fd = porter_netlink_route_watch()
         guard fd >= 0 else { return note("cannot watch the network (rtnetlink): \(String(cString: strerror(errno)))") }
         let t = Thread { [self] in
             while true {
-                let r = porter_ipc_route_wait(fd, -1)
+                let r = porter_netlink_route_wait(fd, -1)
                 if r < 0 && errno != EINTR { return }
                 if r > 0 { queue.async { self.networkChanged() } }
             }

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import PorterBackground
 import PorterCore
 import PorterSession
 import PorterStorage

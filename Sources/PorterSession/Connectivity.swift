@@ -1,4 +1,4 @@
-import CPorterIPC
+import CPorterNetlink
 import Foundation
 import PorterCore
 
@@ -106,10 +106,10 @@ final class NetworkWatch: @unchecked Sendable {
     }
 
     private func run() {
-        let fd = porter_ipc_route_watch()
+        let fd = porter_netlink_route_watch()
         while true {
             if fd >= 0 {
-                let r = porter_ipc_route_wait(fd, -1)
+                let r = porter_netlink_route_wait(fd, -1)
                 if r < 0 && errno != EINTR { usleep(1_000_000) }
                 guard r > 0 else { continue }
             } else {

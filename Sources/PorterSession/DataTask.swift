@@ -30,9 +30,9 @@ public class DataTask: SessionTask, @unchecked Sendable {
     }
 
     /// A background session's upload, run by porterd.
-    override init(session: Session, remote link: BackgroundLink, snapshot: BackgroundTaskSnapshot) {
+    override package init(session: Session, remote client: any BackgroundClient, status: BackgroundTaskStatus) {
         self.sink = .delegate
-        super.init(session: session, remote: link, snapshot: snapshot)
+        super.init(session: session, remote: client, status: status)
     }
 
     override func sinkResponse(_ response: Response, driver: TaskDriver) {

@@ -50,11 +50,11 @@ public final class DownloadTask: SessionTask, @unchecked Sendable {
     /// A background session's download, run by porterd.
     override var cancelWantsResumeData: Bool { resumeCallback.withLock { $0 != nil } }
 
-    override init(session: Session, remote link: BackgroundLink, snapshot: BackgroundTaskSnapshot) {
+    override package init(session: Session, remote client: any BackgroundClient, status: BackgroundTaskStatus) {
         self.sink = .delegate
         self.resumeFrom = nil
         self.partialFolders = []
-        super.init(session: session, remote: link, snapshot: snapshot)
+        super.init(session: session, remote: client, status: status)
     }
 
     /// Cancels and hands back resume data (nil when the download cannot be resumed:

@@ -1,6 +1,7 @@
 import Foundation
 import PorterCore
 import HTTPTypes
+import PorterStorage
 
 /// What a download needs to continue where it stopped. Encoded as JSON `Data`, as an
 /// application stores it; the partial file stays where `partialFilePath` says until
@@ -76,7 +77,7 @@ public enum PartialFile {
     /// The folders a session's resume data may name (resolved).
     static func folders(downloadDirectory: String?) -> [String] {
         var list = [downloadDirectory, Session.temporaryDirectory].compactMap { $0 }
-        if let state = BackgroundProtocol.stateFolder() { list.append(state + "/partial") }
+        if let state = XDG.porterStateFolder() { list.append(state + "/partial") }
         return list.compactMap { realpath($0, nil).map { p in defer { free(p) }; return String(cString: p) } }
     }
 

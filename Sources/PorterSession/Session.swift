@@ -37,9 +37,9 @@ public final class Session: @unchecked Sendable {
     let workExecutor: any TaskExecutor = QueueExecutor(label: "porter.session.tasks")
 
     /// Application callbacks run on the task's executor (`init(configuration:delegateOnLoadingThread:)`).
-    let deliversInline: Bool
+    package let deliversInline: Bool
     /// A background session's connection to porterd (set once, in init).
-    private(set) var background: BackgroundLink?
+    private(set) var background: (any BackgroundClient)?
 
     /// Runs an application callback (on a task's executor): on the delegate queue after
     /// those given before it, or at once for a session that delivers inline.
@@ -73,8 +73,9 @@ public final class Session: @unchecked Sendable {
         self.roles = Locked(Roles(delegate))
         self.isShared = false
         if case .background(let id) = configuration.kind {
-            background = BackgroundLink(session: self, identifier: id,
-                                        launchCommand: configuration.sessionSendsLaunchEvents ? configuration.launchCommand ?? [] : [])
+            let launchCommand = configuration.sessionSendsLaunchEvents ? configuration.launchCommand ?? [] : []
+            background = Session.backgroundClientProvider?.client(for: self, identifier: id, launchCommand: launchCommand)
+                ?? MissingBackgroundClient()
         }
     }
 
@@ -94,9 +95,9 @@ public final class Session: @unchecked Sendable {
     public var delegate: (any SessionDelegate)? { state.withLock { $0.delegate } }
     /// The delegate as each role, cast once (a conformance check per callback costs more
     /// than the callback); nil once the session reported its invalidation.
-    var taskDelegate: (any TaskDelegate)? { roles.withLock { $0.task } }
+    package var taskDelegate: (any TaskDelegate)? { roles.withLock { $0.task } }
     var dataDelegate: (any DataDelegate)? { roles.withLock { $0.data } }
-    var downloadDelegate: (any DownloadDelegate)? { roles.withLock { $0.download } }
+    package var downloadDelegate: (any DownloadDelegate)? { roles.withLock { $0.download } }
     /// The delegate in each role for `task`: its own (`SessionTask.delegate`) when it has
     /// one that plays the role, else the session's (URLSession's order).
     func taskDelegate(for task: SessionTask?) -> (any TaskDelegate)? { task?.delegateRoles?.task ?? taskDelegate }
@@ -130,16 +131,16 @@ public final class Session: @unchecked Sendable {
 
     /// A task porterd runs for this background session; a task that fails at once (with
     /// the reason) when the daemon cannot take it.
-    private func backgroundTask<T: SessionTask>(_ spec: BackgroundTaskSpec, _ link: BackgroundLink, local: (Int) -> T) -> T {
+    private func backgroundTask<T: SessionTask>(_ transfer: BackgroundTransfer, _ client: any BackgroundClient, local: (Int) -> T) -> T {
         // The same request check as every in-process load's, before porterd is asked.
-        var checked = Request(url: spec.url, method: spec.method)
+        var checked = Request(url: transfer.url, method: transfer.method)
         checked.body = nil
         if let invalid = checked.validationError {
             return register(local, configure: { $0.driver.abortBeforeStart(invalid) })
         }
-        switch link.enqueue(spec) {
-        case .success(let snapshot):
-            if let task = link.task(for: snapshot) as? T {
+        switch client.enqueue(transfer) {
+        case .success(let made):
+            if let task = made as? T {
                 if let delegate = self.delegate { deliver { delegate.session(self, didCreateTask: task) } }
                 return task
             }
@@ -265,12 +266,12 @@ public final class Session: @unchecked Sendable {
     public func uploadTask(with request: Request, fromFile file: URL) -> UploadTask {
         let r = Session.uploadRequest(request, body: .file(file))
         if let background {
-            var spec = BackgroundTaskSpec(kind: .upload, url: r.url, method: r.method,
-                                          headers: ResumeData.shareableHeaders(r.headerFields), uploadFile: file.path)
-            spec.maximumBytesPerSecond = Session.backgroundCap(configuration)
-            spec.isDiscretionary = configuration.isDiscretionary ? true : nil
-            spec.properties = r.properties.compactMapValues { $0 as? String }
-            return backgroundTask(spec, background) { UploadTask(session: self, identifier: $0, request: r, sink: .delegate) }
+            let transfer = BackgroundTransfer(kind: .upload, url: r.url, method: r.method,
+                                              headers: ResumeData.shareableHeaders(r.headerFields), uploadFile: file.path,
+                                              maximumBytesPerSecond: Session.backgroundCap(configuration),
+                                              isDiscretionary: configuration.isDiscretionary ? true : nil,
+                                              properties: r.properties.compactMapValues { $0 as? String })
+            return backgroundTask(transfer, background) { UploadTask(session: self, identifier: $0, request: r, sink: .delegate) }
         }
         return register { UploadTask(session: self, identifier: $0, request: r, sink: .delegate) }
     }
@@ -290,12 +291,12 @@ public final class Session: @unchecked Sendable {
 
     public func downloadTask(with request: Request) -> DownloadTask {
         if let background {
-            var spec = BackgroundTaskSpec(kind: .download, url: request.url, method: request.method,
-                                          headers: ResumeData.shareableHeaders(request.headerFields))
-            spec.maximumBytesPerSecond = Session.backgroundCap(configuration)
-            spec.isDiscretionary = configuration.isDiscretionary ? true : nil
-            spec.properties = request.properties.compactMapValues { $0 as? String }
-            return backgroundTask(spec, background) { DownloadTask(session: self, identifier: $0, request: request, resume: nil, sink: .delegate) }
+            let transfer = BackgroundTransfer(kind: .download, url: request.url, method: request.method,
+                                              headers: ResumeData.shareableHeaders(request.headerFields),
+                                              maximumBytesPerSecond: Session.backgroundCap(configuration),
+                                              isDiscretionary: configuration.isDiscretionary ? true : nil,
+                                              properties: request.properties.compactMapValues { $0 as? String })
+            return backgroundTask(transfer, background) { DownloadTask(session: self, identifier: $0, request: request, resume: nil, sink: .delegate) }
         }
         return register { DownloadTask(session: self, identifier: $0, request: request, resume: nil, sink: .delegate) }
     }
@@ -313,9 +314,9 @@ public final class Session: @unchecked Sendable {
     /// `PorterError.resumeData`. Invalid resume data fails the task with `.resumeFailed`.
     public func downloadTask(withResumeData data: Data) -> DownloadTask {
         if let background, let resume = try? ResumeData(data: data) {
-            var spec = BackgroundTaskSpec(kind: .download, url: resume.url, method: resume.method, headers: resume.headers, resumeData: data)
-            spec.properties = resume.properties
-            return backgroundTask(spec, background) { DownloadTask(session: self, identifier: $0, request: Request(url: resume.url), resume: nil, sink: .delegate) }
+            let transfer = BackgroundTransfer(kind: .download, url: resume.url, method: resume.method, headers: resume.headers,
+                                              resumeData: data, properties: resume.properties)
+            return backgroundTask(transfer, background) { DownloadTask(session: self, identifier: $0, request: Request(url: resume.url), resume: nil, sink: .delegate) }
         }
         return makeResumedTask(data, sink: .delegate)
     }

@@ -22,7 +22,7 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
     /// this process; never changes after. Nil for a background session's task.
     private(set) var driver: TaskDriver!
     /// A background session's task runs in porterd: controls go there.
-    let remote: BackgroundLink?
+    let remote: (any BackgroundClient)?
     private let info = Locked(Info())
     private struct Info {
         var description: String?
@@ -68,37 +68,36 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
     }
 
     /// A task of a background session, as porterd reports it.
-    init(session: Session, remote link: BackgroundLink, snapshot: BackgroundTaskSnapshot) {
+    package init(session: Session, remote client: any BackgroundClient, status: BackgroundTaskStatus) {
         self.session = session
-        self.taskIdentifier = snapshot.id
-        self.originalRequest = Request(url: snapshot.url)
-        self.remote = link
+        self.taskIdentifier = status.id
+        self.originalRequest = Request(url: status.url)
+        self.remote = client
         self.driver = nil
-        let state = TaskState(backgroundName: snapshot.state)
         info.withLock {
-            $0.mirror = BackgroundMirrorMachine(state: state)
-            $0.detachedState = state
+            $0.mirror = BackgroundMirrorMachine(state: status.state)
+            $0.detachedState = status.state
         }
-        apply(snapshot)
+        apply(status)
     }
 
     /// Takes porterd's view of the task (background sessions). Once the completion was
     /// delivered the machine drops it: a snapshot still on its way changes nothing.
-    func apply(_ snapshot: BackgroundTaskSnapshot) {
+    package func apply(_ status: BackgroundTaskStatus) {
         info.withLock {
-            guard case .setState(let state)? = $0.mirror?.handle(.snapshot(TaskState(backgroundName: snapshot.state))) else { return }
+            guard case .setState(let state)? = $0.mirror?.handle(.snapshot(status.state)) else { return }
             $0.detachedState = state
-            $0.received = snapshot.received
-            $0.expectedToReceive = snapshot.expected
-            $0.sent = snapshot.sent
-            $0.description = snapshot.taskDescription
-            if let e = BackgroundProtocol.error(code: snapshot.errorCode, message: snapshot.errorMessage, url: snapshot.url) { $0.error = e }
+            $0.received = status.received
+            $0.expectedToReceive = status.expected
+            $0.sent = status.sent
+            $0.description = status.taskDescription
+            if let e = status.error { $0.error = e }
         }
     }
 
     /// porterd says the task ended: true when the delegate is to hear it (the machine
     /// answers yes once).
-    func completeRemotely(_ error: PorterError?, statusCode: Int?) -> Bool {
+    package func completeRemotely(_ error: PorterError?, statusCode: Int?) -> Bool {
         info.withLock {
             guard $0.mirror?.handle(.completed) == .deliverCompletion else { return false }
             $0.error = error
@@ -113,7 +112,7 @@ public class SessionTask: @unchecked Sendable, CustomStringConvertible {
 
     /// porterd says the download's file is ready: true when the delegate is to get it
     /// (never after the completion).
-    func takesFinishedFile() -> Bool {
+    package func takesFinishedFile() -> Bool {
         info.withLock { $0.mirror?.handle(.finishedDownloading) == .deliverFile }
     }
 

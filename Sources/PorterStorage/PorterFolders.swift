@@ -2,6 +2,12 @@ import Foundation
 import PorterCore
 
 extension XDG {
+    /// `$XDG_STATE_HOME/porter` (else `~/.local/state/porter`): porterd's journal, and the
+    /// partial and finished files of background transfers (which resume data may name).
+    public static func porterStateFolder(environment: [String: String] = ProcessInfo.processInfo.environment) -> String? {
+        stateHome(environment: environment).map { $0 + "/porter" }
+    }
+
     /// Every folder Porter keeps its own files in — `porter` under the data, state, cache,
     /// config and runtime folders, each as this environment names it and as the stores'
     /// fallback (the password database's home folder) would, and the runtime fallback

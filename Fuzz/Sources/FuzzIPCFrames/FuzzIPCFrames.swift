@@ -6,7 +6,7 @@
 import Foundation
 import FuzzDriver
 @testable import PorterIPC
-@testable import PorterSession
+import PorterBackground
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {

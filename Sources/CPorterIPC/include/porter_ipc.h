@@ -72,13 +72,6 @@ int porter_ipc_start_writeback(int fd, long long offset, long long length);
  * arena); a long-lived process calls it after a burst. Returns 1 when memory was released. */
 int porter_ipc_release_free_memory(void);
 
-/* A netlink socket that hears the kernel announce links, addresses and routes coming
- * and going (rtnetlink; no D-Bus). Readable whenever the network changed; -1 on error. */
-int porter_ipc_route_watch(void);
-/* Reads and discards what the watch socket holds, waiting up to `timeout_ms` for it;
- * 1 when something arrived, 0 on timeout, -1 on error. */
-int porter_ipc_route_wait(int fd, int timeout_ms);
-
 /* Runs `worker` with argv {"porter-plugin-worker", [marker,] "--probe", "3", NULL} (`marker`:
  * NULL for porter-plugin-worker, "--porter-plugin-worker" for an application that is its
  * own worker), the plugin file descriptor `plugin_fd` as its fd 3 and its stdout into

@@ -1,14 +1,14 @@
-import CPorterIPC
 import Foundation
 import PorterCore
 import PorterIPC
+import PorterSession
 
 /// A background session's connection to porterd: it starts the daemon when none runs,
 /// holds the session there, turns the daemon's tasks into task objects and its events
 /// into delegate calls, and tells the daemon each event was delivered only after the
 /// delegate call returned (so an app that dies mid-call gets the event again: delivery
 /// is at least once).
-final class BackgroundLink: @unchecked Sendable {
+final class BackgroundLink: BackgroundClient, @unchecked Sendable {
     let identifier: String
     private weak var session: Session?
     private let launchCommand: [String]?
@@ -58,9 +58,17 @@ final class BackgroundLink: @unchecked Sendable {
 
     // MARK: - making tasks
 
-    /// Hands `spec` to the daemon and waits for its task (a round trip on a Unix socket).
-    /// Nil with the reason when the daemon cannot be reached or refuses.
-    func enqueue(_ spec: BackgroundTaskSpec) -> Result<BackgroundTaskSnapshot, PorterError> {
+    /// Hands `transfer` to the daemon and waits for its task (a round trip on a Unix
+    /// socket); the reason when the daemon cannot be reached or refuses.
+    func enqueue(_ transfer: BackgroundTransfer) -> Result<SessionTask, PorterError> {
+        enqueue(BackgroundTaskSpec(transfer)).flatMap { snapshot in
+            guard let task = task(for: snapshot) else { return .failure(PorterError(.sessionInvalidated, "the session is gone", url: snapshot.url)) }
+            return .success(task)
+        }
+    }
+
+    /// The round trip of `enqueue`: the daemon's task as it reports it.
+    private func enqueue(_ spec: BackgroundTaskSpec) -> Result<BackgroundTaskSnapshot, PorterError> {
         let done = DispatchSemaphore(value: 0)
         let answer = Locked<BackgroundDaemonMessage?>(nil)
         let reference: Int
@@ -103,13 +111,14 @@ final class BackgroundLink: @unchecked Sendable {
             let before = queued.count
             if TaskState(backgroundName: snapshot.state) == .running { queued.insert(snapshot.id) } else { queued.remove(snapshot.id) }
             let depth = queued.count != before ? queued.count : nil
+            let status = snapshot.status
             if let t = tasks[snapshot.id] {
-                t.apply(snapshot)
+                t.apply(status)
                 return (t, depth)
             }
             let t: SessionTask = snapshot.kind == .download
-                ? DownloadTask(session: session, remote: self, snapshot: snapshot)
-                : UploadTask(session: session, remote: self, snapshot: snapshot)
+                ? DownloadTask(session: session, remote: self, status: status)
+                : UploadTask(session: session, remote: self, status: status)
             tasks[snapshot.id] = t
             return (t, depth)
         }
@@ -127,7 +136,15 @@ final class BackgroundLink: @unchecked Sendable {
         session.configuration.taskObserver?.backgroundQueueDepth(depth, session: identifier)
     }
 
-    func control(_ task: Int, _ action: BackgroundControl) {
+    func control(_ task: Int, _ control: BackgroundTaskControl) {
+        switch control {
+        case .resume: send(task, .resume)
+        case .suspend: send(task, .suspend)
+        case .cancel: send(task, .cancel)
+        }
+    }
+
+    private func send(_ task: Int, _ action: BackgroundControl) {
         try? lock.withLock { channel }?.send(message: BackgroundClientMessage.control(task: task, action))
     }
 
@@ -152,7 +169,7 @@ final class BackgroundLink: @unchecked Sendable {
             if let session { deliver(session) { completion(nil) } } else { completion(nil) }
             return
         }
-        control(task, .cancelProducingResumeData)
+        send(task, .cancelProducingResumeData)
     }
 
     /// Delegate calls go to the session's delegate queue; a session that delivers inline
@@ -304,5 +321,33 @@ final class BackgroundLink: @unchecked Sendable {
                 self.lock.withLock { _ = self.tasks.removeValue(forKey: event.task) }
             }
         }
+    }
+}
+
+/// Makes background sessions' clients. PorterSession finds it by its mangled type name
+/// (`Session.backgroundClientProvider`): renaming or moving it means changing that name.
+package enum BackgroundLinkProvider: BackgroundClientProvider {
+    package static func client(for session: Session, identifier: String, launchCommand: [String]) -> any BackgroundClient {
+        BackgroundLink(session: session, identifier: identifier, launchCommand: launchCommand)
+    }
+}
+
+extension BackgroundTaskSpec {
+    /// The daemon's message for a session's transfer.
+    init(_ t: BackgroundTransfer) {
+        self.init(kind: t.kind == .download ? .download : .upload, url: t.url, method: t.method, headers: t.headers,
+                  uploadFile: t.uploadFile, resumeData: t.resumeData)
+        maximumBytesPerSecond = t.maximumBytesPerSecond
+        isDiscretionary = t.isDiscretionary
+        properties = t.properties
+    }
+}
+
+extension BackgroundTaskSnapshot {
+    /// The task as its task object takes it.
+    var status: BackgroundTaskStatus {
+        BackgroundTaskStatus(id: id, url: url, state: TaskState(backgroundName: state), received: received, expected: expected,
+                             sent: sent, taskDescription: taskDescription,
+                             error: BackgroundProtocol.error(code: errorCode, message: errorMessage, url: url))
     }
 }
