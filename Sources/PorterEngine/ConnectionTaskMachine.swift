@@ -86,8 +86,9 @@ package struct ConnectionTaskMachine: Sendable {
         /// The handshake of `attempt` was accepted.
         case opened(attempt: Int)
         /// The connection or the handshake failed; `closeCode` for the report (1006 when
-        /// an open connection was lost).
-        case failed(PorterError, closeCode: Int?)
+        /// an open connection was lost); `attempt`: the connection it happened on (nil: the
+        /// current one).
+        case failed(PorterError, closeCode: Int?, attempt: Int?)
         /// The peer ended the stream (a read returned no bytes).
         case peerClosed
         /// The peer's close frame.
@@ -129,8 +130,12 @@ package struct ConnectionTaskMachine: Sendable {
         case succeed(id: Int)
         /// Answer operation `id` with this error.
         case fail(id: Int, PorterError)
-        /// The end: show `.completed`, report the close and the completion. The last
-        /// action the task performs (after it, only `fail` for operations asked later).
+        /// The end, to show: `.completed`, the error, the close code and reason. Comes
+        /// before the operations still waiting are failed, then `finish`.
+        case publishEnd(End)
+        /// The end, to report: the close and the completion to the delegate; the task
+        /// leaves the session's list. The last action the task performs (after it, only
+        /// `fail` for operations asked later).
         case finish(End)
     }
 
@@ -169,6 +174,8 @@ package struct ConnectionTaskMachine: Sendable {
     /// Of those, the ones waiting for the connection to open, in order.
     private var waiting: [Int] = []
     private var timers: Set<Timer> = []
+    /// The connection attempt now (the last one once open).
+    private var attempt = 0
 
     package init(kind: Kind, url: URL? = nil, openingTimeout: Double = 60) {
         self.kind = kind
@@ -242,6 +249,7 @@ package struct ConnectionTaskMachine: Sendable {
         case .retry(let attempt, let next):
             guard case .opening(attempt, _) = state else { return [] }
             state = .opening(attempt: attempt + 1, handshakeSent: false)
+            self.attempt = attempt + 1
             url = next
             return [.closeConnection, .connect(attempt: attempt + 1)]
 
@@ -253,7 +261,9 @@ package struct ConnectionTaskMachine: Sendable {
             waiting = []
             return actions
 
-        case .failed(let error, let code):
+        case .failed(let error, let code, let on):
+            // A failure of a connection given up for another (a redirect, a challenge).
+            if let on, on != attempt { return [] }
             switch state {
             case .ended:
                 return []
@@ -395,12 +405,15 @@ package struct ConnectionTaskMachine: Sendable {
         case .stream: operationError = error ?? PorterError(.cancelled, "the stream task ended", url: url)
         case .webSocket: operationError = error ?? closedError(code: code ?? 0)
         }
-        for op in pending { actions.append(.fail(id: op.id, operationError)) }
-        pending = []
-        waiting = []
         // A stream has no close codes.
         let end = kind == .stream ? End(error: error, closeCode: nil, closeReason: nil, operationError: operationError)
             : End(error: error, closeCode: code, closeReason: reason, operationError: operationError)
+        // Shown before any answer goes out: an app woken by one sees the task ended, with
+        // its error and close code.
+        actions.append(.publishEnd(end))
+        for op in pending { actions.append(.fail(id: op.id, operationError)) }
+        pending = []
+        waiting = []
         state = .ended(end)
         actions.append(.finish(end))
         return actions

@@ -14,7 +14,7 @@ final class ConnectionTaskMachineTests: XCTestCase {
     enum Move: CaseIterable {
         case resume, cancel, close, closeBadCode
         case connected, connectedStale, retry, opened, openedStale
-        case failed, peerClosed, closeFrameReceived, closeFrameWritten
+        case failed, failedStale, peerClosed, closeFrameReceived, closeFrameWritten
         case violationNow, violationDeferred, appWaits
         case fireFirstTimer, fireLastTimer
         case askSend, askReceive, askWithTimeout
@@ -23,7 +23,7 @@ final class ConnectionTaskMachineTests: XCTestCase {
         static let stream: [Move] = [.resume, .cancel, .close, .failed, .peerClosed, .askWithTimeout, .askReceive,
                                      .answerFirst, .failFirst, .fireFirstTimer]
         static let webSocket: [Move] = [.resume, .cancel, .close, .closeBadCode, .connected, .connectedStale, .retry, .opened,
-                                        .openedStale, .failed, .peerClosed, .closeFrameReceived, .closeFrameWritten,
+                                        .openedStale, .failed, .failedStale, .peerClosed, .closeFrameReceived, .closeFrameWritten,
                                         .violationNow, .violationDeferred, .appWaits, .fireFirstTimer, .fireLastTimer,
                                         .askSend, .askReceive, .answerFirst, .failFirst]
     }
@@ -42,6 +42,7 @@ final class ConnectionTaskMachineTests: XCTestCase {
         var opens = 0
         var closeFrames = 0
         var running = 0
+        var completedShown = 0
         var mode: M.Mode?
     }
 
@@ -58,7 +59,8 @@ final class ConnectionTaskMachineTests: XCTestCase {
         case .retry: return .retry(attempt: max(t.attempt, 0), url: URL(string: "ws://127.0.0.1/next")!)
         case .opened: return .opened(attempt: max(t.attempt, 0))
         case .openedStale: return .opened(attempt: t.attempt - 1)
-        case .failed: return .failed(err, closeCode: 1006)
+        case .failed: return .failed(err, closeCode: 1006, attempt: nil)
+        case .failedStale: return .failed(err, closeCode: nil, attempt: t.attempt - 1)
         case .peerClosed: return .peerClosed
         case .closeFrameReceived: return .closeFrameReceived(code: 1001, reason: nil)
         case .closeFrameWritten: return .closeFrameWritten
@@ -96,9 +98,16 @@ final class ConnectionTaskMachineTests: XCTestCase {
                 }
             }
             switch a {
-            case .publishState(let s):
-                XCTAssertEqual(s, .running)
+            case .publishState(.running):
+                XCTAssertEqual(t.completedShown, 0, "running after completed: \(path())")
                 t.running += 1
+            case .publishEnd:
+                t.completedShown += 1
+                XCTAssertEqual(t.completedShown, 1, "the end shown twice: \(path())")
+            case .publishState(.completed):
+                XCTFail("completed without its end: \(path())")
+            case .publishState(let s):
+                XCTFail("\(s) published: \(path())")
             case .connect(let attempt):
                 XCTAssertGreaterThan(attempt, t.attempt, "attempts go forward: \(path())")
                 t.attempt = attempt
@@ -137,6 +146,7 @@ final class ConnectionTaskMachineTests: XCTestCase {
             case .finish(let end):
                 t.finishes += 1
                 t.end = end
+                XCTAssertEqual(t.completedShown, 1, "ended without showing completed: \(path())")
                 XCTAssertTrue(t.armed.isEmpty, "timers left armed at the end: \(t.armed) \(path())")
                 XCTAssertEqual(Set(t.asked.map(\.id)), t.answered, "operations left unanswered at the end: \(path())")
                 if t.machine.kind == .stream { XCTAssertNil(end.closeCode, path()) }
@@ -170,6 +180,10 @@ final class ConnectionTaskMachineTests: XCTestCase {
                 var n = t
                 guard let e = event(m, &n) else { continue }
                 step(&n, e, "\(prefix) + \(path + [m])")
+                if m == .failedStale || m == .openedStale || m == .connectedStale {
+                    XCTAssertEqual(n.finishes, t.finishes, "a given-up attempt's report ended the task: \(path + [m])")
+                    XCTAssertEqual(n.opens, t.opens, "a given-up attempt's report opened the task: \(path + [m])")
+                }
                 go(n, depth - 1, path + [m])
             }
         }
@@ -209,7 +223,7 @@ final class ConnectionTaskMachineTests: XCTestCase {
         XCTAssertEqual(names(m.handle(.close(code: 1000, reason: Data()))), ["enter(closing)", "writeClose", "schedule(closing)"])
         XCTAssertEqual(names(m.handle(.asked(M.Operation(id: 2, waitsForOpen: true)))), ["fail(2)"], "no send after our close")
         let end = m.handle(.closeFrameReceived(code: 1000, reason: nil))
-        XCTAssertEqual(names(end), ["cancelTimer(closing)", "closeConnection", "fail(1)", "finish"],
+        XCTAssertEqual(names(end), ["cancelTimer(closing)", "closeConnection", "publishEnd", "fail(1)", "finish"],
                        "the send still in flight is answered at the end")
         guard case .finish(let e) = end.last else { return XCTFail() }
         XCTAssertNil(e.error)
@@ -228,13 +242,14 @@ final class ConnectionTaskMachineTests: XCTestCase {
         XCTAssertEqual(names(stream.handle(.asked(M.Operation(id: 1)))), ["perform(1)"], "a read before resume waits in the stream")
         XCTAssertEqual(names(stream.handle(.resume)), ["publishState", "connect"])
         XCTAssertEqual(names(stream.handle(.peerClosed)), [], "the end of the stream is data")
-        XCTAssertEqual(names(stream.handle(.cancel)), ["closeConnection", "fail(1)", "finish"])
+        XCTAssertEqual(names(stream.handle(.cancel)), ["closeConnection", "publishEnd", "fail(1)", "finish"])
     }
 
     func names(_ actions: [M.Action]) -> [String] {
         actions.map { a in
             switch a {
             case .publishState: return "publishState"
+            case .publishEnd: return "publishEnd"
             case .connect: return "connect"
             case .sendHandshake: return "sendHandshake"
             case .closeConnection: return "closeConnection"
