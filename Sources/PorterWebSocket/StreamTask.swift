@@ -38,6 +38,8 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
     // queue only:
     /// The life cycle: the shell performs what it decides and feeds back what happened.
     private var machine = ConnectionTaskMachine(kind: .stream)
+    /// Events not yet handled (see `handle`).
+    private var inbox: [ConnectionTaskMachine.Event] = []
     private var operations: [Int: Pending] = [:]
     private var nextOperation = 0
     private var timeouts: [Int: TimeInterval] = [:]
@@ -160,8 +162,16 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
         if let session { session.deliver(work) } else { DispatchQueue.global().async(execute: work) }
     }
 
+    /// An event met while an earlier one's actions are performed (a read served at once,
+    /// a failure found while connecting) waits for them: each event's actions are performed
+    /// whole and in order, so nothing is performed after the end.
     private func handle(_ event: ConnectionTaskMachine.Event) {
-        for action in machine.handle(event) { perform(action) }
+        inbox.append(event)
+        guard inbox.count == 1 else { return }
+        while let next = inbox.first {
+            for action in machine.handle(next) { perform(action) }
+            inbox.removeFirst()
+        }
     }
 
     private func ask(_ operation: Pending, timeout: TimeInterval, _ timeoutError: PorterError) {

@@ -7,8 +7,16 @@ import PorterEngine
 /// `handle`, and `perform` does what the machine decided — the one place the task opens,
 /// closes, ends and answers what the app asked. Queue only.
 extension WebSocketTask {
+    /// An event met while an earlier one's actions are performed (a read served at once,
+    /// a failure found while connecting) waits for them: each event's actions are performed
+    /// whole and in order, so nothing is performed after the end.
     func handle(_ event: ConnectionTaskMachine.Event) {
-        for action in machine.handle(event) { perform(action) }
+        inbox.append(event)
+        guard inbox.count == 1 else { return }
+        while let next = inbox.first {
+            for action in machine.handle(next) { perform(action) }
+            inbox.removeFirst()
+        }
     }
 
     /// The connection or the handshake failed (`code`: the close code to report, 1006 for

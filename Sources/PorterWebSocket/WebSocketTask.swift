@@ -128,6 +128,8 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     // queue only:
     /// The life cycle: the shell performs what it decides and feeds back what happened.
     var machine: ConnectionTaskMachine
+    /// Events not yet handled (see `handle`).
+    var inbox: [ConnectionTaskMachine.Event] = []
     /// The connection attempt `stream` belongs to (from the machine's `connect`).
     var attempt = 0
     /// How frames are read (from the machine's `enter`); nil before the opening.
