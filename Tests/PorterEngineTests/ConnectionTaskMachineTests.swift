@@ -161,6 +161,10 @@ final class ConnectionTaskMachineTests: XCTestCase {
         XCTAssertLessThanOrEqual(t.closeFrames, 1, "two close frames: \(path())")
         XCTAssertLessThanOrEqual(t.running, 1, "started twice: \(path())")
         XCTAssertEqual(t.machine.hasEnded, t.finishes == 1, "the machine and its reports disagree: \(path())")
+        if t.opens > 0 { XCTAssertFalse(t.armed.contains(.opening), "the opening timer runs on an open connection: \(path())") }
+        if t.mode == .closing, t.finishes == 0 {
+            XCTAssertTrue(t.armed.contains(.closing), "a closing handshake without its timer: \(path())")
+        }
         if let op = t.asked.last, askedNow == op.id, t.finishes > 0 {
             XCTAssertTrue(t.answered.contains(op.id), "an operation asked after the end waits forever: \(path())")
         }
@@ -194,6 +198,7 @@ final class ConnectionTaskMachineTests: XCTestCase {
     /// Stream tasks: every sequence of 6 events (10^6 sequences).
     func testEveryStreamSequenceKeepsThePromises() {
         let n = walk(.stream, moves: Move.stream, depth: 6)
+        print("ConnectionTaskMachine (stream): \(n) sequences of up to 6 events")
         XCTAssertGreaterThan(n, 1_000_000)
     }
 
@@ -207,6 +212,7 @@ final class ConnectionTaskMachineTests: XCTestCase {
         n += walk(.webSocket, moves: Move.webSocket, depth: 4, from: [.askSend, .resume, .connected, .opened])
         n += walk(.webSocket, moves: Move.webSocket, depth: 4, from: [.resume, .connected, .opened, .askReceive, .close])
         n += walk(.webSocket, moves: Move.webSocket, depth: 4, from: [.resume, .connected, .opened, .violationDeferred])
+        print("ConnectionTaskMachine (WebSocket): \(n) sequences of up to 4 events from 6 starting points")
         XCTAssertGreaterThan(n, 1_000_000)
     }
 
