@@ -35,6 +35,16 @@ package struct ConnectionTaskMachine: Sendable {
         case violationGrace
         /// An operation's own timeout.
         case operation(Int)
+
+        /// A fixed order, so the end cancels timers in the same order every time.
+        package var rank: Int {
+            switch self {
+            case .opening: return -3
+            case .closing: return -2
+            case .violationGrace: return -1
+            case .operation(let id): return id
+            }
+        }
     }
 
     /// What the shell's reader does with frames, pushed by the machine.
@@ -397,7 +407,7 @@ package struct ConnectionTaskMachine: Sendable {
 
     /// The one place a task ends.
     private mutating func end(error: PorterError?, code: Int?, reason: Data? = nil) -> [Action] {
-        var actions = timers.sorted { "\($0)" < "\($1)" }.map { Action.cancelTimer($0) }
+        var actions = timers.sorted { $0.rank < $1.rank }.map { Action.cancelTimer($0) }
         timers = []
         actions.append(.closeConnection)
         let operationError: PorterError
