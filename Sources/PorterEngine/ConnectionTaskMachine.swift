@@ -90,8 +90,8 @@ package struct ConnectionTaskMachine: Sendable {
         case close(code: Int, reason: Data)
         /// The connection of `attempt` is up (the handshake goes out next).
         case connected(attempt: Int)
-        /// The handshake of `attempt` led elsewhere (a redirect, or a challenge answered):
-        /// a new connection to `url`.
+        /// The handshake of `attempt` (sent) led elsewhere (a redirect, or a challenge
+        /// answered): a new connection to `url`.
         case retry(attempt: Int, url: URL)
         /// The handshake of `attempt` was accepted.
         case opened(attempt: Int)
@@ -257,7 +257,9 @@ package struct ConnectionTaskMachine: Sendable {
             return [.sendHandshake(attempt: attempt)]
 
         case .retry(let attempt, let next):
-            guard case .opening(attempt, _) = state else { return [] }
+            // Only an answer to a handshake sent leads elsewhere: a challenge's completion
+            // called twice does not open two connections.
+            guard case .opening(attempt, true) = state else { return [] }
             state = .opening(attempt: attempt + 1, handshakeSent: false)
             self.attempt = attempt + 1
             url = next

@@ -110,6 +110,9 @@ final class ConnectionTaskMachineTests: XCTestCase {
                 XCTFail("\(s) published: \(path())")
             case .connect(let attempt):
                 XCTAssertGreaterThan(attempt, t.attempt, "attempts go forward: \(path())")
+                if attempt > 0 {
+                    XCTAssertEqual(t.handshakeAttempt, attempt - 1, "a new connection before the last one's handshake was answered: \(path())")
+                }
                 t.attempt = attempt
                 t.handshakeAttempt = nil
             case .sendHandshake(let attempt):
@@ -226,6 +229,8 @@ final class ConnectionTaskMachineTests: XCTestCase {
         XCTAssertEqual(names(m.handle(.resume)), ["publishState", "schedule(opening)", "connect"])
         XCTAssertEqual(names(m.handle(.connected(attempt: 0))), ["sendHandshake"])
         XCTAssertEqual(names(m.handle(.retry(attempt: 0, url: URL(string: "ws://127.0.0.1/b")!))), ["closeConnection", "connect"])
+        XCTAssertEqual(names(m.handle(.retry(attempt: 1, url: URL(string: "ws://127.0.0.1/c")!))), [],
+                       "a challenge answered twice does not connect twice")
         XCTAssertEqual(names(m.handle(.opened(attempt: 0))), [], "an old attempt's answer is dropped")
         XCTAssertEqual(names(m.handle(.connected(attempt: 1))), ["sendHandshake"])
         XCTAssertEqual(names(m.handle(.opened(attempt: 1))), ["cancelTimer(opening)", "enter(open)", "reportOpen", "perform(1)"])
