@@ -5,11 +5,22 @@ import PorterCore
 /// tasks) need of a session: a stream from the http handler, and a place in the
 /// session's list so `invalidateAndCancel()` reaches them.
 
-/// A task on a connection of its own (stream, WebSocket), which a session's
-/// `invalidateAndCancel()` cancels.
-package protocol ConnectionTask: AnyObject, Sendable {
+/// A task of any kind a session makes — data, upload, download, stream or WebSocket — as
+/// `allTasks` lists them: what every kind has in common (URLSessionTask's part that
+/// URLSessionStreamTask and URLSessionWebSocketTask share). Cast to the kind for the rest.
+public protocol AnySessionTask: AnyObject, Sendable, CustomStringConvertible {
+    var taskIdentifier: Int { get }
+    var state: TaskState { get }
+    var taskDescription: String? { get set }
+    func resume()
     func cancel()
 }
+
+extension SessionTask: AnySessionTask {}
+
+/// A task on a connection of its own (stream, WebSocket): listed in `allTasks` from its
+/// making to its end, and cancelled by `invalidateAndCancel()`.
+package protocol ConnectionTask: AnySessionTask {}
 
 extension Session {
     /// A byte stream from the handler of `scheme` (http or https), if it carries streams.

@@ -116,15 +116,18 @@ public final class Session: @unchecked Sendable {
     }
     private let roles: Locked<Roles>
 
-    /// Tasks not yet completed.
-    public var allTasks: [SessionTask] {
-        if let background { return background.allTasks }
-        return state.withLock { Array($0.tasks.values) }.sorted { $0.taskIdentifier < $1.taskIdentifier }
+    /// Tasks not yet completed, of every kind (stream and WebSocket tasks too, as
+    /// URLSession's), in the order they were made.
+    public var allTasks: [any AnySessionTask] {
+        let transfers: [SessionTask] = background?.allTasks ?? state.withLock { Array($0.tasks.values) }
+        let connections = connectionTasks.withLock { $0.values.compactMap(\.task) }
+        return (transfers.map { $0 as any AnySessionTask } + connections.map { $0 as any AnySessionTask })
+            .sorted { $0.taskIdentifier < $1.taskIdentifier }
     }
 
     /// The session's tasks, as `allTasks` (URLSession's spelling). For a background
     /// session: every task porterd holds for it, made by this process or an earlier one.
-    public func getAllTasks(completionHandler: @escaping @Sendable ([SessionTask]) -> Void) {
+    public func getAllTasks(completionHandler: @escaping @Sendable ([any AnySessionTask]) -> Void) {
         let tasks = allTasks
         delegateQueue.async { completionHandler(tasks) }
     }
@@ -173,7 +176,8 @@ public final class Session: @unchecked Sendable {
         }
     }
 
-    /// Stream and WebSocket tasks, held weakly, for `invalidateAndCancel`.
+    /// Stream and WebSocket tasks from their making to their end, held weakly (a task let
+    /// go closes its connection), for `allTasks` and `invalidateAndCancel`.
     struct WeakConnectionTask {
         weak var task: (any ConnectionTask)?
     }
@@ -184,6 +188,11 @@ public final class Session: @unchecked Sendable {
             tasks = tasks.filter { $0.value.task != nil }
             tasks[identifier] = WeakConnectionTask(task: task)
         }
+    }
+
+    /// A stream or WebSocket task ended: it leaves `allTasks`.
+    package func untrack(identifier: Int) {
+        connectionTasks.withLock { _ = $0.removeValue(forKey: identifier) }
     }
 
     /// Makes a task; `configure` finishes it before anyone else can see it (the session's

@@ -1,6 +1,7 @@
 import Foundation
 import PorterCore
 import PorterSession
+import PorterEngine
 
 /// A TCP connection to a host and port: Porter's URLSessionStreamTask.
 ///
@@ -22,12 +23,11 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
     private let stream: (any ByteStream)?
     private let queue = DispatchQueue(label: "porter.stream-task")
 
-    private struct Read {
-        let id: Int
-        let minLength: Int
-        let maxLength: Int
-        let done: @Sendable (Data?, Bool, PorterError?) -> Void
-        var timer: DispatchWorkItem?
+    /// An operation the app asked, kept by the id the machine answers it by.
+    private enum Pending {
+        case read(minLength: Int, maxLength: Int, @Sendable (Data?, Bool, PorterError?) -> Void)
+        /// The bytes are dropped once handed to the stream.
+        case write(Data?, @Sendable (PorterError?) -> Void)
     }
     private struct State {
         var state = TaskState.suspended
@@ -36,8 +36,18 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
     }
     private let lock = Locked(State())
     // queue only:
-    private var reads: [Read] = []
-    private var nextRead = 0
+    /// The life cycle: the shell performs what it decides and feeds back what happened.
+    private var machine = ConnectionTaskMachine(kind: .stream)
+    /// Events not yet handled (see `handle`).
+    private var inbox: [ConnectionTaskMachine.Event] = []
+    private var operations: [Int: Pending] = [:]
+    private var nextOperation = 0
+    private var timeouts: [Int: TimeInterval] = [:]
+    private var timers: [ConnectionTaskMachine.Timer: DispatchWorkItem] = [:]
+    /// Reads waiting for bytes, in order (ids of `operations`).
+    private var reads: [Int] = []
+    /// What `succeed` hands a read.
+    private var readAnswers: [Int: (Data, Bool)] = [:]
     private var readInFlight = false
     /// Bytes read for a read that timed out: the next read gets them first.
     private var carry = Data()
@@ -61,34 +71,12 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
 
     /// Connects. A task that fails to connect fails every read and write it was asked.
     public func resume() {
-        let start = lock.withLock { s -> Bool in
-            guard s.state == .suspended else { return false }
-            s.state = .running
-            return true
-        }
-        guard start else { return }
-        guard let stream else {
-            let error = startError ?? PorterError(.unsupportedURL, "no registered handler carries streams (is the http handler registered? Porter.bootstrap())")
-            return queue.async { self.fail(error) }
-        }
-        stream.open { [self] error in
-            if let error { queue.async { self.fail(error) } }
-        }
+        queue.async { self.handle(.resume) }
     }
 
     /// Closes the connection at once: outstanding reads and writes fail with `.cancelled`.
     public func cancel() {
-        let was = lock.withLock { s -> TaskState in
-            let was = s.state
-            if s.state != .completed {
-                s.state = .completed
-                s.error = s.error ?? PorterError(.cancelled, "the stream task was cancelled")
-            }
-            return was
-        }
-        guard was != .completed else { return }
-        stream?.close()
-        queue.async { self.failReads(PorterError(.cancelled, "the stream task was cancelled")) }
+        queue.async { self.handle(.cancel) }
     }
 
     /// Reads at least `minLength` bytes (fewer only at the end of the stream) and at most
@@ -101,19 +89,8 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
             guard minLength >= 0, maxLength >= 1, minLength <= maxLength else {
                 return deliver { completionHandler(nil, false, PorterError(.unsupportedConfiguration, "a read needs 0 <= minLength <= maxLength and maxLength >= 1")) }
             }
-            if let error = lock.withLock({ $0.state == .completed ? ($0.error ?? PorterError(.cancelled, "the stream task ended")) : nil }) {
-                return deliver { completionHandler(nil, false, error) }
-            }
-            nextRead += 1
-            var read = Read(id: nextRead, minLength: minLength, maxLength: maxLength, done: completionHandler)
-            if timeout > 0 {
-                let id = read.id
-                let timer = DispatchWorkItem { [weak self] in self?.timeOut(read: id) }
-                read.timer = timer
-                queue.asyncAfter(deadline: .now() + timeout, execute: timer)
-            }
-            reads.append(read)
-            pumpReads()
+            ask(.read(minLength: minLength, maxLength: maxLength, completionHandler), timeout: timeout,
+                PorterError(.timedOut, "no data within the read's timeout"))
         }
     }
 
@@ -129,22 +106,10 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
     /// Writes all of `data`, after the writes asked before it. `timeout` (0: no limit)
     /// bounds the wait for the write to complete; it then fails with `.timedOut`.
     public func write(_ data: Data, timeout: TimeInterval, completionHandler: @escaping @Sendable (PorterError?) -> Void) {
-        if let error = lock.withLock({ $0.state == .completed ? ($0.error ?? PorterError(.cancelled, "the stream task ended")) : nil }) {
-            return deliver { completionHandler(error) }
-        }
-        guard let stream else { return deliver { completionHandler(PorterError(.unsupportedURL, "no registered handler carries streams")) } }
-        let once = Once()
-        if timeout > 0 {
-            queue.asyncAfter(deadline: .now() + timeout) { [self] in
-                if once.claim() { deliver { completionHandler(PorterError(.timedOut, "the write did not complete in \(timeout) s")) } }
-            }
-        }
         // Through the task's queue, as startSecureConnection goes: a write asked after it
         // reaches the stream after it, so it is encrypted.
         queue.async { [self] in
-            stream.write(data) { [self] error in
-                if once.claim() { deliver { completionHandler(error) } }
-            }
+            ask(.write(data, completionHandler), timeout: timeout, PorterError(.timedOut, "the write did not complete in \(timeout) s"))
         }
     }
 
@@ -181,12 +146,12 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
         guard let stream else { return }
         queue.async { [self] in
             guard carry.isEmpty else {
-                stream.close()
-                return fail(PorterError(.secureConnectionFailed,
-                    "\(carry.count) plain byte(s) arrived before TLS was asked for and were not read: not starting TLS over them"))
+                return handle(.failed(PorterError(.secureConnectionFailed,
+                    "\(carry.count) plain byte(s) arrived before TLS was asked for and were not read: not starting TLS over them"),
+                    closeCode: nil, attempt: nil))
             }
             stream.startTLS(serverName: host) { [self] error in
-                if let error { queue.async { self.fail(error) } }
+                if let error { queue.async { self.handle(.failed(error, closeCode: nil, attempt: nil)) } }
             }
         }
     }
@@ -197,47 +162,114 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
         if let session { session.deliver(work) } else { DispatchQueue.global().async(execute: work) }
     }
 
-    private func fail(_ error: PorterError) {
-        lock.withLock { s in
-            if s.state != .completed { s.state = .completed }
-            if s.error == nil { s.error = error }
-        }
-        failReads(error)
-    }
-
-    private func failReads(_ error: PorterError) {
-        let pending = reads
-        reads = []
-        for r in pending {
-            r.timer?.cancel()
-            let done = r.done
-            deliver { done(nil, false, error) }
+    /// An event met while an earlier one's actions are performed (a read served at once,
+    /// a failure found while connecting) waits for them: each event's actions are performed
+    /// whole and in order, so nothing is performed after the end.
+    private func handle(_ event: ConnectionTaskMachine.Event) {
+        inbox.append(event)
+        guard inbox.count == 1 else { return }
+        while let next = inbox.first {
+            for action in machine.handle(next) { perform(action) }
+            inbox.removeFirst()
         }
     }
 
-    private func timeOut(read id: Int) {
-        guard let i = reads.firstIndex(where: { $0.id == id }) else { return }
-        let done = reads.remove(at: i).done
-        deliver { done(nil, false, PorterError(.timedOut, "no data within the read's timeout")) }
+    private func ask(_ operation: Pending, timeout: TimeInterval, _ timeoutError: PorterError) {
+        nextOperation += 1
+        let id = nextOperation
+        operations[id] = operation
+        if timeout > 0 { timeouts[id] = timeout }
+        handle(.asked(ConnectionTaskMachine.Operation(id: id, timeoutError: timeout > 0 ? timeoutError : nil)))
+    }
+
+    private func perform(_ action: ConnectionTaskMachine.Action) {
+        switch action {
+        case .publishState(let state):
+            lock.withLock { $0.state = state }
+        case .connect:
+            guard let stream else {
+                let error = startError ?? PorterError(.unsupportedURL, "no registered handler carries streams (is the http handler registered? Porter.bootstrap())")
+                return handle(.failed(error, closeCode: nil, attempt: nil))
+            }
+            stream.open { [self] error in
+                if let error { queue.async { self.handle(.failed(error, closeCode: nil, attempt: nil)) } }
+            }
+        case .closeConnection:
+            stream?.close()
+        case .schedule(let timer):
+            guard case .operation(let id) = timer, let seconds = timeouts[id] else { return }
+            let item = DispatchWorkItem { [weak self] in self?.handle(.timerFired(timer)) }
+            timers[timer] = item
+            queue.asyncAfter(deadline: .now() + seconds, execute: item)
+        case .cancelTimer(let timer):
+            timers.removeValue(forKey: timer)?.cancel()
+        case .perform(let id):
+            switch operations[id] {
+            case .read?:
+                reads.append(id)
+                pumpReads()
+            case .write(let data?, let done)?:
+                operations[id] = .write(nil, done)
+                guard let stream else {
+                    return handle(.operationFailed(id: id, PorterError(.unsupportedURL, "no registered handler carries streams")))
+                }
+                stream.write(data) { [self] error in
+                    queue.async {
+                        if let error { self.handle(.operationFailed(id: id, error)) } else { self.handle(.answered(id: id)) }
+                    }
+                }
+            case .write(nil, _)?, nil:
+                break
+            }
+        case .succeed(let id):
+            timeouts[id] = nil
+            switch operations.removeValue(forKey: id) {
+            case .read(_, _, let done)?:
+                guard let (data, eof) = readAnswers.removeValue(forKey: id) else { return }
+                deliver { done(data, eof, nil) }
+            case .write(_, let done)?:
+                deliver { done(nil) }
+            case nil:
+                break
+            }
+        case .fail(let id, let error):
+            timeouts[id] = nil
+            reads.removeAll { $0 == id }
+            switch operations.removeValue(forKey: id) {
+            case .read(_, _, let done)?:
+                deliver { done(nil, false, error) }
+            case .write(_, let done)?:
+                deliver { done(error) }
+            case nil:
+                break
+            }
+        case .publishEnd(let end):
+            lock.withLock { s in
+                s.state = .completed
+                s.error = end.error
+            }
+        case .finish:
+            session?.untrack(identifier: taskIdentifier)
+        case .sendHandshake, .reportOpen, .enter, .writeClose:
+            // A WebSocket's; a stream has no handshake.
+            break
+        }
     }
 
     /// Serves the first read from what was gathered, or asks the stream for more.
     private func pumpReads() {
-        while let first = reads.first {
-            if carry.count >= max(1, first.minLength) || (atEnd && !reads.isEmpty) || (first.minLength == 0 && !carry.isEmpty) {
-                let take = carry.prefix(first.maxLength)
+        while let first = reads.first, case .read(let minLength, let maxLength, _)? = operations[first] {
+            if carry.count >= max(1, minLength) || atEnd || (minLength == 0 && !carry.isEmpty) {
+                let take = carry.prefix(maxLength)
                 carry.removeFirst(take.count)
                 reads.removeFirst()
-                first.timer?.cancel()
-                let eof = atEnd && carry.isEmpty
-                let data = Data(take)
-                let done = first.done
-                deliver { done(data, eof, nil) }
+                readAnswers[first] = (Data(take), atEnd && carry.isEmpty)
+                handle(.answered(id: first))
                 continue
             }
             guard !readInFlight, let stream else { return }
             readInFlight = true
-            stream.read(maxLength: max(first.maxLength - carry.count, 1)) { [self] result in
+            stream.read(maxLength: max(maxLength - carry.count, 1)) { [self] result in
                 queue.async {
                     self.readInFlight = false
                     switch result {
@@ -245,7 +277,7 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
                         if data.isEmpty { self.atEnd = true } else { self.carry.append(data) }
                         self.pumpReads()
                     case .failure(let error):
-                        self.fail(error)
+                        self.handle(.failed(error, closeCode: nil, attempt: nil))
                     }
                 }
             }
@@ -270,15 +302,3 @@ extension Session {
 }
 
 extension StreamTask: ConnectionTask {}
-
-/// True for the first caller only (a completion raced by its timeout).
-final class Once: @unchecked Sendable {
-    private let flag = Locked(false)
-    func claim() -> Bool {
-        flag.withLock { taken in
-            if taken { return false }
-            taken = true
-            return true
-        }
-    }
-}

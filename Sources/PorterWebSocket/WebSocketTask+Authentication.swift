@@ -155,7 +155,8 @@ extension WebSocketTask {
         let offeredCredential = proposed
         let settle: @Sendable (ChallengeDisposition) -> Void = { disposition in
             self.queue.async {
-                guard self.phase == .handshaking, self.stream == nil else { return }
+                // Answered while the task waits for it: not after its end, nor twice.
+                guard self.target != nil, self.stream == nil else { return }
                 switch disposition {
                 case .performDefaultHandling where method == .negotiate:
                     self.answer(challenge, space: space, with: nil, offered: offered, response: response, request: request)
@@ -251,7 +252,7 @@ extension WebSocketTask {
         guard remaining > 0 else { return next() }
         stream.read(maxLength: min(remaining, 16 * 1024)) { result in
             self.queue.async {
-                guard self.phase == .handshaking, self.stream === stream else { return }
+                guard self.stream === stream else { return }
                 switch result {
                 case .failure(let error): self.finish(error, code: nil)
                 case .success(let data):

@@ -36,8 +36,8 @@ extension WebSocketTask {
         return c?.url ?? url
     }
 
+    /// Opens the connection of the current attempt (the machine's `connect`).
     func connect() {
-        guard phase == .idle else { return }
         var asked = lock.withLock { $0.currentRequest }
         // RFC 6797 §8.3 with RFC 6455's "ws is http": a known HSTS host gets no plain
         // connection, so ws:// is taken as wss:// (as Chromium and Firefox do; Fetch applies
@@ -82,13 +82,12 @@ extension WebSocketTask {
             return finish(PorterError(.unsupportedURL, "no registered handler carries streams (is the http handler registered? Porter.bootstrap())", url: url), code: nil)
         }
         self.stream = stream
-        phase = .connecting
-        if openTimer == nil { armOpenTimer() }
+        target = (request, host, port, secure)
+        let attempt = self.attempt
         stream.open { error in
             self.queue.async {
-                guard self.phase == .connecting, self.stream === stream else { return }
-                if let error { return self.finish(error, code: nil) }
-                self.sendHandshake(request, host: host, port: port, secure: secure)
+                if let error { return self.finish(error, code: nil, attempt: attempt) }
+                self.handle(.connected(attempt: attempt))
             }
         }
     }
@@ -143,9 +142,9 @@ extension WebSocketTask {
             lines.append("Cookie: \(cookies)")
         }
         let text = lines.joined(separator: "\r\n") + "\r\n\r\n"
-        phase = .handshaking
+        let attempt = self.attempt
         stream.write(Data(text.utf8)) { error in
-            if let error { self.queue.async { self.finish(error, code: nil) } }
+            if let error { self.queue.async { self.finish(error, code: nil, attempt: attempt) } }
         }
         readHead()
     }
@@ -154,16 +153,15 @@ extension WebSocketTask {
 
     func readHead() {
         guard let stream else { return }
+        let attempt = self.attempt
         stream.read(maxLength: 4096) { result in
             self.queue.async {
-                guard self.phase == .handshaking, self.stream === stream else { return }
+                // What a connection given up (or closed at the end) reads is not this task's.
+                guard self.stream === stream else { return }
                 switch result {
-                case .failure(let error): self.finish(error, code: nil)
+                case .failure(let error): self.finish(error, code: nil, attempt: attempt)
                 case .success(let data):
-                    if data.isEmpty {
-                        return self.finish(PorterError(.networkConnectionLost, "the server closed the connection during the handshake",
-                                                       url: self.currentRequest.url), code: nil)
-                    }
+                    if data.isEmpty { return self.handle(.peerClosed) }
                     self.handshake.head.append(contentsOf: data)
                     self.headArrived()
                 }
@@ -231,12 +229,8 @@ extension WebSocketTask {
                 s.agreedProtocol = agreed
                 s.agreedDeflate = deflate
             }
-            phase = .open
-            openTimer?.cancel()
-            if let delegate { deliver { delegate.webSocketTask(self, didOpenWithProtocol: agreed) } }
-            let sends = waitingSends
-            waitingSends = []
-            for (outgoing, done) in sends { write(outgoing, done) }
+            // The machine reports the opening and lets the sends that waited for it go.
+            handle(.opened(attempt: attempt))
             parser.append(rest)
             processFrames()
             readMore()
@@ -253,13 +247,11 @@ extension WebSocketTask {
         return nil
     }
 
-    /// Starts the handshake again on a new connection (after a redirect or a challenge).
+    /// Starts the handshake again on a new connection (after a redirect or a challenge),
+    /// unless the machine gave the attempt up (the task ended meanwhile).
     func reconnect(_ request: Request) {
-        stream?.close()
-        stream = nil
-        phase = .idle
         lock.withLock { $0.currentRequest = request }
-        connect()
+        handle(.retry(attempt: attempt, url: request.url))
     }
 
     // MARK: - redirects
@@ -296,20 +288,5 @@ extension WebSocketTask {
         // A credential a challenge gave belongs to its origin.
         handshake.redirected(sameOrigin: RedirectPolicy.sameOrigin(base, resolved))
         reconnect(next)
-    }
-
-    // MARK: - timers
-
-    /// Until the connection is open: the session's request timeout (or the request's) for
-    /// the connects and handshakes together, as URLSession's.
-    func armOpenTimer() {
-        let limit = originalRequest.timeoutInterval > 0 ? originalRequest.timeoutInterval
-            : (session?.configuration.timeoutIntervalForRequest ?? 60)
-        let timer = DispatchWorkItem { [weak self] in
-            guard let self, self.phase == .connecting || self.phase == .handshaking || self.phase == .idle else { return }
-            self.finish(PorterError(.timedOut, "the WebSocket did not open within \(limit) s", url: self.currentRequest.url), code: nil)
-        }
-        openTimer = timer
-        queue.asyncAfter(deadline: .now() + limit, execute: timer)
     }
 }

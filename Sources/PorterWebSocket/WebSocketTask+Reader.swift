@@ -4,33 +4,28 @@ import PorterSession
 
 /// The server's side of an open connection: reads (with back-pressure), frames into
 /// messages, pings answered one pong each in order, messages handed to `receive()` in
-/// order, and a protocol violation failing the connection after what came before it.
+/// order, and a protocol violation reported to the machine after what came before it.
 extension WebSocketTask {
     /// Reads while someone waits for a message or a pong, or while little is buffered
     /// (so pings are answered and the close is seen); a consumer that stops reading
     /// stops the reads once a message's worth waits (back-pressure on the server), as do
-    /// pongs the server does not read.
+    /// pongs the server does not read. After a violation the connection is read only once
+    /// the machine closes it (for the end of the stream).
     func readMore() {
-        guard phase == .open || phase == .closing, !reading, let stream, pendingFailure == nil,
-              pongsInFlight < WebSocketTask.pongWindow else { return }
+        guard let mode, !reading, let stream, pongsInFlight < WebSocketTask.pongWindow else { return }
+        guard !(parserFailed && mode == .open) else { return }
         let limit = lock.withLock { $0.maximumMessageSize }
-        guard receivers.count > 0 || phase == .closing || messageBytes < limit else { return }
+        guard receivers.count > 0 || mode == .closing || messageBytes < limit else { return }
         reading = true
         stream.read(maxLength: 64 * 1024) { result in
             self.queue.async {
                 self.reading = false
-                guard self.phase == .open || self.phase == .closing else { return }
+                guard self.stream === stream else { return }
                 switch result {
                 case .failure(let error):
                     self.finish(error, code: .abnormalClosure)
                 case .success(let data):
-                    if data.isEmpty {
-                        if self.phase == .closing {
-                            return self.finish(nil, code: nil)
-                        }
-                        return self.finish(PorterError(.networkConnectionLost, "the server closed the connection without a close frame",
-                                                       url: self.currentRequest.url), code: .abnormalClosure)
-                    }
+                    if data.isEmpty { return self.handle(.peerClosed) }
                     self.parser.append(data)
                     self.processFrames()
                     self.readMore()
@@ -44,7 +39,7 @@ extension WebSocketTask {
         let limit = lock.withLock { $0.maximumMessageSize }
         parser.maximumPayload = limit
         assembler.maximumMessageSize = limit
-        while (phase == .open || phase == .closing) && pendingFailure == nil && pongsInFlight < WebSocketTask.pongWindow {
+        while let mode, stream != nil, !parserFailed, pongsInFlight < WebSocketTask.pongWindow {
             let event: WebSocketEvent?
             do {
                 guard let piece = try parser.next() else { return }
@@ -52,43 +47,24 @@ extension WebSocketTask {
             } catch {
                 // In order: messages that came before the violation are read (and can be
                 // answered) before the connection fails.
-                if messages.isEmpty && !appHasTheTurn { return failConnection(error) }
-                pendingFailure = error
-                armFailureGrace()
-                return
+                return violation(error)
             }
             guard let event else { continue }
             switch event {
             case .message(let m):
-                guard phase == .open else { continue }   // data after our close is dropped (§5.5.1)
+                guard mode == .open else { continue }   // data after our close is dropped (§5.5.1)
                 messages.append(m)
                 messageBytes += WebSocketTask.size(m)
                 serveReceivers()
             case .ping(let payload):
-                if !closeSent { answerPing(payload) }
+                if mode == .open { answerPing(payload) }
             case .pong(let payload):
-                if let i = pongHandlers.firstIndex(where: { $0.payload == payload }) {
-                    let handler = pongHandlers.remove(at: i)
-                    deliver { handler.done(nil) }
+                if let i = pings.firstIndex(where: { $0.payload == payload }) {
+                    let id = pings.remove(at: i).id
+                    handle(.answered(id: id))
                 }
             case .close(let code, let reason):
-                lock.withLock { s in
-                    s.closeCode = code ?? .noStatusReceived
-                    s.closeReason = reason
-                }
-                if !closeSent {
-                    closeSent = true
-                    var body: [UInt8] = []
-                    if let code { body = [UInt8(code.rawValue >> 8), UInt8(code.rawValue & 0xFF)] }
-                    writeFrame(WebSocketFrame(fin: true, opcode: .close, payload: body)) { _ in
-                        self.queue.async { self.finish(nil, code: nil) }
-                    }
-                    phase = .closing
-                    armCloseTimer()
-                } else {
-                    finish(nil, code: nil)
-                }
-                return
+                return handle(.closeFrameReceived(code: code?.rawValue, reason: reason))
             }
         }
     }
@@ -121,35 +97,14 @@ extension WebSocketTask {
 
     func serveReceivers() {
         while !receivers.isEmpty && !messages.isEmpty {
-            let r = receivers.removeFirst()
+            let id = receivers.removeFirst()
             let m = messages.removeFirst()
             messageBytes -= WebSocketTask.size(m)
-            deliver { r(.success(m)) }
+            answers[id] = m
+            handle(.answered(id: id))
             appHasTheTurn = receivers.isEmpty
         }
-        // The app asks past the last message before a violation: the connection fails now.
-        if !receivers.isEmpty, messages.isEmpty, let failure = pendingFailure, phase == .open {
-            pendingFailure = nil
-            failureGrace?.cancel()
-            failConnection(failure)
-        }
-        if phase == .closed && messages.isEmpty && !receivers.isEmpty {
-            let error = notOpen()
-            let waiting = receivers
-            receivers = []
-            for r in waiting { deliver { r(.failure(error)) } }
-        }
-    }
-
-    /// An app that does not ask for the messages before a violation does not keep the
-    /// connection open: it fails 5 s later all the same.
-    private func armFailureGrace() {
-        let timer = DispatchWorkItem { [weak self] in
-            guard let self, let failure = self.pendingFailure, self.phase == .open else { return }
-            self.pendingFailure = nil
-            self.failConnection(failure)
-        }
-        failureGrace = timer
-        queue.asyncAfter(deadline: .now() + 5, execute: timer)
+        // The app asks past the last message (before a violation, the connection fails now).
+        if !receivers.isEmpty, messages.isEmpty { handle(.appWaits) }
     }
 }

@@ -3,18 +3,8 @@ import PorterCore
 import PorterSession
 
 /// The client's side: messages encoded (compressed when agreed and smaller), masked in
-/// one copy, written in the order asked; sends before the opening wait for it.
+/// one copy, written in the order asked (the machine holds sends asked before the opening).
 extension WebSocketTask {
-    /// Writes now if the connection is open, after the handshake if it is not yet (sends
-    /// asked before or during the opening wait for it, as URLSession's do).
-    func sendWhenOpen(_ outgoing: Outgoing, _ completion: @escaping @Sendable (PorterError?) -> Void) {
-        switch phase {
-        case .open where !closeSent: write(outgoing, completion)
-        case .idle, .connecting, .handshaking: waitingSends.append((outgoing, completion))
-        default: completion(notOpen())
-        }
-    }
-
     func write(_ outgoing: Outgoing, _ completion: @escaping @Sendable (PorterError?) -> Void) {
         switch outgoing {
         case .control(let frame): writeFrame(frame, completion)
@@ -23,7 +13,7 @@ extension WebSocketTask {
     }
 
     func writeFrame(_ frame: WebSocketFrame, _ completion: @escaping @Sendable (PorterError?) -> Void) {
-        guard let stream else { return completion(notOpen()) }
+        guard let stream else { return completion(connectionGone()) }
         let data = frame.payload.withUnsafeBytes {
             WebSocketFrame.encode(fin: frame.fin, opcode: frame.opcode, rsv1: frame.rsv1, payload: $0, mask: WebSocketTask.newMask())
         }
@@ -31,7 +21,7 @@ extension WebSocketTask {
     }
 
     private func writeMessage(_ message: Message, _ completion: @escaping @Sendable (PorterError?) -> Void) {
-        guard let stream else { return completion(notOpen()) }
+        guard let stream else { return completion(connectionGone()) }
         let data: Data
         switch message {
         case .data(let d):
@@ -72,11 +62,5 @@ extension WebSocketTask {
         let word: UInt32 = rng.next()
         return (UInt8(truncatingIfNeeded: word), UInt8(truncatingIfNeeded: word >> 8),
                 UInt8(truncatingIfNeeded: word >> 16), UInt8(truncatingIfNeeded: word >> 24))
-    }
-
-    func failPong(_ payload: [UInt8], _ error: PorterError) {
-        guard let i = pongHandlers.firstIndex(where: { $0.payload == payload }) else { return }
-        let handler = pongHandlers.remove(at: i)
-        deliver { handler.done(error) }
     }
 }

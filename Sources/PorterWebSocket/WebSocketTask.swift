@@ -1,6 +1,7 @@
 import Foundation
 import PorterCore
 import PorterSession
+import PorterEngine
 import HTTPTypes
 
 /// The open and close of a WebSocket task (URLSessionWebSocketDelegate's two calls),
@@ -66,12 +67,7 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
 
         /// Whether a close frame may carry this code (1005, 1006 and 1015 are only
         /// reported, never sent; 3000–4999 belong to libraries and applications).
-        static func maySend(_ code: Int) -> Bool {
-            switch code {
-            case 1000...1003, 1007...1014, 3000...4999: return true
-            default: return false
-            }
-        }
+        static func maySend(_ code: Int) -> Bool { ConnectionTaskMachine.maySend(closeCode: code) }
     }
 
     public let taskIdentifier: Int
@@ -116,17 +112,35 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     let protocols: [String]
     let queue = DispatchQueue(label: "porter.websocket")
 
-    enum Phase { case idle, connecting, handshaking, open, closing, closed }
     /// What waits for the connection to open: a message is encoded (and compressed) only
     /// once the extensions are known.
     enum Outgoing {
         case message(Message)
         case control(WebSocketFrame)
     }
+    /// An operation the app asked, kept by the id the machine answers it by.
+    enum Pending {
+        /// The outgoing frame is dropped once written.
+        case send(Outgoing?, @Sendable (PorterError?) -> Void)
+        case ping([UInt8], @Sendable (PorterError?) -> Void)
+        case receive(@Sendable (Result<Message, PorterError>) -> Void)
+    }
 
     // queue only:
+    /// The life cycle: the shell performs what it decides and feeds back what happened.
+    var machine: ConnectionTaskMachine
+    /// Events not yet handled (see `handle`).
+    var inbox: [ConnectionTaskMachine.Event] = []
+    /// The connection attempt `stream` belongs to (from the machine's `connect`).
+    var attempt = 0
+    /// How frames are read (from the machine's `enter`); nil before the opening.
+    var mode: ConnectionTaskMachine.Mode?
+    var timers: [ConnectionTaskMachine.Timer: DispatchWorkItem] = [:]
+    var operations: [Int: Pending] = [:]
+    var nextOperation = 0
+    /// Where the current attempt's handshake goes (from `connect`).
+    var target: (request: Request, host: String, port: Int, secure: Bool)?
     var stream: (any ByteStream)?
-    var phase = Phase.idle
     var handshake = WebSocketOpening()
     var parser = WebSocketFrameParser(maximumPayload: 1 << 20)
     var assembler = WebSocketMessageAssembler(maximumMessageSize: 1 << 20)
@@ -134,26 +148,26 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     var deflaterResetsPerMessage = false
     var messages: [Message] = []
     var messageBytes = 0
-    /// The server broke the protocol after messages the app has not yet had: the
-    /// connection fails once they were read (so an echo of them can still go out).
-    var pendingFailure: WebSocketProtocolError?
-    var failureGrace: DispatchWorkItem?
+    /// The parser met a protocol violation: nothing more is parsed (the machine decides
+    /// when the connection fails; frames are read on only for the end of the stream).
+    var parserFailed = false
     /// A message was handed to the app and it has not asked for the next yet (it may be
     /// answering it).
     var appHasTheTurn = false
-    var receivers: [@Sendable (Result<Message, PorterError>) -> Void] = []
-    var pongHandlers: [(payload: [UInt8], done: @Sendable (PorterError?) -> Void)] = []
+    /// Receives waiting for a message, in order (ids of `operations`).
+    var receivers: [Int] = []
+    /// Messages handed over by `succeed`, by receive id.
+    var answers: [Int: Message] = [:]
+    /// Pings written, waiting for their pongs (ids of `operations`).
+    var pings: [(payload: [UInt8], id: Int)] = []
     var nextPing: UInt32 = 0
     var reading = false
-    var closeSent = false
-    var closeTimer: DispatchWorkItem?
-    var openTimer: DispatchWorkItem?
-    var waitingSends: [(Outgoing, @Sendable (PorterError?) -> Void)] = []
     /// Pongs written but not yet sent: frames are not read on while `pongWindow` wait.
     var pongsInFlight = 0
     static let pongWindow = 16
 
     let invalidatedAtCreation: Bool
+    let openingTimeout: Double
 
     init(session: Session, identifier: Int, request: Request, protocols: [String], delegate: (any WebSocketDelegate)?,
          invalidated: Bool = false) {
@@ -166,6 +180,9 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
         var shared = Shared(currentRequest: request)
         shared.offeredDeflate = session.configuration.webSocketPerMessageDeflate ? PerMessageDeflate() : nil
         self.lock = Locked(shared)
+        let limit = request.timeoutInterval > 0 ? request.timeoutInterval : session.configuration.timeoutIntervalForRequest
+        self.openingTimeout = limit
+        self.machine = ConnectionTaskMachine(kind: .webSocket, url: request.url, openingTimeout: limit)
     }
 
     public var description: String { "WebSocketTask \(taskIdentifier) \(originalRequest.url.absoluteString) \(state)" }
@@ -186,34 +203,26 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     // MARK: - API
 
     public func resume() {
-        let start = lock.withLock { s -> Bool in
-            guard s.state == .suspended else { return false }
-            s.state = .running
-            return true
-        }
-        guard start else { return }
-        queue.async { self.connect() }
+        queue.async { self.handle(.resume) }
     }
 
     /// Ends the connection at once, without a close handshake; outstanding calls fail
     /// with `.cancelled`.
     public func cancel() {
-        queue.async { self.finish(PorterError(.cancelled, "the WebSocket task was cancelled", url: self.originalRequest.url), code: nil) }
+        queue.async { self.handle(.cancel) }
     }
 
     /// Sends a close frame with `code` and `reason` (at most 123 bytes), waits up to 5 s for
     /// the server's, then ends the connection. Messages already received can still be read.
     public func cancel(with code: CloseCode, reason: Data?) {
-        queue.async { self.startClose(code, reason ?? Data()) }
+        queue.async { self.handle(.close(code: code.rawValue, reason: reason ?? Data())) }
     }
 
     /// Sends a message whole (one frame, compressed when permessage-deflate was agreed and
     /// that makes it smaller); `completionHandler` runs once it was written. A send asked
     /// before the connection is open waits for it.
     public func send(_ message: Message, completionHandler: @escaping @Sendable (PorterError?) -> Void) {
-        queue.async { [self] in
-            sendWhenOpen(.message(message)) { error in self.deliver { completionHandler(error) } }
-        }
+        queue.async { [self] in ask(.send(.message(message), completionHandler), waitsForOpen: true) }
     }
 
     public func send(_ message: Message) async throws {
@@ -228,10 +237,16 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     /// after them, the call fails (the task's error, or a closed-connection error).
     public func receive(completionHandler: @escaping @Sendable (Result<Message, PorterError>) -> Void) {
         queue.async { [self] in
-            receivers.append(completionHandler)
             appHasTheTurn = false
-            serveReceivers()
-            readMore()
+            // Messages that arrived before the end are still given after it.
+            if receivers.isEmpty, !messages.isEmpty {
+                let m = messages.removeFirst()
+                messageBytes -= WebSocketTask.size(m)
+                appHasTheTurn = true
+                deliver { completionHandler(.success(m)) }
+                return readMore()
+            }
+            ask(.receive(completionHandler), waitsForOpen: false)
         }
     }
 
@@ -245,14 +260,9 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     /// the error that ended the connection first.
     public func sendPing(pongReceiveHandler: @escaping @Sendable (PorterError?) -> Void) {
         queue.async { [self] in
-            guard phase != .closing && phase != .closed else { return deliver { pongReceiveHandler(self.notOpen()) } }
             nextPing &+= 1
             let payload = withUnsafeBytes(of: nextPing.bigEndian) { Array($0) }
-            pongHandlers.append((payload, pongReceiveHandler))
-            sendWhenOpen(.control(WebSocketFrame(fin: true, opcode: .ping, payload: payload))) { error in
-                if let error { self.queue.async { self.failPong(payload, error) } }
-            }
-            readMore()
+            ask(.ping(payload, pongReceiveHandler), waitsForOpen: true)
         }
     }
 
@@ -260,14 +270,9 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
         if let session { session.deliver(work) } else { DispatchQueue.global().async(execute: work) }
     }
 
-    func notOpen() -> PorterError {
-        if let error = lock.withLock({ $0.error }) { return error }
-        switch phase {
-        case .idle, .connecting, .handshaking:
-            return PorterError(.unsupportedConfiguration, "the WebSocket is not open yet (resume() it and wait for it to open)", url: originalRequest.url)
-        default:
-            return PorterError(.networkConnectionLost, "the WebSocket is closed (code \(closeCode))", url: originalRequest.url)
-        }
+    /// What a write on a connection that is gone fails with.
+    func connectionGone() -> PorterError {
+        PorterError(.networkConnectionLost, "the WebSocket connection is closed", url: originalRequest.url)
     }
 }
 

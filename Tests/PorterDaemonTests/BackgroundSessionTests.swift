@@ -205,7 +205,7 @@ final class BackgroundSessionTests: DaemonTestCase {
 
         let second = BackgroundRecorder()
         let b = Session(configuration: .background(identifier: id), delegate: second)
-        let seen = try XCTUnwrap(b.allTasks.first { $0.taskIdentifier == task.taskIdentifier }, "\(b.allTasks)")
+        let seen = try XCTUnwrap(b.allTasks.first { $0.taskIdentifier == task.taskIdentifier } as? SessionTask, "\(b.allTasks)")
         XCTAssertTrue(seen is DownloadTask)
         XCTAssertEqual(seen.taskDescription, "nightly backup")
         XCTAssertEqual(seen.state, .running)

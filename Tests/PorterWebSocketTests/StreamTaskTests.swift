@@ -157,6 +157,24 @@ final class StreamTaskTests: WSTestCase {
         XCTAssertTrue(eventually(5) { closes() == before + 1 }, "the connection of a task let go stays open")
     }
 
+    /// A write's timeout does not keep a task alive: let go after a write and a read with
+    /// long timeouts that completed, it closes its connection at once (its timers were
+    /// cancelled with the operations they bounded).
+    func testATimedWriteDoesNotHoldATaskLetGo() async throws {
+        let log = ports.dir + "/closes.log"
+        func closes() -> Int {
+            ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").components(separatedBy: "echo-closed").count - 1
+        }
+        var task: StreamTask? = session().streamTask(withHostName: "127.0.0.1", port: ports.echo)
+        task?.resume()
+        try await task?.write(Data("ping\n".utf8), timeout: 600)
+        let echoed = try await task?.read(minLength: 5, maxLength: 5, timeout: 600)
+        XCTAssertEqual(echoed.map(text), "ping\n")
+        let before = closes()
+        task = nil
+        XCTAssertTrue(eventually(20) { closes() == before + 1 }, "a write's 600 s timeout keeps the connection of a task let go open")
+    }
+
     func testRefusedConnectionFailsReadsAndWrites() async throws {
         let closed = try NginxFixture.freePort()
         let task = session().streamTask(withHostName: "127.0.0.1", port: closed)

@@ -358,6 +358,47 @@ final class WebSocketTests: WSTestCase {
         XCTAssertEqual(e2?.code, .sessionInvalidated)
     }
 
+    /// Stream and WebSocket tasks are in `allTasks` (and `getAllTasks`) from their making
+    /// to their end, as URLSession lists them, and leave it at their end whatever ended them.
+    func testStreamAndWebSocketTasksAreListedWhileTheyLive() async throws {
+        let s = session()
+        func listed() -> Set<Int> { Set(s.allTasks.map(\.taskIdentifier)) }
+        let socket = s.webSocketTask(with: ws("/echo"))
+        let stream = s.streamTask(withHostName: "127.0.0.1", port: ports.echo)
+        let idle = s.webSocketTask(with: ws("/echo"))
+        XCTAssertEqual(listed(), [socket.taskIdentifier, stream.taskIdentifier, idle.taskIdentifier], "listed before resume()")
+        let fromGetter = await withCheckedContinuation { c in s.getAllTasks { c.resume(returning: $0.map(\.taskIdentifier)) } }
+        XCTAssertEqual(fromGetter, [socket.taskIdentifier, stream.taskIdentifier, idle.taskIdentifier], "in the order made")
+
+        socket.resume()
+        try await socket.send(.string("up"))
+        _ = try await socket.receive()
+        stream.resume()
+        try await stream.write(Data("up\n".utf8))
+        _ = try await stream.read(minLength: 3, maxLength: 3, timeout: 10)
+        XCTAssertEqual(listed(), [socket.taskIdentifier, stream.taskIdentifier, idle.taskIdentifier], "listed while open")
+
+        // A clean close and a cancel end them: they leave the list.
+        socket.cancel(with: .normalClosure, reason: nil)
+        XCTAssertTrue(eventually(10) { socket.state == .completed })
+        XCTAssertTrue(eventually(10) { !listed().contains(socket.taskIdentifier) }, "\(s.allTasks)")
+        stream.cancel()
+        XCTAssertTrue(eventually(10) { !listed().contains(stream.taskIdentifier) }, "\(s.allTasks)")
+        XCTAssertEqual(listed(), [idle.taskIdentifier])
+
+        // A failure ends one too.
+        let refused = s.streamTask(withHostName: "127.0.0.1", port: 1)
+        refused.resume()
+        XCTAssertTrue(eventually(10) { refused.state == .completed })
+        XCTAssertTrue(eventually(10) { !listed().contains(refused.taskIdentifier) }, "\(s.allTasks)")
+
+        // invalidateAndCancel reaches the one never resumed, through the list.
+        s.invalidateAndCancel()
+        XCTAssertTrue(eventually(10) { idle.state == .completed })
+        XCTAssertEqual(idle.error?.code, .cancelled)
+        XCTAssertTrue(eventually(10) { listed().isEmpty }, "\(s.allTasks)")
+    }
+
     func testCancelFailsOutstandingReceives() async throws {
         let task = session().webSocketTask(with: ws("/echo"))
         task.resume()
