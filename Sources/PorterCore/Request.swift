@@ -78,24 +78,32 @@ public struct ResumeRange: Sendable, Equatable {
 public struct Request: Sendable, CustomStringConvertible {
     /// The fields. Mutated only through `writable()`, which first makes the box unique to
     /// this value: no two values ever share a box that changes.
+    /// The fields skip the run-time exclusivity check of class properties (runtime calls
+    /// on every read: ~8 k instructions per load in W2's profile): every access comes through a `Request` or
+    /// `SessionConfiguration` value, whose own accesses the compiler already checks, and a
+    /// box is written only while one value alone holds it.
     private final class Storage: @unchecked Sendable {
-        var url: URL
-        var method: String
-        var headerFields: HTTPFields
-        var body: RequestBody?
-        var cachePolicy: CachePolicy
-        var timeoutInterval: TimeInterval
-        var mainDocumentURL: URL?
-        var resumeRange: ResumeRange?
-        var properties: [String: any Sendable]
-        var cachePartition: String
-        var suppressedHeaders: Set<String>
-        var priority: Float
+        @exclusivity(unchecked) var url: URL
+        /// `url`'s scheme, lower-cased: kept with the URL (set with it) because every
+        /// step of a load asks for it (registry, cookies, options, TLS checks).
+        @exclusivity(unchecked) var scheme: String
+        @exclusivity(unchecked) var method: String
+        @exclusivity(unchecked) var headerFields: HTTPFields
+        @exclusivity(unchecked) var body: RequestBody?
+        @exclusivity(unchecked) var cachePolicy: CachePolicy
+        @exclusivity(unchecked) var timeoutInterval: TimeInterval
+        @exclusivity(unchecked) var mainDocumentURL: URL?
+        @exclusivity(unchecked) var resumeRange: ResumeRange?
+        @exclusivity(unchecked) var properties: [String: any Sendable]
+        @exclusivity(unchecked) var cachePartition: String
+        @exclusivity(unchecked) var suppressedHeaders: Set<String>
+        @exclusivity(unchecked) var priority: Float
 
-        init(url: URL, method: String, headerFields: HTTPFields, body: RequestBody?, cachePolicy: CachePolicy,
+        init(url: URL, scheme: String, method: String, headerFields: HTTPFields, body: RequestBody?, cachePolicy: CachePolicy,
              timeoutInterval: TimeInterval, mainDocumentURL: URL?, resumeRange: ResumeRange?,
              properties: [String: any Sendable], cachePartition: String, suppressedHeaders: Set<String>, priority: Float) {
             self.url = url
+            self.scheme = scheme
             self.method = method
             self.headerFields = headerFields
             self.body = body
@@ -110,7 +118,7 @@ public struct Request: Sendable, CustomStringConvertible {
         }
 
         func copy() -> Storage {
-            Storage(url: url, method: method, headerFields: headerFields, body: body, cachePolicy: cachePolicy,
+            Storage(url: url, scheme: scheme, method: method, headerFields: headerFields, body: body, cachePolicy: cachePolicy,
                     timeoutInterval: timeoutInterval, mainDocumentURL: mainDocumentURL, resumeRange: resumeRange,
                     properties: properties, cachePartition: cachePartition, suppressedHeaders: suppressedHeaders,
                     priority: priority)
@@ -127,7 +135,11 @@ public struct Request: Sendable, CustomStringConvertible {
 
     public var url: URL {
         get { storage.url }
-        _modify { yield &writable().url }
+        set {
+            let box = writable()
+            box.url = newValue
+            box.scheme = Request.scheme(of: newValue)
+        }
     }
     /// "GET" unless set; uploads default to "PUT" when the method was not set.
     public var method: String {
@@ -194,7 +206,7 @@ public struct Request: Sendable, CustomStringConvertible {
 
     public init(url: URL, method: String = "GET", headerFields: HTTPFields = [:], body: RequestBody? = nil,
                 cachePolicy: CachePolicy = .useProtocolCachePolicy, timeoutInterval: TimeInterval = 0) {
-        storage = Storage(url: url, method: method, headerFields: headerFields, body: body, cachePolicy: cachePolicy,
+        storage = Storage(url: url, scheme: Request.scheme(of: url), method: method, headerFields: headerFields, body: body, cachePolicy: cachePolicy,
                           timeoutInterval: timeoutInterval, mainDocumentURL: nil, resumeRange: nil, properties: [:],
                           cachePartition: "", suppressedHeaders: [], priority: 0.5)
     }
@@ -204,7 +216,9 @@ public struct Request: Sendable, CustomStringConvertible {
     public mutating func removeProperty(forKey key: String) { properties.removeValue(forKey: key) }
 
     /// The URL's scheme, lower-cased ("" when it has none).
-    public var scheme: String { url.scheme?.lowercased() ?? "" }
+    public var scheme: String { storage.scheme }
+
+    private static func scheme(of url: URL) -> String { url.scheme?.lowercased() ?? "" }
 
     /// Reads a header by its name (case-insensitive). Invalid names return nil.
     public func value(forHeader name: String) -> String? {

@@ -26,7 +26,8 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         switch scheme { case "http": 80; case "https": 443; default: nil }
     }
     /// HTTP is the protocol of cookies (RFC 6265): every hop sends and stores them.
-    public static func carriesCookies(for scheme: String) -> Bool { schemes.contains(scheme) }
+    /// (Asked twice per load: compared directly, not through a `Set` built per call.)
+    public static func carriesCookies(for scheme: String) -> Bool { scheme == "http" || scheme == "https" }
     /// The task's life cycle runs on the libcurl loop that carries the transfer.
     public static func executor(for request: Request, context: SessionContext) -> (any TaskExecutor)? {
         CurlLoop.loop(for: context.configuration)
@@ -188,7 +189,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     /// by hand (trustedKeyPin): a certificate error means no HSTS.
     func noteStrictTransportSecurity() {
         let config = client.context.configuration
-        guard let store = config.hstsStore, request.url.scheme?.lowercased() == "https",
+        guard let store = config.hstsStore, request.scheme == "https",
               !config.tlsVerificationDisabled, trustedKeyPin == nil,
               let value = head.fields[values: .strictTransportSecurity].first, let host = request.url.host else { return }
         store.noteHeader(value, host: host)
@@ -325,6 +326,14 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         return r
     }
 
+    /// 301, 302, 303, 307 and 308: the statuses a Location makes a redirect.
+    static func isRedirectStatus(_ status: Int) -> Bool {
+        switch status {
+        case 301, 302, 303, 307, 308: true
+        default: false
+        }
+    }
+
     /// "bytes 100-199/200" → 100.
     static func rangeStart(_ value: String) -> Int64? {
         guard value.lowercased().hasPrefix("bytes ") else { return nil }
@@ -335,7 +344,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
 
     func endOfHead() {
         // The TLS session is only at hand while the transfer runs.
-        if tlsFacts == nil, request.url.scheme?.lowercased() == "https" { tlsFacts = transfer?.tlsInfo() }
+        if tlsFacts == nil, request.scheme == "https" { tlsFacts = transfer?.tlsInfo() }
         let response = makeResponse()
         let status = head.status
         noteStrictTransportSecurity()
@@ -348,7 +357,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
                              maximumRatio: client.context.configuration.maximumDecodingRatio)
             : nil
         decodeError = nil
-        if [301, 302, 303, 307, 308].contains(status), head.fields.combined(.location) != nil,
+        if HTTPHandler.isRedirectStatus(status), head.fields.combined(.location) != nil,
            request.property(forKey: HTTPHandler.deliversRedirectsProperty) as? Bool != true {
             mode = .redirect(response)
             return
@@ -465,7 +474,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             begin()
             return
         }
-        if code == CURLE_PEER_FAILED_VERIFICATION, !trustAsked, request.url.scheme?.lowercased() == "https" {
+        if code == CURLE_PEER_FAILED_VERIFICATION, !trustAsked, request.scheme == "https" {
             trustAsked = true
             askServerTrust(failure: .curl(code, url: request.url, detail: t.errorText))
             return
@@ -543,7 +552,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             m.domainLookupEndDate = at(CURLINFO_NAMELOOKUP_TIME_T) ?? started
             m.connectStartDate = m.domainLookupEndDate
             m.connectEndDate = at(CURLINFO_APPCONNECT_TIME_T) ?? at(CURLINFO_CONNECT_TIME_T)
-            m.secureConnectionStartDate = request.url.scheme?.lowercased() == "https" ? at(CURLINFO_CONNECT_TIME_T) : nil
+            m.secureConnectionStartDate = request.scheme == "https" ? at(CURLINFO_CONNECT_TIME_T) : nil
         }
         m.remoteAddress = t.info(string: CURLINFO_PRIMARY_IP).flatMap { $0.isEmpty ? nil : $0 }
         m.remotePort = m.remoteAddress == nil ? nil : t.info(CURLINFO_PRIMARY_PORT)
