@@ -156,11 +156,13 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
         if !kept { curl_easy_cleanup(handle) }
     }
     private let lock = NSLock()
-    private var commands: [() -> Void] = []
+    // `commands`, `sleeping` and `threadRunning` are only touched under `lock`, which
+    // makes each access exclusive: they skip the runtime's check (every enqueue).
+    @exclusivity(unchecked) private var commands: [() -> Void] = []
     /// The loop waits in (or is about to enter) curl_multi_poll: a command must wake it.
-    private var sleeping = false
+    @exclusivity(unchecked) private var sleeping = false
     /// A thread runs (or is being started) for this loop.
-    private var threadRunning = false
+    @exclusivity(unchecked) private var threadRunning = false
     // Loop thread only:
     private var active: [UnsafeMutableRawPointer: CurlTransfer] = [:]
     /// Connect-only transfers that connected: in the multi handle (libcurl finds their

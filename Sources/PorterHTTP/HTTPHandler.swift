@@ -62,7 +62,10 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         get { state.transfer }
         set { state.transfer = newValue }
     }
-    var head = Head()
+    /// The head being parsed, moved into and out of the parser per line (`header`):
+    /// loop-thread only and never reached from inside those moves, so it skips the
+    /// runtime's exclusivity check (ten per load).
+    @exclusivity(unchecked) var head = Head()
     var mode = Mode.waiting
     var credential: Credential?
     var authMethod: AuthenticationMethod?

@@ -5,7 +5,7 @@ import Logging
 import XCTest
 @testable import PorterCore
 
-/// `Request` and `SessionConfiguration` share one storage box between copies
+/// `Request`, `Response` and `SessionConfiguration` share one storage box between copies
 /// (copy-on-write). Whatever the box does, they must behave as plain structs: a change
 /// to a copy never shows in the value it was copied from, nor the other way round, for
 /// every group of stored properties, and copies made and changed on many threads at
@@ -92,8 +92,8 @@ final class ValueSemanticsTests: XCTestCase {
         // Handlers, logging, observation.
         assertIndependent(base, "handlers", read: { $0.handlers.map(\.name) }, change: { $0.prependHandler(Stub.self) })
         assertIndependent(base, "registry", read: { ObjectIdentifier($0.registry) }, change: { $0.registry = HandlerRegistry() })
-        assertIndependent(base, "logger", read: { $0.logger.logLevel }, change: { $0.logger.logLevel = .trace })
-        assertIndependent(base, "taskObserver", read: { $0.taskObserver == nil }, change: { $0.taskObserver = Observer() })
+        assertIndependent(base, "logger", read: { $0.logger.label }, change: { $0.logger = Logger(label: "porter.other") })
+        assertIndependent(base, "taskObserver", read: { $0.taskObserver is Observer }, change: { $0.taskObserver = Observer() })
         // Downloads and background sessions.
         assertIndependent(base, "downloadDirectory", read: { $0.downloadDirectory }, change: { $0.downloadDirectory = "/d" })
         assertIndependent(base, "launchCommand", read: { $0.launchCommand }, change: { $0.launchCommand?.append("--x") })
@@ -109,6 +109,9 @@ final class ValueSemanticsTests: XCTestCase {
         base.mainDocumentURL = URL(string: "http://127.0.0.1/")
 
         assertIndependent(base, "url", read: { $0.url }, change: { $0.url = URL(string: "http://127.0.0.1/b")! })
+        assertIndependent(base, "scheme (kept with the URL)", read: { $0.scheme }, change: { $0.url = URL(string: "HTTPS://127.0.0.1/b")! })
+        XCTAssertEqual(Request(url: URL(string: "FTP://h/")!).scheme, "ftp")
+        XCTAssertEqual(Request(url: URL(string: "relative/path")!).scheme, "")
         assertIndependent(base, "method", read: { $0.method }, change: { $0.method = "POST" })
         assertIndependent(base, "headerFields", read: { $0.value(forHeader: "X-Base") }, change: { $0.setValue("2", forHeader: "X-Base") })
         assertIndependent(base, "headerFields (added)", read: { $0.headerFields.count }, change: { $0.addValue("3", forHeader: "X-Base") })
@@ -124,6 +127,26 @@ final class ValueSemanticsTests: XCTestCase {
         assertIndependent(base, "priority", read: { $0.priority }, change: { $0.priority = 1 })
     }
 
+    func testResponseCopiesAreIndependentForEveryGroupOfFields() {
+        var fields = HTTPFields()
+        fields[.contentType] = "text/plain"
+        let base = Response(url: URL(string: "http://127.0.0.1/a")!, mimeType: "text/plain", expectedContentLength: 4,
+                            textEncodingName: "utf-8", statusCode: 200, headerFields: fields, suggestedFilename: "a.txt")
+
+        assertIndependent(base, "url", read: { $0.url }, change: { $0.url = URL(string: "http://127.0.0.1/b")! })
+        assertIndependent(base, "mimeType", read: { $0.mimeType }, change: { $0.mimeType = "text/html" })
+        assertIndependent(base, "expectedContentLength", read: { $0.expectedContentLength }, change: { $0.expectedContentLength = -1 })
+        assertIndependent(base, "textEncodingName", read: { $0.textEncodingName }, change: { $0.textEncodingName = nil })
+        assertIndependent(base, "statusCode", read: { $0.statusCode }, change: { $0.statusCode = 206 })
+        assertIndependent(base, "headerFields", read: { $0.headerFields }, change: { $0.headerFields[.contentType] = "text/html" })
+        assertIndependent(base, "resumeOffset", read: { $0.resumeOffset }, change: { $0.resumeOffset = 10 })
+        assertIndependent(base, "validator", read: { $0.validator }, change: { $0.validator = "\"v\"" })
+        assertIndependent(base, "statusLine", read: { $0.statusLine }, change: { $0.statusLine = "HTTP/1.1 200 OK" })
+        assertIndependent(base, "isInternalRedirect", read: { $0.isInternalRedirect }, change: { $0.isInternalRedirect = true })
+        assertIndependent(base, "suggestedFilename", read: { $0.suggestedFilename },
+                          change: { $0.headerFields[.contentDisposition] = "attachment; filename=b.txt"; $0.url = URL(string: "http://127.0.0.1/c")! })
+    }
+
     /// Many threads copy one shared value at once and each changes its own copy: every
     /// copy sees only its own change and the shared value none. (Run under
     /// `swift test --sanitize=thread` this also checks that copies never write a box
@@ -133,11 +156,14 @@ final class ValueSemanticsTests: XCTestCase {
         config.timeoutIntervalForRequest = 30
         let sharedConfig = config
         let sharedRequest = Request(url: URL(string: "http://127.0.0.1/shared")!)
+        let sharedResponse = Response(url: URL(string: "http://127.0.0.1/shared")!, mimeType: nil, expectedContentLength: -1)
         let rounds = 2_000
         let failures = Locked(0)
         DispatchQueue.concurrentPerform(iterations: rounds) { i in
             var c = sharedConfig
             var r = sharedRequest
+            var response = sharedResponse
+            response.statusCode = i
             let copyOfCopy = c
             c.timeoutIntervalForRequest = TimeInterval(i + 100)
             c.hostOverrides.append(HostOverride(host: "h\(i)", port: 80, addresses: ["127.0.0.1"]))
@@ -148,6 +174,7 @@ final class ValueSemanticsTests: XCTestCase {
                 && r.url.path == "/\(i)" && r.value(forHeader: "X-Thread") == "\(i)"
                 && sharedConfig.timeoutIntervalForRequest == 30 && sharedConfig.hostOverrides.isEmpty
                 && sharedRequest.url.path == "/shared" && sharedRequest.value(forHeader: "X-Thread") == nil
+                && response.statusCode == i && sharedResponse.statusCode == nil
             if !ok { failures.withLock { $0 += 1 } }
         }
         XCTAssertEqual(failures.current, 0, "copies changed on other threads showed each other's changes")
