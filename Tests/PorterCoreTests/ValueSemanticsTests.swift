@@ -143,8 +143,13 @@ final class ValueSemanticsTests: XCTestCase {
         assertIndependent(base, "validator", read: { $0.validator }, change: { $0.validator = "\"v\"" })
         assertIndependent(base, "statusLine", read: { $0.statusLine }, change: { $0.statusLine = "HTTP/1.1 200 OK" })
         assertIndependent(base, "isInternalRedirect", read: { $0.isInternalRedirect }, change: { $0.isInternalRedirect = true })
-        assertIndependent(base, "suggestedFilename", read: { $0.suggestedFilename },
-                          change: { $0.headerFields[.contentDisposition] = "attachment; filename=b.txt"; $0.url = URL(string: "http://127.0.0.1/c")! })
+        // The handler's own suggestion (set only by the initializer) travels with a copy
+        // that changes its other fields.
+        var changed = base
+        changed.headerFields[.contentDisposition] = "attachment; filename=b.txt"
+        changed.url = URL(string: "http://127.0.0.1/c")!
+        XCTAssertEqual(changed.suggestedFilename, "a.txt")
+        XCTAssertEqual(base.suggestedFilename, "a.txt")
     }
 
     /// Many threads copy one shared value at once and each changes its own copy: every
