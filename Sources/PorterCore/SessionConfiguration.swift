@@ -118,6 +118,8 @@ public struct SessionConfiguration: Sendable {
         @exclusivity(unchecked) var isDiscretionary: Bool
         @exclusivity(unchecked) var discretionaryBytesPerSecond: Int64
         @exclusivity(unchecked) var taskObserver: (any TaskObserver)?
+        /// `SessionConfiguration.settingsVersion`: replaced by every `writable()`.
+        @exclusivity(unchecked) var version: AnyObject = SettingsVersion()
 
         /// The defaults every new configuration starts with (stores and observer are set
         /// by `SessionConfiguration.init(kind:)`).
@@ -210,15 +212,21 @@ public struct SessionConfiguration: Sendable {
 
     private var storage: Storage
 
-    /// The storage this configuration shares with its unchanged copies. Two
-    /// configurations with the same storage have the same settings, and stay so while
-    /// someone holds it (a change to either copies it first): a cache keyed by a session's
-    /// settings may hold it and skip comparing them field by field (`CurlLoop.loop(for:)`).
-    package var sharedStorage: AnyObject { storage }
+    /// A token of these exact settings: every change to a configuration gives it a new one,
+    /// so two configurations with the same token have the same settings, whoever holds the
+    /// token for how long. A cache keyed by a session's settings may keep it and skip
+    /// comparing them field by field (`CurlLoop.loop(for:)`) — the token holds nothing
+    /// of the configuration (no store, no cache stays alive for it).
+    package var settingsVersion: AnyObject { storage.version }
 
-    /// The box, made unique to this configuration first (copied when another shares it).
+    /// What `settingsVersion` answers: an empty object, compared by identity.
+    private final class SettingsVersion: Sendable {}
+
+    /// The box, made unique to this configuration first (copied when another shares it),
+    /// with a new `settingsVersion`: it is about to change.
     private mutating func writable() -> Storage {
         if !isKnownUniquelyReferenced(&storage) { storage = Storage(copying: storage) }
+        storage.version = SettingsVersion()
         return storage
     }
 

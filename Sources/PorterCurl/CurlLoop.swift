@@ -17,10 +17,10 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
     private struct Loops {
         var byKey: [LoopKey: CurlLoop] = [:]
         var last: (key: LoopKey, loop: CurlLoop)?
-        /// The configuration asked for last (its shared storage, held: while held, no copy
-        /// changes it in place) and its loop: a session's every task asks with the same
-        /// configuration, answered without building and comparing its key.
-        var lastConfiguration: (storage: AnyObject, loop: CurlLoop)?
+        /// The settings asked for last (`SessionConfiguration.settingsVersion`) and their
+        /// loop: a session's every task asks with the same configuration, answered without
+        /// building and comparing its key.
+        var lastConfiguration: (version: AnyObject, loop: CurlLoop)?
     }
     private static let byTrust = Locked(Loops())
 
@@ -31,12 +31,12 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
     /// with other settings: libcurl does not compare them for every protocol (FTP with
     /// explicit TLS, for one).
     public static func loop(for configuration: SessionConfiguration) -> CurlLoop {
-        let storage = configuration.sharedStorage
-        if let hit = byTrust.withLock({ $0.lastConfiguration.flatMap { $0.storage === storage ? $0.loop : nil } }) {
+        let version = configuration.settingsVersion
+        if let hit = byTrust.withLock({ $0.lastConfiguration.flatMap { $0.version === version ? $0.loop : nil } }) {
             return hit
         }
         let loop = loop(for: LoopKey(configuration))
-        byTrust.withLock { $0.lastConfiguration = (storage, loop) }
+        byTrust.withLock { $0.lastConfiguration = (version, loop) }
         return loop
     }
 
