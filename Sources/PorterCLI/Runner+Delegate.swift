@@ -62,7 +62,7 @@ extension Runner {
             t.conditionUnmet = true
             return false
         }
-        if let path = options.curl.etagSave, !saveETag(response, to: path) { t.writeFailed = true; return false }
+        if let path = hot.etagSave, !saveETag(response, to: path) { t.writeFailed = true; return false }
         if hot.fail, let s = response.statusCode, s >= 400 {
             t.httpFailed = true
             return hot.failWithBody  // --fail-with-body: the body is still written
@@ -73,7 +73,7 @@ extension Runner {
     /// -z: a 200 whose Last-Modified does not meet the condition is not written (libcurl's
     /// CURLOPT_TIMECONDITION: a server may ignore If-Modified-Since or compare exactly).
     func timeConditionUnmet(_ response: Response) -> Bool {
-        guard let cond = options.curl.timeCond, response.statusCode == 200,
+        guard let cond = hot.timeCond, response.statusCode == 200,
               let (date, modifiedSince) = CurlFlags.timeCondition(cond),
               let last = response.value(forHeader: "Last-Modified").flatMap(HTTPDate.parse) else { return false }
         return modifiedSince ? last <= date : last > date

@@ -94,6 +94,8 @@ struct HotOptions {
     /// The libcurl handlers' request properties (configureCurl): -4 / -6, --connect-to,
     /// --ssl-reqd / --ssl.
     let ipResolve: Int?, connectTo: [String], ftpTLS: String?
+    /// -z and --etag-save, read for every response (`noteResponse`).
+    let timeCond: String?, etagSave: String?
 
     init(_ o: Fetch) {
         head = o.head
@@ -127,5 +129,7 @@ struct HotOptions {
         ipResolve = curl.ipv6 ? 6 : curl.ipv4 ? 4 : nil
         connectTo = curl.connectTo
         ftpTLS = curl.ssl ? "try" : curl.sslReqd ? "required" : nil
+        timeCond = curl.timeCond
+        etagSave = curl.etagSave
     }
 }

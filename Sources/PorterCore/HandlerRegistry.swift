@@ -127,7 +127,15 @@ public final class HandlerRegistry: @unchecked Sendable {
     /// Whether loads of `scheme` carry cookies, as the handlers serving it declare
     /// (`ProtocolHandler.carriesCookies(for:)`).
     public func carriesCookies(forScheme scheme: String) -> Bool {
-        SchemeDeclaration.carriesCookies(scheme.lowercased(), in: factories(forScheme: scheme.lowercased()))
+        carriesCookies(lowercasedScheme: scheme.lowercased())
+    }
+
+    /// Asked twice per load (the cookie step and the Set-Cookie step): the registrations
+    /// are read without building a list (the array is shared, not copied), and the
+    /// factories are asked outside the lock.
+    func carriesCookies(lowercasedScheme scheme: String) -> Bool {
+        guard let regs = state.withLock({ $0.byScheme[scheme] }) else { return false }
+        return SchemeDeclaration.carriesCookies(scheme, in: regs.lazy.map(\.factory))
     }
 }
 
@@ -144,7 +152,10 @@ enum SchemeDeclaration {
         return nil
     }
 
-    static func carriesCookies(_ scheme: String, in factories: [any ProtocolHandlerFactory]) -> Bool {
+    /// Generic over the sequence: asked twice per load, it reads the handlers where they
+    /// are (lazily mapped or filtered) instead of a list built for the question.
+    static func carriesCookies<Factories: Sequence>(_ scheme: String, in factories: Factories) -> Bool
+    where Factories.Element == any ProtocolHandlerFactory {
         factories.contains { $0.carriesCookies(for: scheme) }
     }
 }
@@ -165,7 +176,8 @@ extension SessionConfiguration {
     /// `HandlerRegistry.carriesCookies(forScheme:)` as this session sees it.
     public func carriesCookies(forScheme scheme: String) -> Bool {
         let scheme = scheme.lowercased()
-        return SchemeDeclaration.carriesCookies(scheme, in: factories(forScheme: scheme))
+        return SchemeDeclaration.carriesCookies(scheme, in: handlers.lazy.filter { $0.schemes.contains(scheme) })
+            || registry.carriesCookies(lowercasedScheme: scheme)
     }
 
     /// The port `url` names, else its scheme's declared default port.

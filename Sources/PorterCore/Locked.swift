@@ -6,7 +6,10 @@ import Foundation
 /// A value behind a lock: the one way Porter shares mutable state across threads.
 public final class Locked<Value>: @unchecked Sendable {
     private let lock = NSLock()
-    private var value: Value
+    /// Unchecked by the runtime's exclusivity enforcement (a call per access, and every
+    /// lock in Porter goes through here): the lock already makes each access exclusive,
+    /// and a nested `withLock` on the same value deadlocks before it could overlap.
+    @exclusivity(unchecked) private var value: Value
     public init(_ value: Value) { self.value = value }
     public func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
         lock.lock()

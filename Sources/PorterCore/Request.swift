@@ -72,50 +72,143 @@ public struct ResumeRange: Sendable, Equatable {
     }
 }
 
-/// A load request: a value type, copied freely.
+/// A load request: a value type, copied freely. Copy-on-write: a copy shares one
+/// storage box (one retain) until either side changes a field, so handing a request
+/// from the session to its engine, driver and handler costs no field-by-field copy.
 public struct Request: Sendable, CustomStringConvertible {
-    public var url: URL
+    /// The fields. Mutated only through `writable()`, which first makes the box unique to
+    /// this value: no two values ever share a box that changes.
+    /// The fields skip the run-time exclusivity check of class properties (runtime calls
+    /// on every read: ~8 k instructions per load in W2's profile): every access comes through a `Request` or
+    /// `SessionConfiguration` value, whose own accesses the compiler already checks, and a
+    /// box is written only while one value alone holds it.
+    private final class Storage: @unchecked Sendable {
+        @exclusivity(unchecked) var url: URL
+        /// `url`'s scheme, lower-cased: kept with the URL (set with it) because every
+        /// step of a load asks for it (registry, cookies, options, TLS checks).
+        @exclusivity(unchecked) var scheme: String
+        @exclusivity(unchecked) var method: String
+        @exclusivity(unchecked) var headerFields: HTTPFields
+        @exclusivity(unchecked) var body: RequestBody?
+        @exclusivity(unchecked) var cachePolicy: CachePolicy
+        @exclusivity(unchecked) var timeoutInterval: TimeInterval
+        @exclusivity(unchecked) var mainDocumentURL: URL?
+        @exclusivity(unchecked) var resumeRange: ResumeRange?
+        @exclusivity(unchecked) var properties: [String: any Sendable]
+        @exclusivity(unchecked) var cachePartition: String
+        @exclusivity(unchecked) var suppressedHeaders: Set<String>
+        @exclusivity(unchecked) var priority: Float
+
+        init(url: URL, scheme: String, method: String, headerFields: HTTPFields, body: RequestBody?, cachePolicy: CachePolicy,
+             timeoutInterval: TimeInterval, mainDocumentURL: URL?, resumeRange: ResumeRange?,
+             properties: [String: any Sendable], cachePartition: String, suppressedHeaders: Set<String>, priority: Float) {
+            self.url = url
+            self.scheme = scheme
+            self.method = method
+            self.headerFields = headerFields
+            self.body = body
+            self.cachePolicy = cachePolicy
+            self.timeoutInterval = timeoutInterval
+            self.mainDocumentURL = mainDocumentURL
+            self.resumeRange = resumeRange
+            self.properties = properties
+            self.cachePartition = cachePartition
+            self.suppressedHeaders = suppressedHeaders
+            self.priority = priority
+        }
+
+        func copy() -> Storage {
+            Storage(url: url, scheme: scheme, method: method, headerFields: headerFields, body: body, cachePolicy: cachePolicy,
+                    timeoutInterval: timeoutInterval, mainDocumentURL: mainDocumentURL, resumeRange: resumeRange,
+                    properties: properties, cachePartition: cachePartition, suppressedHeaders: suppressedHeaders,
+                    priority: priority)
+        }
+    }
+
+    private var storage: Storage
+
+    /// The box, made unique to this value first (copied when another value shares it).
+    private mutating func writable() -> Storage {
+        if !isKnownUniquelyReferenced(&storage) { storage = storage.copy() }
+        return storage
+    }
+
+    public var url: URL {
+        get { storage.url }
+        set {
+            let box = writable()
+            box.url = newValue
+            box.scheme = Request.scheme(of: newValue)
+        }
+    }
     /// "GET" unless set; uploads default to "PUT" when the method was not set.
-    public var method: String
-    public var headerFields: HTTPFields
-    public var body: RequestBody?
-    public var cachePolicy: CachePolicy
+    public var method: String {
+        get { storage.method }
+        _modify { yield &writable().method }
+    }
+    public var headerFields: HTTPFields {
+        get { storage.headerFields }
+        _modify { yield &writable().headerFields }
+    }
+    public var body: RequestBody? {
+        get { storage.body }
+        _modify { yield &writable().body }
+    }
+    public var cachePolicy: CachePolicy {
+        get { storage.cachePolicy }
+        _modify { yield &writable().cachePolicy }
+    }
     /// Idle timeout in seconds (0 means the session's).
-    public var timeoutInterval: TimeInterval
+    public var timeoutInterval: TimeInterval {
+        get { storage.timeoutInterval }
+        _modify { yield &writable().timeoutInterval }
+    }
     /// The URL of the top-level document, for cookie policies.
-    public var mainDocumentURL: URL?
+    public var mainDocumentURL: URL? {
+        get { storage.mainDocumentURL }
+        _modify { yield &writable().mainDocumentURL }
+    }
     /// Set by a download task that resumes; handlers that can resume honour it.
-    public var resumeRange: ResumeRange?
+    public var resumeRange: ResumeRange? {
+        get { storage.resumeRange }
+        _modify { yield &writable().resumeRange }
+    }
     /// A handler's own keyed values on a request: how an intercepting handler marks
     /// a request it has already seen.
-    public private(set) var properties: [String: any Sendable]
+    public private(set) var properties: [String: any Sendable] {
+        get { storage.properties }
+        _modify { yield &writable().properties }
+    }
     /// The trust settings and address overrides the session loads this request under
     /// (set by the session): a cached response is served only to a request of the same
     /// partition, so a response fetched with `-k`, `--resolve` or another CA or pin never
     /// answers a load that verifies differently.
-    public package(set) var cachePartition: String = ""
+    public package(set) var cachePartition: String {
+        get { storage.cachePartition }
+        _modify { yield &writable().cachePartition }
+    }
     /// Header fields a handler or its library would add on its own (`Accept`,
     /// `User-Agent`, `Accept-Encoding`, `Expect`, ...) that this request must not send:
     /// curl's `-H 'Name:'`. Names compare without regard to case. (A field in
     /// `headerFields` with an empty value is sent empty: curl's `-H 'Name;'`.)
-    public var suppressedHeaders: Set<String> = []
+    public var suppressedHeaders: Set<String> {
+        get { storage.suppressedHeaders }
+        _modify { yield &writable().suppressedHeaders }
+    }
     /// The priority of the task that loads this request (`SessionTask.priority`: 0 low …
     /// 1 high, 0.5 by default), set by the session for its handler: the libcurl handlers
     /// make it the HTTP/2 stream weight and the order in which loads waiting for a
     /// connection to their host start (`CurlOptions`).
-    public package(set) var priority: Float = 0.5
+    public package(set) var priority: Float {
+        get { storage.priority }
+        _modify { yield &writable().priority }
+    }
 
     public init(url: URL, method: String = "GET", headerFields: HTTPFields = [:], body: RequestBody? = nil,
                 cachePolicy: CachePolicy = .useProtocolCachePolicy, timeoutInterval: TimeInterval = 0) {
-        self.url = url
-        self.method = method
-        self.headerFields = headerFields
-        self.body = body
-        self.cachePolicy = cachePolicy
-        self.timeoutInterval = timeoutInterval
-        self.mainDocumentURL = nil
-        self.resumeRange = nil
-        self.properties = [:]
+        storage = Storage(url: url, scheme: Request.scheme(of: url), method: method, headerFields: headerFields, body: body, cachePolicy: cachePolicy,
+                          timeoutInterval: timeoutInterval, mainDocumentURL: nil, resumeRange: nil, properties: [:],
+                          cachePartition: "", suppressedHeaders: [], priority: 0.5)
     }
 
     public func property(forKey key: String) -> (any Sendable)? { properties[key] }
@@ -123,7 +216,9 @@ public struct Request: Sendable, CustomStringConvertible {
     public mutating func removeProperty(forKey key: String) { properties.removeValue(forKey: key) }
 
     /// The URL's scheme, lower-cased ("" when it has none).
-    public var scheme: String { url.scheme?.lowercased() ?? "" }
+    public var scheme: String { storage.scheme }
+
+    private static func scheme(of url: URL) -> String { url.scheme?.lowercased() ?? "" }
 
     /// Reads a header by its name (case-insensitive). Invalid names return nil.
     public func value(forHeader name: String) -> String? {

@@ -4,41 +4,117 @@ import HTTPTypes
 /// What a handler reports before the body: the URL Loading System's URLResponse and
 /// HTTPURLResponse in one value type. `statusCode` is nil for protocols without one.
 public struct Response: Sendable, CustomStringConvertible {
-    public var url: URL
-    public var mimeType: String?
+    /// The fields, shared by copies until one changes (copy-on-write, as `Request`): a
+    /// response passes from the handler through the engine, the driver, the task and the
+    /// delegate, each hop a copy. Written only through `writable()`, which first makes the
+    /// box unique to this value; the fields skip the run-time exclusivity check of class
+    /// properties, as every access comes through a `Response` value the compiler checks.
+    private final class Storage: @unchecked Sendable {
+        @exclusivity(unchecked) var url: URL
+        @exclusivity(unchecked) var mimeType: String?
+        @exclusivity(unchecked) var expectedContentLength: Int64
+        @exclusivity(unchecked) var textEncodingName: String?
+        @exclusivity(unchecked) var statusCode: Int?
+        @exclusivity(unchecked) var headerFields: HTTPFields
+        @exclusivity(unchecked) var resumeOffset: Int64?
+        @exclusivity(unchecked) var validator: String?
+        @exclusivity(unchecked) var statusLine: String?
+        @exclusivity(unchecked) var isInternalRedirect: Bool
+        @exclusivity(unchecked) var explicitFilename: String?
+
+        init(url: URL, mimeType: String?, expectedContentLength: Int64, textEncodingName: String?, statusCode: Int?,
+             headerFields: HTTPFields, resumeOffset: Int64?, validator: String?, statusLine: String?,
+             isInternalRedirect: Bool, explicitFilename: String?) {
+            self.url = url
+            self.mimeType = mimeType
+            self.expectedContentLength = expectedContentLength
+            self.textEncodingName = textEncodingName
+            self.statusCode = statusCode
+            self.headerFields = headerFields
+            self.resumeOffset = resumeOffset
+            self.validator = validator
+            self.statusLine = statusLine
+            self.isInternalRedirect = isInternalRedirect
+            self.explicitFilename = explicitFilename
+        }
+
+        func copy() -> Storage {
+            Storage(url: url, mimeType: mimeType, expectedContentLength: expectedContentLength, textEncodingName: textEncodingName,
+                    statusCode: statusCode, headerFields: headerFields, resumeOffset: resumeOffset, validator: validator,
+                    statusLine: statusLine, isInternalRedirect: isInternalRedirect, explicitFilename: explicitFilename)
+        }
+    }
+
+    private var storage: Storage
+
+    /// The box, made unique to this value first (copied when another value shares it).
+    private mutating func writable() -> Storage {
+        if !isKnownUniquelyReferenced(&storage) { storage = storage.copy() }
+        return storage
+    }
+
+    public var url: URL {
+        get { storage.url }
+        _modify { yield &writable().url }
+    }
+    public var mimeType: String? {
+        get { storage.mimeType }
+        _modify { yield &writable().mimeType }
+    }
     /// -1 when unknown. For HTTP with a content coding, the length of the *encoded*
     /// body as the server sent it (as with URLResponse).
-    public var expectedContentLength: Int64
-    public var textEncodingName: String?
-    public var statusCode: Int?
-    public var headerFields: HTTPFields
+    public var expectedContentLength: Int64 {
+        get { storage.expectedContentLength }
+        _modify { yield &writable().expectedContentLength }
+    }
+    public var textEncodingName: String? {
+        get { storage.textEncodingName }
+        _modify { yield &writable().textEncodingName }
+    }
+    public var statusCode: Int? {
+        get { storage.statusCode }
+        _modify { yield &writable().statusCode }
+    }
+    public var headerFields: HTTPFields {
+        get { storage.headerFields }
+        _modify { yield &writable().headerFields }
+    }
     /// Set when the body starts at this offset of the resource (a resumed download).
-    public var resumeOffset: Int64?
+    public var resumeOffset: Int64? {
+        get { storage.resumeOffset }
+        _modify { yield &writable().resumeOffset }
+    }
     /// A value that changes when the resource changes (for resume data).
-    public var validator: String?
+    public var validator: String? {
+        get { storage.validator }
+        _modify { yield &writable().validator }
+    }
     /// The status line as the server sent it ("HTTP/1.1 200 OK", "HTTP/2 200"), for
     /// protocols that have one; nil otherwise.
-    public var statusLine: String?
+    public var statusLine: String? {
+        get { storage.statusLine }
+        _modify { yield &writable().statusLine }
+    }
     /// A redirect the handler made up without the network, as a browser's "307 Internal
     /// Redirect": today the HSTS upgrade of `http://` to `https://`. The session follows
     /// it with the request's fields kept (the same host, now over TLS) and without
     /// counting it against `maximumRedirects`; the delegate still hears of it. Never set
     /// from anything a server sent.
-    public var isInternalRedirect = false
-    private var explicitFilename: String?
+    public var isInternalRedirect: Bool {
+        get { storage.isInternalRedirect }
+        _modify { yield &writable().isInternalRedirect }
+    }
+    private var explicitFilename: String? {
+        get { storage.explicitFilename }
+        _modify { yield &writable().explicitFilename }
+    }
 
     public init(url: URL, mimeType: String?, expectedContentLength: Int64, textEncodingName: String? = nil,
                 statusCode: Int? = nil, headerFields: HTTPFields = [:], suggestedFilename: String? = nil) {
-        self.url = url
-        self.mimeType = mimeType
-        self.expectedContentLength = expectedContentLength
-        self.textEncodingName = textEncodingName
-        self.statusCode = statusCode
-        self.headerFields = headerFields
-        self.explicitFilename = suggestedFilename
-        self.resumeOffset = nil
-        self.validator = nil
-        self.statusLine = nil
+        storage = Storage(url: url, mimeType: mimeType, expectedContentLength: expectedContentLength,
+                          textEncodingName: textEncodingName, statusCode: statusCode, headerFields: headerFields,
+                          resumeOffset: nil, validator: nil, statusLine: nil, isInternalRedirect: false,
+                          explicitFilename: suggestedFilename)
     }
 
     /// A name to save the body under: the handler's suggestion, a Content-Disposition

@@ -44,6 +44,8 @@ public struct ProxyConfiguration: Sendable, Equatable {
 
     /// The proxy to use for `url`, or nil to connect directly.
     public func proxy(for url: URL) -> URL? {
+        // No proxy at all (the usual case, asked once per load): nothing to look up.
+        if httpProxy == nil && httpsProxy == nil && allProxy == nil { return nil }
         guard let host = url.host?.lowercased() else { return nil }
         for entry in noProxy {
             if entry == "*" { return nil }
@@ -59,7 +61,9 @@ public struct ProxyConfiguration: Sendable, Equatable {
 }
 
 /// A session's settings. Copied when a session is made: changing a configuration
-/// afterwards does not change the session.
+/// afterwards does not change the session. Copy-on-write: the session, its tasks and
+/// every handler's `SessionContext` share one storage box (one retain per copy) until
+/// a copy is changed.
 public struct SessionConfiguration: Sendable {
     public enum Kind: Sendable, Equatable {
         case `default`
@@ -67,62 +71,284 @@ public struct SessionConfiguration: Sendable {
         case background(identifier: String)
     }
 
-    public private(set) var kind: Kind
+    /// The fields. Mutated only through `writable()`, which first makes the box unique to
+    /// this value: no two configurations ever share a box that changes.
+    /// The fields skip the run-time exclusivity check of class properties (runtime calls
+    /// on every read: ~8 k instructions per load in W2's profile): every access comes through a `Request` or
+    /// `SessionConfiguration` value, whose own accesses the compiler already checks, and a
+    /// box is written only while one value alone holds it.
+    private final class Storage: @unchecked Sendable {
+        @exclusivity(unchecked) var kind: Kind
+        @exclusivity(unchecked) var additionalHeaders: HTTPFields
+        @exclusivity(unchecked) var timeoutIntervalForRequest: TimeInterval
+        @exclusivity(unchecked) var timeoutIntervalForResource: TimeInterval
+        @exclusivity(unchecked) var waitsForConnectivity: Bool
+        @exclusivity(unchecked) var routeOverride: (any RouteOverride)?
+        @exclusivity(unchecked) var maximumRedirects: Int
+        @exclusivity(unchecked) var allowedRedirectSchemes: Set<String>
+        @exclusivity(unchecked) var http2Enabled: Bool
+        @exclusivity(unchecked) var webSocketPerMessageDeflate: Bool
+        @exclusivity(unchecked) var httpMaximumConnectionsPerHost: Int
+        @exclusivity(unchecked) var maximumBytesPerSecond: Int64?
+        @exclusivity(unchecked) var connectionTimeout: TimeInterval?
+        @exclusivity(unchecked) var tlsMinimumVersion: TLSVersion?
+        @exclusivity(unchecked) var tlsMaximumVersion: TLSVersion?
+        @exclusivity(unchecked) var caCertificateFile: String?
+        @exclusivity(unchecked) var tlsVerificationDisabled: Bool
+        @exclusivity(unchecked) var pinnedPublicKey: String?
+        @exclusivity(unchecked) var clientCertificate: (certificatePath: String, keyPath: String)?
+        @exclusivity(unchecked) var proxies: ProxyConfiguration
+        @exclusivity(unchecked) var hostOverrides: [HostOverride]
+        @exclusivity(unchecked) var httpShouldSetCookies: Bool
+        @exclusivity(unchecked) var cookieStore: (any CookieStore)?
+        @exclusivity(unchecked) var credentialStore: (any CredentialStorage)?
+        @exclusivity(unchecked) var hstsStore: (any StrictTransportStore)?
+        @exclusivity(unchecked) var altSvcCache: (any AlternativeServiceCache)?
+        @exclusivity(unchecked) var requestCachePolicy: CachePolicy
+        @exclusivity(unchecked) var responseCache: (any ResponseCache)?
+        @exclusivity(unchecked) var handlers: [any ProtocolHandlerFactory]
+        @exclusivity(unchecked) var registry: HandlerRegistry
+        @exclusivity(unchecked) var logger: Logger
+        @exclusivity(unchecked) var receiveBufferLimit: Int
+        @exclusivity(unchecked) var maximumDecodingRatio: Double?
+        @exclusivity(unchecked) var decodesContentEncoding: Bool
+        @exclusivity(unchecked) var downloadDirectory: String?
+        @exclusivity(unchecked) var launchCommand: [String]?
+        @exclusivity(unchecked) var sessionSendsLaunchEvents: Bool
+        @exclusivity(unchecked) var isDiscretionary: Bool
+        @exclusivity(unchecked) var discretionaryBytesPerSecond: Int64
+        @exclusivity(unchecked) var taskObserver: (any TaskObserver)?
+        /// `SessionConfiguration.settingsVersion`: replaced by every `writable()`.
+        @exclusivity(unchecked) var version: AnyObject = SettingsVersion()
+
+        /// The defaults every new configuration starts with (stores and observer are set
+        /// by `SessionConfiguration.init(kind:)`).
+        init(kind: Kind) {
+            self.kind = kind
+            additionalHeaders = [:]
+            timeoutIntervalForRequest = 60
+            timeoutIntervalForResource = 7 * 24 * 3600
+            waitsForConnectivity = false
+            routeOverride = nil
+            maximumRedirects = 20
+            allowedRedirectSchemes = ["http", "https"]
+            http2Enabled = true
+            webSocketPerMessageDeflate = true
+            httpMaximumConnectionsPerHost = 6
+            maximumBytesPerSecond = nil
+            connectionTimeout = nil
+            tlsMinimumVersion = nil
+            tlsMaximumVersion = nil
+            caCertificateFile = nil
+            tlsVerificationDisabled = false
+            pinnedPublicKey = nil
+            clientCertificate = nil
+            proxies = .fromEnvironment()
+            hostOverrides = []
+            httpShouldSetCookies = true
+            cookieStore = nil
+            credentialStore = nil
+            hstsStore = nil
+            altSvcCache = nil
+            requestCachePolicy = .useProtocolCachePolicy
+            responseCache = nil
+            handlers = []
+            registry = .shared
+            logger = Logger(label: "porter", factory: { _ in SwiftLogNoOpLogHandler() })
+            receiveBufferLimit = 4 << 20
+            maximumDecodingRatio = nil
+            decodesContentEncoding = true
+            downloadDirectory = nil
+            launchCommand = nil
+            sessionSendsLaunchEvents = true
+            isDiscretionary = false
+            discretionaryBytesPerSecond = 256 << 10
+            taskObserver = nil
+        }
+
+        init(copying other: Storage) {
+            kind = other.kind
+            additionalHeaders = other.additionalHeaders
+            timeoutIntervalForRequest = other.timeoutIntervalForRequest
+            timeoutIntervalForResource = other.timeoutIntervalForResource
+            waitsForConnectivity = other.waitsForConnectivity
+            routeOverride = other.routeOverride
+            maximumRedirects = other.maximumRedirects
+            allowedRedirectSchemes = other.allowedRedirectSchemes
+            http2Enabled = other.http2Enabled
+            webSocketPerMessageDeflate = other.webSocketPerMessageDeflate
+            httpMaximumConnectionsPerHost = other.httpMaximumConnectionsPerHost
+            maximumBytesPerSecond = other.maximumBytesPerSecond
+            connectionTimeout = other.connectionTimeout
+            tlsMinimumVersion = other.tlsMinimumVersion
+            tlsMaximumVersion = other.tlsMaximumVersion
+            caCertificateFile = other.caCertificateFile
+            tlsVerificationDisabled = other.tlsVerificationDisabled
+            pinnedPublicKey = other.pinnedPublicKey
+            clientCertificate = other.clientCertificate
+            proxies = other.proxies
+            hostOverrides = other.hostOverrides
+            httpShouldSetCookies = other.httpShouldSetCookies
+            cookieStore = other.cookieStore
+            credentialStore = other.credentialStore
+            hstsStore = other.hstsStore
+            altSvcCache = other.altSvcCache
+            requestCachePolicy = other.requestCachePolicy
+            responseCache = other.responseCache
+            handlers = other.handlers
+            registry = other.registry
+            logger = other.logger
+            receiveBufferLimit = other.receiveBufferLimit
+            maximumDecodingRatio = other.maximumDecodingRatio
+            decodesContentEncoding = other.decodesContentEncoding
+            downloadDirectory = other.downloadDirectory
+            launchCommand = other.launchCommand
+            sessionSendsLaunchEvents = other.sessionSendsLaunchEvents
+            isDiscretionary = other.isDiscretionary
+            discretionaryBytesPerSecond = other.discretionaryBytesPerSecond
+            taskObserver = other.taskObserver
+        }
+    }
+
+    private var storage: Storage
+
+    /// A token of these exact settings: every change to a configuration gives it a new one,
+    /// so two configurations with the same token have the same settings, whoever holds the
+    /// token for how long. A cache keyed by a session's settings may keep it and skip
+    /// comparing them field by field (`CurlLoop.loop(for:)`) — the token holds nothing
+    /// of the configuration (no store, no cache stays alive for it).
+    package var settingsVersion: AnyObject { storage.version }
+
+    /// What `settingsVersion` answers: an empty object, compared by identity.
+    private final class SettingsVersion: Sendable {}
+
+    /// The box, made unique to this configuration first (copied when another shares it),
+    /// with a new `settingsVersion`: it is about to change.
+    private mutating func writable() -> Storage {
+        if !isKnownUniquelyReferenced(&storage) { storage = Storage(copying: storage) }
+        storage.version = SettingsVersion()
+        return storage
+    }
+
+    public private(set) var kind: Kind {
+        get { storage.kind }
+        _modify { yield &writable().kind }
+    }
     /// Headers added to every request that does not set them itself.
-    public var additionalHeaders: HTTPFields = [:]
+    public var additionalHeaders: HTTPFields {
+        get { storage.additionalHeaders }
+        _modify { yield &writable().additionalHeaders }
+    }
     /// Idle time in seconds after which a task fails with `.timedOut`; reset by every event.
-    public var timeoutIntervalForRequest: TimeInterval = 60
+    public var timeoutIntervalForRequest: TimeInterval {
+        get { storage.timeoutIntervalForRequest }
+        _modify { yield &writable().timeoutIntervalForRequest }
+    }
     /// Total time in seconds a task may take.
-    public var timeoutIntervalForResource: TimeInterval = 7 * 24 * 3600
+    public var timeoutIntervalForResource: TimeInterval {
+        get { storage.timeoutIntervalForResource }
+        _modify { yield &writable().timeoutIntervalForResource }
+    }
     /// When there is no route to the host (or to any name server, for a name that does
     /// not resolve), the task waits for the network instead of failing: the task delegate
     /// hears `taskIsWaitingForConnectivity` once, the kernel's route changes (rtnetlink)
     /// are watched, and the load starts again when a route appears, until
     /// `timeoutIntervalForResource` (the request timeout does not run while waiting). A
     /// host that refuses the connection is not waited for. URLSession's default: false.
-    public var waitsForConnectivity: Bool = false
+    public var waitsForConnectivity: Bool {
+        get { storage.waitsForConnectivity }
+        _modify { yield &writable().waitsForConnectivity }
+    }
     /// Tests only (PorterTesting's `NetworkConditions`): answers "is there a route" for
     /// `waitsForConnectivity` instead of the kernel, and says when that answer changes.
-    package var routeOverride: (any RouteOverride)? = nil
+    package var routeOverride: (any RouteOverride)? {
+        get { storage.routeOverride }
+        _modify { yield &writable().routeOverride }
+    }
     /// Redirects followed per task before `.tooManyRedirects` (curl's default is 50, Porter's 20).
-    public var maximumRedirects: Int = 20
+    public var maximumRedirects: Int {
+        get { storage.maximumRedirects }
+        _modify { yield &writable().maximumRedirects }
+    }
     /// Schemes a redirect may lead to when it changes scheme. A redirect within one
     /// scheme is always allowed; http ↔ https is allowed by this default. Add "file",
     /// "ftp" or a plugin's scheme to opt in.
-    public var allowedRedirectSchemes: Set<String> = ["http", "https"]
-    public var http2Enabled: Bool = true
+    public var allowedRedirectSchemes: Set<String> {
+        get { storage.allowedRedirectSchemes }
+        _modify { yield &writable().allowedRedirectSchemes }
+    }
+    public var http2Enabled: Bool {
+        get { storage.http2Enabled }
+        _modify { yield &writable().http2Enabled }
+    }
     /// WebSocket tasks offer permessage-deflate (RFC 7692) in their opening handshake, as
     /// browsers do; false: no extension is offered (as URLSession). A task can override it
     /// (`WebSocketTask.perMessageDeflate`).
-    public var webSocketPerMessageDeflate: Bool = true
+    public var webSocketPerMessageDeflate: Bool {
+        get { storage.webSocketPerMessageDeflate }
+        _modify { yield &writable().webSocketPerMessageDeflate }
+    }
     /// At most this many connections to one host (and port) at a time, for the schemes
     /// on libcurl; further requests wait for a free connection (HTTP/2 requests share
     /// one). URLSession's name; default 6.
-    public var httpMaximumConnectionsPerHost: Int = 6
+    public var httpMaximumConnectionsPerHost: Int {
+        get { storage.httpMaximumConnectionsPerHost }
+        _modify { yield &writable().httpMaximumConnectionsPerHost }
+    }
     /// Bytes per second a libcurl transfer (http, https, ftp) may receive at most (curl's
     /// --limit-rate, CURLOPT_MAX_RECV_SPEED_LARGE); nil: no limit.
-    public var maximumBytesPerSecond: Int64? = nil
+    public var maximumBytesPerSecond: Int64? {
+        get { storage.maximumBytesPerSecond }
+        _modify { yield &writable().maximumBytesPerSecond }
+    }
     /// Seconds to wait for a connection (curl's --connect-timeout); nil: the request's idle
     /// timeout.
-    public var connectionTimeout: TimeInterval? = nil
-    public var tlsMinimumVersion: TLSVersion? = nil
-    public var tlsMaximumVersion: TLSVersion? = nil
+    public var connectionTimeout: TimeInterval? {
+        get { storage.connectionTimeout }
+        _modify { yield &writable().connectionTimeout }
+    }
+    public var tlsMinimumVersion: TLSVersion? {
+        get { storage.tlsMinimumVersion }
+        _modify { yield &writable().tlsMinimumVersion }
+    }
+    public var tlsMaximumVersion: TLSVersion? {
+        get { storage.tlsMaximumVersion }
+        _modify { yield &writable().tlsMaximumVersion }
+    }
     /// A PEM bundle of trusted CAs used instead of the system's (nil: the system's).
-    public var caCertificateFile: String? = nil
+    public var caCertificateFile: String? {
+        get { storage.caCertificateFile }
+        _modify { yield &writable().caCertificateFile }
+    }
     /// Turns TLS verification off: any certificate, any host name. Only ever set on an
     /// explicit request (the CLI's `-k`); prefer `caCertificateFile` or a server-trust
     /// challenge answered by the delegate.
-    public var tlsVerificationDisabled: Bool = false
+    public var tlsVerificationDisabled: Bool {
+        get { storage.tlsVerificationDisabled }
+        _modify { yield &writable().tlsVerificationDisabled }
+    }
     /// Accept only a server whose public key matches: "sha256//BASE64[;sha256//...]" or
     /// the path of a PEM/DER public key (libcurl's CURLOPT_PINNEDPUBLICKEY).
-    public var pinnedPublicKey: String? = nil
+    public var pinnedPublicKey: String? {
+        get { storage.pinnedPublicKey }
+        _modify { yield &writable().pinnedPublicKey }
+    }
     /// A client certificate and key (PEM files) offered to TLS servers that ask.
-    public var clientCertificate: (certificatePath: String, keyPath: String)? = nil
-    public var proxies: ProxyConfiguration = .fromEnvironment()
+    public var clientCertificate: (certificatePath: String, keyPath: String)? {
+        get { storage.clientCertificate }
+        _modify { yield &writable().clientCertificate }
+    }
+    public var proxies: ProxyConfiguration {
+        get { storage.proxies }
+        _modify { yield &writable().proxies }
+    }
     /// Host names pinned to addresses for this session's libcurl schemes, ahead of DNS
     /// (curl's `--resolve`): for tests with many names on one machine, or to reach one
     /// server of a pool.
-    public var hostOverrides: [HostOverride] = []
+    public var hostOverrides: [HostOverride] {
+        get { storage.hostOverrides }
+        _modify { yield &writable().hostOverrides }
+    }
 
     /// The trust settings and address overrides responses are fetched under, as the cache
     /// partition (`Request.cachePartition`): "" for system CAs, verification on, no pin,
@@ -138,82 +364,139 @@ public struct SessionConfiguration: Sendable {
     }
     /// Send and store cookies through `cookieStore`, for the schemes whose handler
     /// declares it (`ProtocolHandler.carriesCookies(for:)`: http and https).
-    public var httpShouldSetCookies: Bool = true
+    public var httpShouldSetCookies: Bool {
+        get { storage.httpShouldSetCookies }
+        _modify { yield &writable().httpShouldSetCookies }
+    }
     /// With the `Porter` module's defaults, `.default` sessions share
     /// `PersistentCookieStore.shared` (SQLite under the XDG data home) and each
     /// `.ephemeral` configuration gets a memory store of its own. nil: no cookies.
-    public var cookieStore: (any CookieStore)?
+    public var cookieStore: (any CookieStore)? {
+        get { storage.cookieStore }
+        _modify { yield &writable().cookieStore }
+    }
     /// Credentials per protection space: with the `Porter` module's defaults, `.default`
     /// sessions share `CredentialStore.shared` (permanent ones in a 0600 file under the
     /// XDG data home); each `.ephemeral` configuration has a memory store of its own.
     /// nil: none.
-    public var credentialStore: (any CredentialStorage)?
+    public var credentialStore: (any CredentialStorage)? {
+        get { storage.credentialStore }
+        _modify { yield &writable().credentialStore }
+    }
     /// Hosts that asked for https only (RFC 6797): with the `Porter` module's defaults,
     /// `.default` sessions share `HSTSStore.shared` (curl's HSTS file format, 0600, under
     /// the XDG data home); each `.ephemeral` configuration has a memory store of its own.
     /// A load of `http://` for a known host becomes a "307 Internal Redirect" to
     /// `https://` before anything is sent. nil: no HSTS (curl's default).
-    public var hstsStore: (any StrictTransportStore)?
+    public var hstsStore: (any StrictTransportStore)? {
+        get { storage.hstsStore }
+        _modify { yield &writable().hstsStore }
+    }
     /// Alternative services (RFC 7838), kept by libcurl in curl's alt-svc file: with the
     /// `Porter` module's defaults, `.default` sessions share `AltSvcCache.shared` (under
     /// the XDG cache home); `.ephemeral` ones have none (libcurl keeps alternatives in
     /// files only). nil: Alt-Svc fields are ignored (curl's default).
-    public var altSvcCache: (any AlternativeServiceCache)?
-    public var requestCachePolicy: CachePolicy = .useProtocolCachePolicy
+    public var altSvcCache: (any AlternativeServiceCache)? {
+        get { storage.altSvcCache }
+        _modify { yield &writable().altSvcCache }
+    }
+    public var requestCachePolicy: CachePolicy {
+        get { storage.requestCachePolicy }
+        _modify { yield &writable().requestCachePolicy }
+    }
     /// The cache (nil: none): with the `Porter` module's defaults, `.default` sessions
     /// share `HTTPCache.shared` (memory and disk); each `.ephemeral` configuration has a
     /// memory-only `HTTPCache` of its own.
     /// Any `ResponseCache` can be plugged in.
-    public var responseCache: (any ResponseCache)?
+    public var responseCache: (any ResponseCache)? {
+        get { storage.responseCache }
+        _modify { yield &writable().responseCache }
+    }
     /// Handlers consulted before the registry, most preferred first.
-    public var handlers: [any ProtocolHandlerFactory] = []
+    public var handlers: [any ProtocolHandlerFactory] {
+        get { storage.handlers }
+        _modify { yield &writable().handlers }
+    }
     /// The registry consulted after `handlers`.
-    public var registry: HandlerRegistry = .shared
+    public var registry: HandlerRegistry {
+        get { storage.registry }
+        _modify { yield &writable().registry }
+    }
     /// Where Porter logs the life cycle of tasks.
-    public var logger: Logger = Logger(label: "porter", factory: { _ in SwiftLogNoOpLogHandler() })
+    public var logger: Logger {
+        get { storage.logger }
+        _modify { yield &writable().logger }
+    }
     /// Back-pressure: when this many received bytes wait for a consumer, the handler
     /// is asked to pause; it is resumed when they fall below a quarter of it.
-    public var receiveBufferLimit: Int = 4 << 20
+    public var receiveBufferLimit: Int {
+        get { storage.receiveBufferLimit }
+        _modify { yield &writable().receiveBufferLimit }
+    }
     /// A guard against decompression bombs, off by default (as in curl and browsers: a
     /// large body decodes with flat memory either way). When set, a gzip or deflate body
     /// whose decoded size passes this many times its encoded size (after its first MiB)
     /// fails with `dataLengthExceedsMaximum`. The same for br and zstd, and whatever the ratio,
     /// one read of the socket decodes to at most 1 MiB before the transfer pauses for the
     /// consumer: brotli and zstd have no worst ratio.
-    public var maximumDecodingRatio: Double? = nil
+    public var maximumDecodingRatio: Double? {
+        get { storage.maximumDecodingRatio }
+        _modify { yield &writable().maximumDecodingRatio }
+    }
     /// Decode gzip, deflate, br and zstd bodies (and offer them in `Accept-Encoding` when a
     /// request names none), as URLSession does: the response keeps its Content-Encoding
     /// and Content-Length (the encoded length), the body arrives decoded, whoever wrote
     /// the request's `Accept-Encoding`. false: no Accept-Encoding is added and every body
     /// arrives as the server sent it (the CLI's rule for a request that sets its own
     /// Accept-Encoding, as curl without `--compressed`).
-    public var decodesContentEncoding: Bool = true
+    public var decodesContentEncoding: Bool {
+        get { storage.decodesContentEncoding }
+        _modify { yield &writable().decodesContentEncoding }
+    }
     /// Where download tasks write their temporary files (nil: `$TMPDIR` or /tmp). Put it
     /// on the destination's file system so the final move is a rename.
-    public var downloadDirectory: String? = nil
+    public var downloadDirectory: String? {
+        get { storage.downloadDirectory }
+        _modify { yield &writable().downloadDirectory }
+    }
     /// Background sessions: a command (argv, no shell) porterd runs, as this user and
     /// with PORTER_BACKGROUND_SESSION set to the identifier, when the session has events
     /// waiting and no process holds it (BITS' notify command line). Its first element must
     /// be the absolute path of this program itself (porterd compares it with the attaching
     /// process's /proc/PID/exe and ignores anything else), and the program that first set
     /// it owns it: a process running another program cannot change or clear it.
-    public var launchCommand: [String]? = nil
+    public var launchCommand: [String]? {
+        get { storage.launchCommand }
+        _modify { yield &writable().launchCommand }
+    }
     /// Background sessions: false keeps porterd from running `launchCommand`.
-    public var sessionSendsLaunchEvents = true
+    public var sessionSendsLaunchEvents: Bool {
+        get { storage.sessionSendsLaunchEvents }
+        _modify { yield &writable().sessionSendsLaunchEvents }
+    }
     /// Background sessions: the transfers may wait for a quiet moment. Linux knows no
     /// "cheap network", so Porter's meaning is a bandwidth cap: each discretionary transfer
     /// runs at most at `discretionaryBytesPerSecond` (and one at a time per session), leaving
     /// the line to interactive work.
-    public var isDiscretionary = false
+    public var isDiscretionary: Bool {
+        get { storage.isDiscretionary }
+        _modify { yield &writable().isDiscretionary }
+    }
     /// The cap of discretionary transfers (256 KiB/s by default).
-    public var discretionaryBytesPerSecond: Int64 = 256 << 10
+    public var discretionaryBytesPerSecond: Int64 {
+        get { storage.discretionaryBytesPerSecond }
+        _modify { yield &writable().discretionaryBytesPerSecond }
+    }
     /// Tracing and metrics of this session's tasks (`TaskObserver`); nil: none. New
     /// configurations get the one installed by `installDefaultTaskObserver` (with the
     /// `Porter` module: `PorterInstrumentation()`, idle until a backend is bootstrapped).
-    public var taskObserver: (any TaskObserver)?
+    public var taskObserver: (any TaskObserver)? {
+        get { storage.taskObserver }
+        _modify { yield &writable().taskObserver }
+    }
 
     init(kind: Kind) {
-        self.kind = kind
+        storage = Storage(kind: kind)
         let stores = SessionConfiguration.defaultStores.current(kind)
         cookieStore = stores.cookieStore
         credentialStore = stores.credentialStore

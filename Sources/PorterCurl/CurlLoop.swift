@@ -17,6 +17,10 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
     private struct Loops {
         var byKey: [LoopKey: CurlLoop] = [:]
         var last: (key: LoopKey, loop: CurlLoop)?
+        /// The settings asked for last (`SessionConfiguration.settingsVersion`) and their
+        /// loop: a session's every task asks with the same configuration, answered without
+        /// building and comparing its key.
+        var lastConfiguration: (version: AnyObject, loop: CurlLoop)?
     }
     private static let byTrust = Locked(Loops())
 
@@ -27,7 +31,13 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
     /// with other settings: libcurl does not compare them for every protocol (FTP with
     /// explicit TLS, for one).
     public static func loop(for configuration: SessionConfiguration) -> CurlLoop {
-        loop(for: LoopKey(configuration))
+        let version = configuration.settingsVersion
+        if let hit = byTrust.withLock({ $0.lastConfiguration.flatMap { $0.version === version ? $0.loop : nil } }) {
+            return hit
+        }
+        let loop = loop(for: LoopKey(configuration))
+        byTrust.withLock { $0.lastConfiguration = (version, loop) }
+        return loop
     }
 
     /// The loop for a session's streams (stream and WebSocket tasks): a multi handle of
@@ -146,11 +156,13 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
         if !kept { curl_easy_cleanup(handle) }
     }
     private let lock = NSLock()
-    private var commands: [() -> Void] = []
+    // `commands`, `sleeping` and `threadRunning` are only touched under `lock`, which
+    // makes each access exclusive: they skip the runtime's check (every enqueue).
+    @exclusivity(unchecked) private var commands: [() -> Void] = []
     /// The loop waits in (or is about to enter) curl_multi_poll: a command must wake it.
-    private var sleeping = false
+    @exclusivity(unchecked) private var sleeping = false
     /// A thread runs (or is being started) for this loop.
-    private var threadRunning = false
+    @exclusivity(unchecked) private var threadRunning = false
     // Loop thread only:
     private var active: [UnsafeMutableRawPointer: CurlTransfer] = [:]
     /// Connect-only transfers that connected: in the multi handle (libcurl finds their

@@ -35,17 +35,20 @@ public final class CurlTransfer: @unchecked Sendable {
     var isWaiting = false
 
     /// One header line as received, CRLF included. Return false to abort.
-    public var onHeader: (UnsafeRawBufferPointer) -> Bool = { _ in true }
+    // The callbacks are assigned whole before the transfer starts and read whole by
+    // libcurl's callbacks (several per load): no access can overlap another, so they
+    // skip the runtime's exclusivity check.
+    @exclusivity(unchecked) public var onHeader: (UnsafeRawBufferPointer) -> Bool = { _ in true }
     /// Body bytes. `.pause` leaves them with libcurl, which offers them again after `resume()`.
-    public var onData: (UnsafeRawBufferPointer) -> WriteResult = { _ in .consumed }
+    @exclusivity(unchecked) public var onData: (UnsafeRawBufferPointer) -> WriteResult = { _ in .consumed }
     /// Fill the buffer with upload bytes.
-    public var onRead: (UnsafeMutableRawBufferPointer) -> ReadResult = { _ in .end }
+    @exclusivity(unchecked) public var onRead: (UnsafeMutableRawBufferPointer) -> ReadResult = { _ in .end }
     /// Progress (download total/now, upload total/now). Return false to abort.
-    public var onProgress: (Int64, Int64, Int64, Int64) -> Bool = { _, _, _, _ in true }
+    @exclusivity(unchecked) public var onProgress: (Int64, Int64, Int64, Int64) -> Bool = { _, _, _, _ in true }
     /// The end, exactly once, unless `cancel()` came first.
-    public var onComplete: (CURLcode) -> Void = { _ in }
+    @exclusivity(unchecked) public var onComplete: (CURLcode) -> Void = { _ in }
     /// Called before the loop waits, once per `requestFlush()`.
-    public var onFlush: () -> Void = {}
+    @exclusivity(unchecked) public var onFlush: () -> Void = {}
 
     /// What libcurl reports through CURLOPT_DEBUGFUNCTION: the kind (`DebugKind`) and
     /// the bytes, exactly as sent or received. Off (no CURLOPT_VERBOSE) until `debug(_:)`.

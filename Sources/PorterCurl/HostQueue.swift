@@ -14,6 +14,31 @@ struct HostQueue<ID: Hashable> {
         var running: Set<ID> = []
         /// Highest priority first; equal priorities in arrival order.
         var waiting: [(id: ID, priority: Float)] = []
+
+        mutating func arrive(_ id: ID, priority: Float, limit: Int) -> Bool {
+            if limit <= 0 || running.count < limit {
+                running.insert(id)
+                return true
+            }
+            let at = waiting.firstIndex { $0.priority < priority } ?? waiting.endIndex
+            waiting.insert((id, priority), at: at)
+            return false
+        }
+
+        /// The load that starts in `id`'s place, and whether the host has no load left.
+        mutating func leave(_ id: ID) -> (next: ID?, idle: Bool) {
+            var next: ID?
+            if running.remove(id) != nil {
+                if !waiting.isEmpty {
+                    let first = waiting.removeFirst().id
+                    running.insert(first)
+                    next = first
+                }
+            } else {
+                waiting.removeAll { $0.id == id }
+            }
+            return (next, running.isEmpty && waiting.isEmpty)
+        }
     }
     private var hosts: [String: Host] = [:]
     private var hostOf: [ID: String] = [:]
@@ -24,32 +49,17 @@ struct HostQueue<ID: Hashable> {
     /// later `leave` names it).
     mutating func arrive(_ id: ID, host: String, priority: Float) -> Bool {
         hostOf[id] = host
-        var h = hosts[host, default: Host()]
-        defer { hosts[host] = h }
-        if limit <= 0 || h.running.count < limit {
-            h.running.insert(id)
-            return true
-        }
-        let at = h.waiting.firstIndex { $0.priority < priority } ?? h.waiting.endIndex
-        h.waiting.insert((id, priority), at: at)
-        return false
+        // Changed in place (the dictionary's modify accessor): a copy taken out and
+        // written back would share, and so copy, the host's `running` set every time.
+        return hosts[host, default: Host()].arrive(id, priority: priority, limit: limit)
     }
 
     /// A load ended (or was cancelled, waiting or not): the load that starts in its
     /// place, if any.
     mutating func leave(_ id: ID) -> ID? {
-        guard let host = hostOf.removeValue(forKey: id), var h = hosts[host] else { return nil }
-        var next: ID?
-        if h.running.remove(id) != nil {
-            if !h.waiting.isEmpty {
-                let first = h.waiting.removeFirst().id
-                h.running.insert(first)
-                next = first
-            }
-        } else {
-            h.waiting.removeAll { $0.id == id }
-        }
-        hosts[host] = h.running.isEmpty && h.waiting.isEmpty ? nil : h
+        guard let host = hostOf.removeValue(forKey: id), let index = hosts.index(forKey: host) else { return nil }
+        let (next, idle) = hosts.values[index].leave(id)
+        if idle { hosts.remove(at: index) }
         return next
     }
 

@@ -26,7 +26,8 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         switch scheme { case "http": 80; case "https": 443; default: nil }
     }
     /// HTTP is the protocol of cookies (RFC 6265): every hop sends and stores them.
-    public static func carriesCookies(for scheme: String) -> Bool { schemes.contains(scheme) }
+    /// (Asked twice per load: compared directly, not through a `Set` built per call.)
+    public static func carriesCookies(for scheme: String) -> Bool { scheme == "http" || scheme == "https" }
     /// The task's life cycle runs on the libcurl loop that carries the transfer.
     public static func executor(for request: Request, context: SessionContext) -> (any TaskExecutor)? {
         CurlLoop.loop(for: context.configuration)
@@ -61,7 +62,10 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         get { state.transfer }
         set { state.transfer = newValue }
     }
-    var head = Head()
+    /// The head being parsed, moved into and out of the parser per line (`header`):
+    /// loop-thread only and never reached from inside those moves, so it skips the
+    /// runtime's exclusivity check (ten per load).
+    @exclusivity(unchecked) var head = Head()
     var mode = Mode.waiting
     var credential: Credential?
     var authMethod: AuthenticationMethod?
@@ -320,6 +324,14 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         return r
     }
 
+    /// 301, 302, 303, 307 and 308: the statuses a Location makes a redirect.
+    static func isRedirectStatus(_ status: Int) -> Bool {
+        switch status {
+        case 301, 302, 303, 307, 308: true
+        default: false
+        }
+    }
+
     /// "bytes 100-199/200" → 100.
     static func rangeStart(_ value: String) -> Int64? {
         guard value.lowercased().hasPrefix("bytes ") else { return nil }
@@ -330,7 +342,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
 
     func endOfHead() {
         // The TLS session is only at hand while the transfer runs.
-        if tlsFacts == nil, request.url.scheme?.lowercased() == "https" { tlsFacts = transfer?.tlsInfo() }
+        if tlsFacts == nil, request.scheme == "https" { tlsFacts = transfer?.tlsInfo() }
         let response = makeResponse()
         let status = head.status
         noteStrictTransportSecurity()
@@ -343,7 +355,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
                              maximumRatio: client.context.configuration.maximumDecodingRatio)
             : nil
         decodeError = nil
-        if [301, 302, 303, 307, 308].contains(status), head.fields.combined(.location) != nil,
+        if HTTPHandler.isRedirectStatus(status), head.fields.combined(.location) != nil,
            request.property(forKey: HTTPHandler.deliversRedirectsProperty) as? Bool != true {
             mode = .redirect(response)
             return
@@ -460,7 +472,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             begin()
             return
         }
-        if code == CURLE_PEER_FAILED_VERIFICATION, !trustAsked, request.url.scheme?.lowercased() == "https" {
+        if code == CURLE_PEER_FAILED_VERIFICATION, !trustAsked, request.scheme == "https" {
             trustAsked = true
             askServerTrust(failure: .curl(code, url: request.url, detail: t.errorText))
             return
@@ -538,7 +550,7 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             m.domainLookupEndDate = at(CURLINFO_NAMELOOKUP_TIME_T) ?? started
             m.connectStartDate = m.domainLookupEndDate
             m.connectEndDate = at(CURLINFO_APPCONNECT_TIME_T) ?? at(CURLINFO_CONNECT_TIME_T)
-            m.secureConnectionStartDate = request.url.scheme?.lowercased() == "https" ? at(CURLINFO_CONNECT_TIME_T) : nil
+            m.secureConnectionStartDate = request.scheme == "https" ? at(CURLINFO_CONNECT_TIME_T) : nil
         }
         m.remoteAddress = t.info(string: CURLINFO_PRIMARY_IP).flatMap { $0.isEmpty ? nil : $0 }
         m.remotePort = m.remoteAddress == nil ? nil : t.info(CURLINFO_PRIMARY_PORT)

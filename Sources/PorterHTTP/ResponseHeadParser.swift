@@ -55,6 +55,28 @@ struct ResponseHeadParser {
         return ascii || String(validating: bytes, as: UTF8.self) != nil
     }
 
+    /// The names (nearly) every response carries, spelt as servers send them over
+    /// HTTP/1.1 and in HTTP/2's lower case: a name equal byte for byte to one of them
+    /// takes it ready-made, without the `String`, token check and lower-casing of
+    /// `HTTPField.Name.init` — the same name that init would make of those bytes.
+    private static let commonNames: [(bytes: [UInt8], name: HTTPField.Name)] = {
+        let spellings = ["Server", "Date", "Content-Type", "Content-Length", "Last-Modified", "Connection", "ETag",
+                         "Accept-Ranges", "Cache-Control", "Expires", "Vary", "Location", "Transfer-Encoding",
+                         "Content-Encoding", "Keep-Alive", "Set-Cookie", "Age", "Alt-Svc", "Strict-Transport-Security"]
+        return (spellings + spellings.map { $0.lowercased() }).compactMap { text in
+            HTTPField.Name(text).map { (Array(text.utf8), $0) }
+        }
+    }()
+
+    static func commonName(_ bytes: UnsafeRawBufferPointer) -> HTTPField.Name? {
+        let count = bytes.count
+        search: for entry in commonNames where entry.bytes.count == count {
+            for i in 0..<count where entry.bytes[i] != bytes[i] { continue search }
+            return entry.name
+        }
+        return nil
+    }
+
     /// Parses one line (with or without its CR LF).
     mutating func feed(line raw: UnsafeRawBufferPointer) -> LineKind {
         var end = raw.count
@@ -90,8 +112,10 @@ struct ResponseHeadParser {
         while valueStart < end, isSpace(raw[valueStart]) { valueStart += 1 }
         var valueEnd = end
         while valueEnd > valueStart, isSpace(raw[valueEnd - 1]) { valueEnd -= 1 }
-        let name = String(decoding: UnsafeRawBufferPointer(rebasing: raw[0..<nameEnd]), as: UTF8.self)
-        guard let n = HTTPField.Name(name) else { return .ignored }
+        let nameBytes = UnsafeRawBufferPointer(rebasing: raw[0..<nameEnd])
+        guard let n = Self.commonName(nameBytes) ?? HTTPField.Name(String(decoding: nameBytes, as: UTF8.self)) else {
+            return .ignored
+        }
         let valueBytes = UnsafeRawBufferPointer(rebasing: raw[valueStart..<valueEnd])
         // A cookie with a control character or bytes that are not UTF-8 is ignored whole
         // (RFC 6265bis §5.6): HTTPField would turn a NUL into a space and String would

@@ -83,7 +83,9 @@ extension TaskDriver {
     func load(_ request: Request, cachedResponse: CachedResponse?, paused: Bool, generation: UInt64) {
         guard let factory = plannedFactory else { return }
         var request = request
-        if let owner { request.priority = owner.priority }
+        // Written only when it differs: a write to a request shared with the machine
+        // copies its storage.
+        if let owner, request.priority != owner.priority { request.priority = owner.priority }
         logger.debug("start \(request) with \(factory.name)")
         let client = HandlerClient(driver: self, generation: generation,
                                    context: SessionContext(configuration: session.configuration, sessionIdentifier: session.identifier,

@@ -38,7 +38,11 @@ final class TaskDriver: @unchecked Sendable {
     let inboxCount = Atomic<Int>(0)
 
     // Executor only.
-    var machine: TaskStateMachine
+    // `machine`, `running` and `pending` are read and changed dozens of times per load:
+    // they skip the runtime's exclusivity check. Each access ends before anything else
+    // runs — the machine is a pure value whose methods call nothing back, and the others
+    // are read or assigned whole — so no two accesses can overlap.
+    @exclusivity(unchecked) var machine: TaskStateMachine
     var handler: (any ProtocolHandler)?
     private(set) var owner: SessionTask?
     /// The request being loaded, as prepared (headers, cookies); the cache key's source.
@@ -67,8 +71,8 @@ final class TaskDriver: @unchecked Sendable {
     var totalLimit: TimeInterval = 7 * 24 * 3600
     let inbox = Inbox()
     /// Inside `run` (executor only).
-    private(set) var running = false
-    private var pending: [Work] = []
+    @exclusivity(unchecked) private(set) var running = false
+    @exclusivity(unchecked) private var pending: [Work] = []
 
     /// Set before the task is handed out, read on the executor at start.
     private var startError: PorterError?

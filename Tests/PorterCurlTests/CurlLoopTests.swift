@@ -117,4 +117,34 @@ final class CurlLoopTests: XCTestCase {
             XCTAssertEqual((error as? PorterError)?.code, .fileDoesNotExist)
         }
     }
+
+    /// `CurlLoop.loop(for:)` answers a session's repeated question from its last answer
+    /// without comparing settings: a configuration changed after it asked gets the loop
+    /// of its new settings, and the remembered answer keeps nothing of the configuration
+    /// (its cache, its stores) alive.
+    func testTheLoopOfAConfigurationFollowsItsChangesAndKeepsNothingAlive() {
+        var config = SessionConfiguration.ephemeral
+        config.caCertificateFile = "/porter-test/ca-\(UUID().uuidString).pem"
+        let first = CurlLoop.loop(for: config)
+        XCTAssertTrue(CurlLoop.loop(for: config) === first, "the same settings, the same loop")
+        let copy = config
+        XCTAssertTrue(CurlLoop.loop(for: copy) === first, "an unchanged copy has the same settings")
+        config.tlsVerificationDisabled = true
+        let changed = CurlLoop.loop(for: config)
+        XCTAssertFalse(changed === first, "a configuration changed in place after asking gets its new settings' loop")
+        XCTAssertTrue(CurlLoop.loop(for: copy) === first)
+        config.tlsVerificationDisabled = false
+        XCTAssertTrue(CurlLoop.loop(for: config) === first, "back to the first settings: back to their loop")
+
+        weak var released: MemoryResponseCache?
+        do {
+            var withCache = SessionConfiguration.ephemeral
+            withCache.pinnedPublicKey = "sha256//\(UUID().uuidString)"
+            let cache = MemoryResponseCache()
+            released = cache
+            withCache.responseCache = cache
+            _ = CurlLoop.loop(for: withCache)
+        }
+        XCTAssertNil(released, "the loop table keeps the last settings asked for, not the configuration and its cache")
+    }
 }

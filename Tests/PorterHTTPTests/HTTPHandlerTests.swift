@@ -988,6 +988,26 @@ final class HTTPHandlerTests: NginxTestCase {
         XCTAssertEqual(parser.status, 0, "not three digits")
         XCTAssertTrue(parser.fields.isEmpty)
     }
+
+    /// The parser takes the names most responses carry from a prepared table: the name it
+    /// keeps is exactly the one `HTTPField.Name` makes of the same bytes (as sent, for
+    /// -i and -D; compared without case), whatever the spelling.
+    func testResponseHeadParserKeepsEveryNameAsSent() {
+        let spellings = ["Content-Type", "content-type", "CONTENT-TYPE", "Content-type", "ETag", "etag", "Etag",
+                         "Server", "server", "Date", "Content-Length", "content-length", "Last-Modified", "Connection",
+                         "Accept-Ranges", "Set-Cookie", "set-cookie", "Strict-Transport-Security", "X-Other", "x-other",
+                         "Conten-Type", "Content-Typ", "Content-Types"]
+        for name in spellings {
+            var parser = ResponseHeadParser()
+            var bytes = Array("\(name): v\r\n".utf8)
+            XCTAssertEqual(bytes.withUnsafeMutableBytes { parser.feed(line: UnsafeRawBufferPointer($0)) }, .field, name)
+            let kept = parser.fields.first?.name
+            XCTAssertEqual(kept?.rawName, name, "the name as sent")
+            XCTAssertEqual(kept?.canonicalName, name.lowercased())
+            XCTAssertEqual(kept, HTTPField.Name(name))
+            XCTAssertEqual(parser.fields[HTTPField.Name(name)!], "v")
+        }
+    }
 }
 
 /// The libcurl loop is the executor of its tasks: it knows its own thread.

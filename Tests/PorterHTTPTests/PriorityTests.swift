@@ -112,6 +112,9 @@ final class PriorityTests: NginxTestCase {
         XCTAssertEqual(q.leave(3), nil)
         XCTAssertEqual(q.leave(2), nil)
         XCTAssertEqual(q.waitingCount, 0)
+        XCTAssertTrue(q.arrive(7, host: "a", priority: 0.5), "a host whose loads all left starts afresh")
+        XCTAssertFalse(q.arrive(8, host: "a", priority: 0.5))
+        XCTAssertEqual(q.leave(7), 8)
         var open = HostQueue<Int>(limit: 0)
         XCTAssertTrue((0..<100).allSatisfy { open.arrive($0, host: "a", priority: 0) })
     }
