@@ -189,8 +189,11 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     /// RFC 6797 §8.1, as `SessionConfiguration.noteStrictTransportSecurity` applies it
     /// (a server the delegate trusted by hand, trustedKeyPin, teaches nothing).
     func noteStrictTransportSecurity() {
-        client.context.configuration.noteStrictTransportSecurity(head.fields[values: .strictTransportSecurity], from: request.url,
-                                                                 trustedByHand: trustedKeyPin != nil)
+        let config = client.context.configuration
+        // Nothing to learn (no store, or not https): the field is not even looked up.
+        guard config.hstsStore != nil, request.scheme == "https" else { return }
+        config.noteStrictTransportSecurity(head.fields[values: .strictTransportSecurity], from: request.url,
+                                           trustedByHand: trustedKeyPin != nil)
     }
 
     public func stopLoading() { state.stopLoading(on: loop, stager: stager) }
