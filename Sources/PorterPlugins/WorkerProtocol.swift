@@ -4,32 +4,185 @@ import PorterCore
 import PorterIPC
 
 /// What the host and a plugin worker say to each other over their socketpair
-/// (PorterIPC frames; service "porter-plugin-worker", version 1). Messages are JSON; body
-/// bytes travel as data frames whose payload starts with the load's number (8 bytes,
-/// big-endian). Every value here comes from the other process and is checked before use:
-/// a message the receiver cannot place ends the connection, never the process.
+/// (PorterIPC frames; service "porter-plugin-worker", version 2). Messages are JSON, but
+/// for the few sent per body chunk or per flow-control step, which are compact frames
+/// (`WorkerCodec`); body bytes travel as data frames tagged with the load's number
+/// (`Channel.sendData`, `Channel.receiveIncoming`). Every value here comes from the other
+/// process and is checked before use: a message the receiver cannot place ends the
+/// connection, never the process.
 enum WorkerWire {
-    static let hello = Hello(service: "porter-plugin-worker", minimumVersion: 1, maximumVersion: 1)
+    /// Version 2: compact frames for the hot messages (version 1 sent them as JSON). Host
+    /// and worker are installed together; a worker of another version is refused at the
+    /// handshake.
+    static let hello = Hello(service: "porter-plugin-worker", minimumVersion: 2, maximumVersion: 2)
     /// Body bytes per data frame.
     static let chunk = 256 << 10
     /// The socket buffers of a worker's socketpair: about eight chunks in flight.
     static let socketBuffer = 2 << 20
 
-    /// The 8 bytes that start a data frame's payload: the load's number, big-endian.
-    static func loadPrefix(_ load: UInt64) -> [UInt8] {
-        (0..<8).map { UInt8(truncatingIfNeeded: load >> (56 - 8 * UInt64($0))) }
+    /// A whole data frame of `load`'s body, in one allocation: `fill` writes up to
+    /// `capacity` bytes straight into its payload and returns how many (the host reads a
+    /// request body's chunk into the frame it sends, with no copy between).
+    static func encodedDataFrame(load: UInt64, capacity: Int,
+                                 fill: (UnsafeMutableRawBufferPointer) throws -> Int) throws -> [UInt8] {
+        let head = Frame.headerLength + FrameDecoder.tagLength
+        var failure: (any Error)?
+        let bytes = [UInt8](unsafeUninitializedCapacity: head + capacity) { buffer, initialized in
+            let base = UnsafeMutableRawPointer(buffer.baseAddress!)
+            var n = 0
+            do {
+                n = max(0, min(capacity, try fill(UnsafeMutableRawBufferPointer(start: base + head, count: capacity))))
+            } catch {
+                failure = error
+            }
+            Frame.writeHeader(kind: .data, payloadLength: FrameDecoder.tagLength + n, to: base)
+            base.storeBytes(of: load.bigEndian, toByteOffset: Frame.headerLength, as: UInt64.self)
+            initialized = head + n
+        }
+        if let failure { throw failure }
+        return bytes
+    }
+}
+
+/// How worker messages are put in frames, one policy for both sides. The messages sent
+/// per body chunk or per flow-control step have a fixed binary layout in a `.compact`
+/// frame: one byte naming the message, the load (8 bytes), then its fields, 8 bytes
+/// each, all big-endian; the rest — rare, varied, and with strings — are JSON in a
+/// `.message` frame. A frame the receiver cannot place (an unknown name byte, a length
+/// that is not the message's, a field out of its range) is malformed.
+enum WorkerCodec {
+    /// The compact messages from the host.
+    enum ToWorkerName: UInt8 {
+        case stop = 1, pause = 2, resume = 3
+        /// A body that ended without failure (a failure carries text: JSON).
+        case bodyEnd = 4
     }
 
-    static func dataFrame(load: UInt64, _ bytes: UnsafeRawBufferPointer) -> Frame {
-        Frame(kind: .data, payload: loadPrefix(load) + Array(bytes))
+    /// The compact messages from a worker.
+    enum FromWorkerName: UInt8 {
+        case finish = 1, destroyed = 2
+        /// Field: the capacity.
+        case readBody = 3
+        /// Fields: bytes, total, expected.
+        case sent = 4
+        /// Field: revalidated, 0 or 1.
+        case cachedValid = 5
     }
 
-    /// The load a data frame is for, and where its bytes start; nil when too short.
-    static func load(ofData payload: [UInt8]) -> UInt64? {
-        guard payload.count >= 8 else { return nil }
-        var v: UInt64 = 0
-        for i in 0..<8 { v = v << 8 | UInt64(payload[i]) }
-        return v
+    /// The whole frame (header included) for `m`; nil when it cannot be encoded.
+    static func encoded(_ m: ToWorker) -> [UInt8]? {
+        switch m {
+        case .stop(let load): return compact(ToWorkerName.stop.rawValue, load)
+        case .pause(let load): return compact(ToWorkerName.pause.rawValue, load)
+        case .resume(let load): return compact(ToWorkerName.resume.rawValue, load)
+        case .bodyEnd(let load, nil): return compact(ToWorkerName.bodyEnd.rawValue, load)
+        default: return json(m)
+        }
+    }
+
+    /// The whole frame (header included) for `m`; nil when it cannot be encoded.
+    static func encoded(_ m: FromWorker) -> [UInt8]? {
+        switch m {
+        case .finish(let load): return compact(FromWorkerName.finish.rawValue, load)
+        case .destroyed(let load): return compact(FromWorkerName.destroyed.rawValue, load)
+        case .readBody(let load, let capacity):
+            return compact(FromWorkerName.readBody.rawValue, load, fields: 1, Int64(capacity))
+        case .sent(let load, let bytes, let total, let expected):
+            return compact(FromWorkerName.sent.rawValue, load, fields: 3, bytes, total, expected)
+        case .cachedValid(let load, let revalidated):
+            return compact(FromWorkerName.cachedValid.rawValue, load, fields: 1, revalidated ? 1 : 0)
+        default: return json(m)
+        }
+    }
+
+    static func decode(_: ToWorker.Type, from frame: Frame) throws(IPCError) -> ToWorker {
+        switch frame.kind {
+        case .message: return try Channel.decode(ToWorker.self, from: frame.payload)
+        case .compact:
+            let c = try Compact(frame.payload)
+            switch ToWorkerName(rawValue: c.name) {
+            case .stop: try c.expect(0); return .stop(load: c.load)
+            case .pause: try c.expect(0); return .pause(load: c.load)
+            case .resume: try c.expect(0); return .resume(load: c.load)
+            case .bodyEnd: try c.expect(0); return .bodyEnd(load: c.load, failure: nil)
+            case nil: throw IPCError(.malformed, "an unknown compact message \(c.name)")
+            }
+        default: throw IPCError(.malformed, "expected a message, got a frame of kind \(frame.kind)")
+        }
+    }
+
+    static func decode(_: FromWorker.Type, from frame: Frame) throws(IPCError) -> FromWorker {
+        switch frame.kind {
+        case .message: return try Channel.decode(FromWorker.self, from: frame.payload)
+        case .compact:
+            let c = try Compact(frame.payload)
+            switch FromWorkerName(rawValue: c.name) {
+            case .finish: try c.expect(0); return .finish(load: c.load)
+            case .destroyed: try c.expect(0); return .destroyed(load: c.load)
+            case .readBody:
+                try c.expect(1)
+                return .readBody(load: c.load, capacity: Int(clamping: c.field(0)))
+            case .sent:
+                try c.expect(3)
+                return .sent(load: c.load, bytes: c.field(0), total: c.field(1), expected: c.field(2))
+            case .cachedValid:
+                try c.expect(1)
+                guard c.field(0) == 0 || c.field(0) == 1 else { throw IPCError(.malformed, "cachedValid with \(c.field(0))") }
+                return .cachedValid(load: c.load, revalidated: c.field(0) == 1)
+            case nil: throw IPCError(.malformed, "an unknown compact message \(c.name)")
+            }
+        default: throw IPCError(.malformed, "expected a message, got a frame of kind \(frame.kind)")
+        }
+    }
+
+    /// A compact payload, its length checked: name, load, fields.
+    private struct Compact {
+        let bytes: [UInt8]
+        let name: UInt8
+        let load: UInt64
+        let fieldCount: Int
+
+        init(_ payload: [UInt8]) throws(IPCError) {
+            guard payload.count >= 9, (payload.count - 9) % 8 == 0, payload.count <= 9 + 8 * 8 else {
+                throw IPCError(.malformed, "a compact message of \(payload.count) bytes")
+            }
+            bytes = payload
+            name = payload[0]
+            load = payload.withUnsafeBytes { UInt64(bigEndian: $0.loadUnaligned(fromByteOffset: 1, as: UInt64.self)) }
+            fieldCount = (payload.count - 9) / 8
+        }
+
+        func expect(_ n: Int) throws(IPCError) {
+            guard fieldCount == n else {
+                throw IPCError(.malformed, "compact message \(name) with \(fieldCount) fields, not \(n)")
+            }
+        }
+
+        /// Field `i` (< the count `expect` checked).
+        func field(_ i: Int) -> Int64 {
+            bytes.withUnsafeBytes { Int64(bigEndian: $0.loadUnaligned(fromByteOffset: 9 + 8 * i, as: Int64.self)) }
+        }
+    }
+
+    /// A compact frame, header included, in one allocation.
+    private static func compact(_ name: UInt8, _ load: UInt64, fields: Int = 0,
+                                _ a: Int64 = 0, _ b: Int64 = 0, _ c: Int64 = 0) -> [UInt8] {
+        let payload = 9 + 8 * fields
+        return [UInt8](unsafeUninitializedCapacity: Frame.headerLength + payload) { buffer, initialized in
+            let p = UnsafeMutableRawPointer(buffer.baseAddress!)
+            Frame.writeHeader(kind: .compact, payloadLength: payload, to: p)
+            p.storeBytes(of: name, toByteOffset: 5, as: UInt8.self)
+            p.storeBytes(of: load.bigEndian, toByteOffset: 6, as: UInt64.self)
+            if fields > 0 { p.storeBytes(of: a.bigEndian, toByteOffset: 14, as: Int64.self) }
+            if fields > 1 { p.storeBytes(of: b.bigEndian, toByteOffset: 22, as: Int64.self) }
+            if fields > 2 { p.storeBytes(of: c.bigEndian, toByteOffset: 30, as: Int64.self) }
+            initialized = Frame.headerLength + payload
+        }
+    }
+
+    private static func json<M: Encodable>(_ m: M) -> [UInt8]? {
+        guard let data = try? JSONEncoder().encode(m) else { return nil }
+        return Frame(kind: .message, payload: Array(data)).encoded()
     }
 }
 
