@@ -168,6 +168,10 @@ public enum PluginWorkerServer {
         private let serviceRequests = Locked<UInt64>(0)
         /// How long a plugin's thread waits for the host's answer to a service request.
         static let serviceTimeout: TimeInterval = 60
+        /// What each load's configuration starts from, made once: making one reads the
+        /// whole environment (for proxies), which cost more than all the rest of a load's
+        /// start in the worker. The worker installs no stores, so copies share nothing.
+        private let baseConfiguration = SessionConfiguration.ephemeral
 
         init(channel: Channel, factory: PluginHandlerFactory) {
             self.channel = channel
@@ -270,7 +274,7 @@ public enum PluginWorkerServer {
             request.timeoutInterval = wire.timeout
             let body = wire.hasBody ? RemoteBody(server: self, load: id) : nil
             if let body { request.body = .stream(body) }
-            var configuration = SessionConfiguration.ephemeral
+            var configuration = baseConfiguration
             configuration.tlsVerificationDisabled = wire.insecure
             configuration.logger = Logger(label: "porter.plugin-worker") { _ in WorkerLogHandler(server: self, load: id) }
             let client = WorkerClient(server: self, load: id, configuration: configuration)

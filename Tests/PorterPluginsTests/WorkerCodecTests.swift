@@ -1,4 +1,5 @@
 import Foundation
+import PorterCore
 import PorterIPC
 import XCTest
 @testable import PorterPlugins
@@ -119,5 +120,88 @@ final class WorkerCodecTests: XCTestCase {
         XCTAssertEqual(d.bufferedCount, 0)
         struct Broken: Error {}
         XCTAssertThrowsError(try WorkerWire.encodedDataFrame(load: 1, capacity: 10) { _ in throw Broken() })
+    }
+
+    /// The value as JSON with its keys in order (comparable).
+    private func json(_ v: some Encodable) throws -> Data {
+        let e = JSONEncoder()
+        e.outputFormatting = .sortedKeys
+        return try e.encode(v)
+    }
+
+    private func sampleResponse() -> WireResponse {
+        var head = WireResponse(Response(url: URL(string: "sftp://h/ü/x")!, mimeType: "text/plain", expectedContentLength: 42,
+                                         textEncodingName: "utf-8", statusCode: 206, headerFields: [.contentType: "text/plain"]))
+        head.resumeOffset = 7
+        head.validator = "42-1700000000"
+        head.headers.append(["x-ünïcode", "välue"])
+        return head
+    }
+
+    /// A load's request and its response head are compact too (one of each per load):
+    /// every field survives, optional ones present or not, a cached head inside a request.
+    func testStartAndResponseAreCompactAndRoundTrip() throws {
+        var request = Request(url: URL(string: "sftp://user@h:2222/a%20b?q=1")!)
+        request.method = "PUT"
+        request.headerFields[.accept] = "*/*"
+        request.setProperty("yes", forKey: "seen")
+        request.resumeRange = ResumeRange(offset: 99, validator: "v1")
+        request.body = .data(Data(repeating: 1, count: 10))
+        request.timeoutInterval = 12.5
+        let cachedHead = Response(url: URL(string: "sftp://h/x")!, mimeType: nil, expectedContentLength: -1)
+        let messages: [ToWorker] = [
+            .start(load: 1, request: WireRequest(request, insecure: true, cached: cachedHead)),
+            .start(load: 2, request: WireRequest(Request(url: URL(string: "p1://h")!), insecure: false, cached: nil)),
+        ]
+        for m in messages {
+            let bytes = WorkerCodec.encoded(m)
+            let f = try frame(bytes)
+            XCTAssertEqual(f.kind, .compact)
+            let back = try WorkerCodec.decode(ToWorker.self, from: f)
+            XCTAssertEqual(WorkerCodec.encoded(back), bytes)
+            guard case .start(_, let got) = back, case .start(_, let sent) = m else { return XCTFail("\(back)") }
+            // The same request as JSON would give.
+            XCTAssertEqual(try json(got), try json(sent))
+        }
+        for head in [sampleResponse(), WireResponse(Response(url: URL(string: "p1://h")!, mimeType: nil, expectedContentLength: -1))] {
+            let m = FromWorker.response(load: 5, head: head)
+            let bytes = WorkerCodec.encoded(m)
+            let f = try frame(bytes)
+            XCTAssertEqual(f.kind, .compact)
+            guard case .response(5, let got) = try WorkerCodec.decode(FromWorker.self, from: f) else { return XCTFail() }
+            XCTAssertEqual(try json(got), try json(head))
+            XCTAssertEqual(WorkerCodec.encoded(FromWorker.response(load: 5, head: got)), bytes)
+        }
+    }
+
+    /// A response head or request cut anywhere, with a flag that is not 0 or 1, a string
+    /// that is not UTF-8, a count larger than what follows, or bytes left over is refused.
+    func testMalformedStartAndResponseAreRefused() throws {
+        let bytes = try XCTUnwrap(WorkerCodec.encoded(FromWorker.response(load: 5, head: sampleResponse())))
+        let payload = Array(bytes[Frame.headerLength...])
+        for cut in 9..<payload.count {
+            XCTAssertThrowsError(try WorkerCodec.decode(FromWorker.self, from: Frame(kind: .compact, payload: Array(payload[..<cut]))),
+                                 "cut at \(cut)") { XCTAssertEqual(($0 as? IPCError)?.code, .malformed) }
+        }
+        XCTAssertThrowsError(try WorkerCodec.decode(FromWorker.self, from: Frame(kind: .compact, payload: payload + [0])), "left over")
+        // The url's length, then "sftp…": make the mime type's flag 2, then the url not UTF-8.
+        let urlLength = Int(payload[9]) << 24 | Int(payload[10]) << 16 | Int(payload[11]) << 8 | Int(payload[12])
+        var badFlag = payload
+        badFlag[13 + urlLength] = 2
+        var badText = payload
+        badText[13] = 0xFF
+        var lyingCount = payload
+        lyingCount[9] = 0x7F
+        for bad in [badFlag, badText, lyingCount] {
+            XCTAssertThrowsError(try WorkerCodec.decode(FromWorker.self, from: Frame(kind: .compact, payload: bad))) {
+                XCTAssertEqual(($0 as? IPCError)?.code, .malformed)
+            }
+        }
+        let start = try XCTUnwrap(WorkerCodec.encoded(ToWorker.start(load: 1, request: WireRequest(Request(url: URL(string: "p1://h")!),
+                                                                                                     insecure: false, cached: nil))))
+        let startPayload = Array(start[Frame.headerLength...])
+        for cut in 9..<startPayload.count {
+            XCTAssertThrowsError(try WorkerCodec.decode(ToWorker.self, from: Frame(kind: .compact, payload: Array(startPayload[..<cut]))))
+        }
     }
 }
