@@ -136,25 +136,51 @@ public final class Channel: @unchecked Sendable {
     /// Sends one frame of `kind` whose payload is `prefix` followed by `body`, gathering
     /// the pieces with sendmsg instead of copying the body into a frame first.
     public func send(kind: Frame.Kind, prefix: [UInt8], body: UnsafeRawBufferPointer) throws(IPCError) {
-        let length = UInt32(prefix.count + body.count + 1)
-        var head: [UInt8] = [UInt8(truncatingIfNeeded: length >> 24), UInt8(truncatingIfNeeded: length >> 16),
-                             UInt8(truncatingIfNeeded: length >> 8), UInt8(truncatingIfNeeded: length), kind.rawValue]
-        head += prefix
+        let headLength = Frame.headerLength + prefix.count
+        let failure = withUnsafeTemporaryAllocation(byteCount: headLength, alignment: 8) { head -> IPCError? in
+            Frame.writeHeader(kind: kind, payloadLength: prefix.count + body.count, to: head.baseAddress!)
+            prefix.withUnsafeBytes { if let p = $0.baseAddress { (head.baseAddress! + Frame.headerLength).copyMemory(from: p, byteCount: $0.count) } }
+            do throws(IPCError) { try sendGathered(UnsafeRawBufferPointer(head), body) } catch { return error }
+            return nil
+        }
+        if let failure { throw failure }
+    }
+
+    /// Sends one data frame whose payload is `tag` (8 bytes, big-endian: which stream the
+    /// bytes belong to; `FrameDecoder.takeTaggedDataHead`) followed by `body`: the header
+    /// is built on the stack and the body goes from where it is (sendmsg), so a chunk
+    /// costs no allocation and no copy on this side.
+    public func sendData(tag: UInt64, body: UnsafeRawBufferPointer) throws(IPCError) {
+        let headLength = Frame.headerLength + FrameDecoder.tagLength
+        let failure = withUnsafeTemporaryAllocation(byteCount: headLength, alignment: 8) { head -> IPCError? in
+            Frame.writeHeader(kind: .data, payloadLength: FrameDecoder.tagLength + body.count, to: head.baseAddress!)
+            head.storeBytes(of: tag.bigEndian, toByteOffset: Frame.headerLength, as: UInt64.self)
+            do throws(IPCError) { try sendGathered(UnsafeRawBufferPointer(head), body) } catch { return error }
+            return nil
+        }
+        if let failure { throw failure }
+    }
+
+    /// Sends `head` then `body` as one run of bytes (sendmsg with two pieces), whole.
+    private func sendGathered(_ head: UnsafeRawBufferPointer, _ body: UnsafeRawBufferPointer) throws(IPCError) {
         sendLock.lock()
         defer { sendLock.unlock() }
         if isClosed { throw IPCError(.closed, "the connection was closed") }
         var headSent = 0, bodySent = 0
         while headSent < head.count || bodySent < body.count {
-            let n: Int = head.withUnsafeBytes { h in
-                var pieces = [iovec(iov_base: UnsafeMutableRawPointer(mutating: h.baseAddress! + headSent), iov_len: h.count - headSent),
-                              iovec(iov_base: UnsafeMutableRawPointer(mutating: body.baseAddress.map { $0 + bodySent }), iov_len: body.count - bodySent)]
-                return pieces.withUnsafeMutableBufferPointer { iov in
-                    var m = msghdr()
-                    m.msg_iov = iov.baseAddress
-                    m.msg_iovlen = headSent < head.count ? 2 : 1
-                    if headSent == head.count { m.msg_iov = iov.baseAddress! + 1 }
-                    return sendmsg(fd, &m, Int32(MSG_NOSIGNAL))
+            var pieces = (iovec(iov_base: UnsafeMutableRawPointer(mutating: head.baseAddress! + headSent), iov_len: head.count - headSent),
+                          iovec(iov_base: UnsafeMutableRawPointer(mutating: body.baseAddress.map { $0 + bodySent }), iov_len: body.count - bodySent))
+            let n: Int = withUnsafeMutableBytes(of: &pieces) { raw in
+                let iov = raw.baseAddress!.assumingMemoryBound(to: iovec.self)
+                var m = msghdr()
+                if headSent < head.count {
+                    m.msg_iov = iov
+                    m.msg_iovlen = body.count > bodySent ? 2 : 1
+                } else {
+                    m.msg_iov = iov + 1
+                    m.msg_iovlen = 1
                 }
+                return sendmsg(fd, &m, Int32(MSG_NOSIGNAL))
             }
             if n < 0 {
                 if errno == EINTR { continue }
@@ -208,6 +234,98 @@ public final class Channel: @unchecked Sendable {
                 throw IPCError(.closed, decoder.bufferedCount > 0 ? "the peer closed the connection mid-frame" : "the peer closed the connection")
             }
             decoder.append(chunk[0..<n])
+        }
+    }
+
+    /// What `receiveIncoming` hands out: a frame, or the body of a data frame with its tag.
+    public enum Incoming: Sendable {
+        case frame(Frame)
+        /// A data frame: its tag (the first 8 bytes of its payload, big-endian) and the rest.
+        case data(tag: UInt64, body: Data)
+    }
+
+    /// The most `receiveIncoming` reads ahead of the frame it needs: what it reads ahead of
+    /// a data frame's header is copied once more (through the decoder), the rest of the
+    /// body is read straight into its own storage.
+    static let readAhead = 16 << 10
+
+    /// The next frame (blocks), with data frames split into their tag and their body: the
+    /// body is read from the socket into storage of its own (one allocation, and one copy
+    /// for all but what was read ahead with the frames before it) and handed out as `Data`
+    /// without another copy. Descriptors the peer passes are kept as `receive` keeps them.
+    /// A data frame shorter than its tag is malformed; a goodbye arrives as `.closed`.
+    public func receiveIncoming() throws(IPCError) -> Incoming {
+        while true {
+            if let head = try decoder.takeTaggedDataHead() {
+                return .data(tag: head.tag, body: try receiveBody(head.bodyLength))
+            }
+            if let frame = try decoder.next() {
+                if frame.kind == .goodbye { throw IPCError(.closed, String(decoding: frame.payload, as: UTF8.self)) }
+                return .frame(frame)
+            }
+            // A large message that has begun to arrive: the rest straight into its payload.
+            if try decoder.headKind() != .data, !receivesDescriptors,
+               let large = try decoder.takeLargeFrameHead(minimum: Self.directRead) {
+                let frame = try receiveRest(of: large)
+                if frame.kind == .goodbye { throw IPCError(.closed, String(decoding: frame.payload, as: UTF8.self)) }
+                return .frame(frame)
+            }
+            if chunk.isEmpty { chunk = [UInt8](repeating: 0, count: 256 << 10) }
+            let midFrame = decoder.bufferedCount > 0
+            var failure: IPCError?
+            let n = chunk.withUnsafeMutableBytes { b -> Int in
+                do throws(IPCError) { return try receiveSome(b.baseAddress!, min(b.count, Self.readAhead), midFrame: midFrame) } catch {
+                    failure = error
+                    return 0
+                }
+            }
+            if let failure { throw failure }
+            decoder.append(chunk[0..<n])
+        }
+    }
+
+    /// Reads a data frame's body of `length` bytes: what the decoder holds, then the socket.
+    private func receiveBody(_ length: Int) throws(IPCError) -> Data {
+        guard length > 0 else { return Data() }
+        guard let base = malloc(length) else { throw IPCError(.system, "cannot allocate \(length) bytes for a data frame") }
+        var filled = decoder.takeBuffered(into: UnsafeMutableRawBufferPointer(start: base, count: length))
+        while filled < length {
+            do {
+                filled += try receiveSome(base + filled, length - filled, midFrame: true)
+            } catch {
+                free(base)
+                throw error
+            }
+        }
+        return Data(bytesNoCopy: base, count: length, deallocator: .free)
+    }
+
+    /// One read of up to `count` bytes from the socket (keeping passed descriptors when
+    /// `receivesDescriptors`); at least one byte, or an error (the peer's end included).
+    private func receiveSome(_ base: UnsafeMutableRawPointer, _ count: Int, midFrame: Bool) throws(IPCError) -> Int {
+        while true {
+            let n: Int
+            if receivesDescriptors {
+                var passed: (Int32, Int32, Int32, Int32, Int32, Int32, Int32, Int32) = (-1, -1, -1, -1, -1, -1, -1, -1)
+                var got: Int32 = 0
+                n = withUnsafeMutableBytes(of: &passed) { p in
+                    porter_ipc_recv_with_fds(fd, base, count, p.baseAddress!.assumingMemoryBound(to: Int32.self), 8, &got)
+                }
+                withUnsafeBytes(of: passed) { p in
+                    for d in p.bindMemory(to: Int32.self).prefix(Int(max(0, min(8, got)))) {
+                        if descriptors.count < Self.descriptorLimit { descriptors.append(d) } else { Glibc.close(d) }
+                    }
+                }
+            } else {
+                n = recv(fd, base, count, 0)
+            }
+            if n > 0 { return n }
+            if n < 0 {
+                if errno == EINTR { continue }
+                if errno == EAGAIN || errno == EWOULDBLOCK { throw IPCError(.closed, "the peer did not answer in time") }
+                throw IPCError(.closed, "the connection failed: \(String(cString: strerror(errno)))")
+            }
+            throw IPCError(.closed, midFrame ? "the peer closed the connection mid-frame" : "the peer closed the connection")
         }
     }
 

@@ -13,6 +13,21 @@ public struct Frame: Sendable, Equatable {
         case data = 3
         /// The sender is closing the connection; the payload says why (UTF-8).
         case goodbye = 4
+        /// A message in the service's own fixed binary layout: for the few sent per body
+        /// chunk or per flow-control step, where JSON's cost shows. The service decodes and
+        /// checks it (a layout it does not know is malformed).
+        case compact = 5
+    }
+
+    /// The bytes before a frame's payload: its length (payload + kind) and its kind.
+    public static let headerLength = 5
+
+    /// Writes the header of a frame of `kind` with a payload of `payloadLength` bytes into
+    /// the first 5 bytes of `to`.
+    public static func writeHeader(kind: Kind, payloadLength: Int, to out: UnsafeMutableRawPointer) {
+        let length = UInt32(truncatingIfNeeded: payloadLength + 1)
+        out.storeBytes(of: length.bigEndian, as: UInt32.self)
+        out.storeBytes(of: kind.rawValue, toByteOffset: 4, as: UInt8.self)
     }
 
     public var kind: Kind
@@ -94,32 +109,81 @@ public struct FrameDecoder: Sendable {
         buffer.append(contentsOf: bytes)
     }
 
-    /// The next complete frame, nil when more bytes are needed.
-    public mutating func next() throws(IPCError) -> Frame? {
+    /// The frame at the head of the buffer: its payload's length, and its kind once that
+    /// byte is here. Fails (and stays failed) on a zero length, a length over the limit,
+    /// or an unknown kind — as soon as the byte that shows it has arrived, so a bad frame
+    /// fails the same way however much of it has arrived and whoever reads it.
+    private mutating func head() throws(IPCError) -> (length: Int, kind: Frame.Kind?)? {
         if let failure { throw failure }
         let available = buffer.count - start
         guard available >= 4 else { return nil }
         var length = 0
         for i in 0..<4 { length = length << 8 | Int(buffer[start + i]) }
-        guard length >= 1 else { return try fail(.malformed, "a frame of length 0") }
+        guard length >= 1 else { _ = try fail(.malformed, "a frame of length 0"); return nil }
         guard length - 1 <= maximumPayload else {
-            return try fail(.frameTooLarge, "a frame of \(length - 1) bytes (the limit is \(maximumPayload))")
+            _ = try fail(.frameTooLarge, "a frame of \(length - 1) bytes (the limit is \(maximumPayload))")
+            return nil
         }
-        // The kind is checked as soon as its byte is here (as `takeLargeFrameHead` does):
-        // a bad frame fails the same way however much of it has arrived.
-        guard available >= 5 else { return nil }
+        guard available >= 5 else { return (length - 1, nil) }
         let kindByte = buffer[start + 4]
         guard let kind = Frame.Kind(rawValue: kindByte) else {
-            return try fail(.malformed, "unknown frame kind \(kindByte)")
+            _ = try fail(.malformed, "unknown frame kind \(kindByte)")
+            return nil
         }
-        guard available >= 4 + length else { return nil }
-        let payload = Array(buffer[(start + 5)..<(start + 4 + length)])
-        start += 4 + length
+        return (length - 1, kind)
+    }
+
+    /// The kind of the frame at the head of the buffer, once its header is here.
+    public mutating func headKind() throws(IPCError) -> Frame.Kind? {
+        try head()?.kind
+    }
+
+    /// The next complete frame, nil when more bytes are needed.
+    public mutating func next() throws(IPCError) -> Frame? {
+        guard let (length, kind) = try head(), let kind, buffer.count - start >= 5 + length else { return nil }
+        let payload = Array(buffer[(start + 5)..<(start + 5 + length)])
+        consume(5 + length)
+        return Frame(kind: kind, payload: payload)
+    }
+
+    private mutating func consume(_ n: Int) {
+        start += n
         if start == buffer.count {
             buffer.removeAll(keepingCapacity: buffer.capacity <= 1 << 16)
             start = 0
         }
-        return Frame(kind: kind, payload: payload)
+    }
+
+    /// The length of a data frame's tag (`takeTaggedDataHead`).
+    public static let tagLength = 8
+
+    /// When the frame at the head is a data frame whose header and tag (the first 8 bytes
+    /// of its payload, big-endian: which stream the bytes belong to) are here: takes them
+    /// out and returns the tag and the length of the rest of the payload (the body). The
+    /// body follows: first what is buffered (`takeBuffered`), then the stream. Nil for a
+    /// frame of another kind or a head not yet here; a data frame too short for its tag is
+    /// malformed.
+    public mutating func takeTaggedDataHead() throws(IPCError) -> (tag: UInt64, bodyLength: Int)? {
+        guard let (length, kind) = try head(), kind == .data else { return nil }
+        guard length >= Self.tagLength else {
+            _ = try fail(.malformed, "a data frame of \(length) bytes, too short for its tag")
+            return nil
+        }
+        guard buffer.count - start >= 5 + Self.tagLength else { return nil }
+        var tag: UInt64 = 0
+        for i in 0..<Self.tagLength { tag = tag << 8 | UInt64(buffer[start + 5 + i]) }
+        consume(5 + Self.tagLength)
+        return (tag, length - Self.tagLength)
+    }
+
+    /// Moves up to `target.count` buffered bytes into `target` (the body of a data frame
+    /// whose head `takeTaggedDataHead` took); returns how many.
+    public mutating func takeBuffered(into target: UnsafeMutableRawBufferPointer) -> Int {
+        let n = min(target.count, buffer.count - start)
+        guard n > 0, let to = target.baseAddress else { return 0 }
+        buffer.withUnsafeBytes { to.copyMemory(from: $0.baseAddress! + start, byteCount: n) }
+        consume(n)
+        return n
     }
 
     /// The frame at the head of the buffer when it is large (a payload of at least
@@ -130,23 +194,12 @@ public struct FrameDecoder: Sendable {
     /// decoder's). Nil when the head is a complete frame, a small one, or not yet a whole
     /// header; a bad header fails as `next()` would.
     public mutating func takeLargeFrameHead(minimum: Int) throws(IPCError) -> (kind: Frame.Kind, length: Int, head: [UInt8])? {
-        if let failure { throw failure }
-        let available = buffer.count - start
-        guard available >= 5 else { return nil }
-        var length = 0
-        for i in 0..<4 { length = length << 8 | Int(buffer[start + i]) }
-        guard length >= 1 else { _ = try fail(.malformed, "a frame of length 0"); return nil }
-        guard length - 1 <= maximumPayload else {
-            _ = try fail(.frameTooLarge, "a frame of \(length - 1) bytes (the limit is \(maximumPayload))")
-            return nil
-        }
-        guard available < 4 + length, length - 1 >= max(1, minimum) else { return nil }
-        let kindByte = buffer[start + 4]
-        guard let kind = Frame.Kind(rawValue: kindByte) else { _ = try fail(.malformed, "unknown frame kind \(kindByte)"); return nil }
-        let head = Array(buffer[(start + 5)...])
+        guard let (length, kind) = try head(), let kind else { return nil }
+        guard buffer.count - start < 5 + length, length >= max(1, minimum) else { return nil }
+        let buffered = Array(buffer[(start + 5)...])
         buffer.removeAll(keepingCapacity: buffer.capacity <= 1 << 16)
         start = 0
-        return (kind, length - 1, head)
+        return (kind, length, buffered)
     }
 
     private mutating func fail(_ code: IPCError.Code, _ message: String) throws(IPCError) -> Frame? {

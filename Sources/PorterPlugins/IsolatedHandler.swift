@@ -72,8 +72,8 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
         }
         let wire = WireRequest(request, insecure: client.context.configuration.tlsVerificationDisabled,
                                cached: cached?.response)
-        guard let start = try? JSONEncoder().encode(ToWorker.start(load: id, request: wire)),
-              start.count <= WorkerProcess.maximumPayload else {
+        guard let start = WorkerCodec.encoded(ToWorker.start(load: id, request: wire)),
+              start.count <= WorkerProcess.maximumPayload + Frame.headerLength else {
             worker.detach(id)
             return fail(PorterError(.unsupportedURL, "the request is too large to hand to plugin \(plugin.name)", url: request.url))
         }
@@ -83,7 +83,7 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
         }
         for action in actions {
             guard case .sendStart(let paused) = action else { continue }
-            worker.send(Frame(kind: .message, payload: Array(start)))
+            worker.send(encoded: start)
             if paused { worker.send(.pause(load: id)) }
         }
     }
@@ -164,8 +164,8 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
 
     private func end(_ body: (any ProtocolClient) -> Void) { report(end: true, body) }
 
-    func deliverData(_ payload: [UInt8], from worker: WorkerProcess) {
-        let count = payload.count - 8
+    func deliverData(_ body: Data, from worker: WorkerProcess) {
+        let count = body.count
         guard count > 0 else { return }
         condition.lock()
         // A plugin that keeps sending while paused is read no further (see the type's note).
@@ -174,7 +174,7 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
         }
         if machine.paused { sincePause += count }
         condition.unlock()
-        report { $0.didLoad(Data(payload[8...])) }
+        report { $0.didLoad(body) }
     }
 
     func workerResponse(_ head: WireResponse) {
@@ -268,14 +268,18 @@ final class IsolatedHandler: ProtocolHandler, @unchecked Sendable {
                 worker.send(.bodyEnd(load: id, failure: request.body == nil ? nil : "the request body cannot be read"))
                 return
             }
-            var buffer = [UInt8](repeating: 0, count: max(1, min(capacity, WorkerWire.chunk)))
             do {
-                let n = try buffer.withUnsafeMutableBytes { try stream.read(into: $0) }
+                // Read straight into the frame that carries it.
+                var n = 0
+                let frame = try WorkerWire.encodedDataFrame(load: id, capacity: max(1, min(capacity, WorkerWire.chunk))) {
+                    n = try stream.read(into: $0)
+                    return n
+                }
                 answered()
                 if n == 0 {
                     worker.send(.bodyEnd(load: id, failure: nil))
                 } else {
-                    buffer.withUnsafeBytes { worker.send(WorkerWire.dataFrame(load: id, UnsafeRawBufferPointer(rebasing: $0[0..<n]))) }
+                    worker.send(encoded: frame)
                 }
             } catch {
                 answered()

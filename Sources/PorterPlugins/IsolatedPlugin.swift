@@ -269,19 +269,23 @@ final class WorkerProcess: @unchecked Sendable {
     func detach(_ id: UInt64) { _ = lock.withLock { loads.removeValue(forKey: id) } }
 
     func send(_ m: ToWorker, passing descriptor: Int32 = -1) {
-        guard let data = try? JSONEncoder().encode(m) else {
+        guard let bytes = WorkerCodec.encoded(m) else {
             if descriptor >= 0 { Glibc.close(descriptor) }
             return
         }
-        send(Frame(kind: .message, payload: Array(data)), passing: descriptor)
+        send(encoded: bytes, passing: descriptor)
+    }
+
+    func send(_ frame: Frame, passing descriptor: Int32 = -1) {
+        send(encoded: frame.encoded(), passing: descriptor)
     }
 
     /// Sends a frame without ever blocking: at once when nothing is queued and the socket
     /// takes it whole, else (what is left of it) through the writer thread's queue.
     /// `passing`: a descriptor this process owns, handed to the worker with the frame's
     /// first byte (SCM_RIGHTS) and closed here once sent (or once the worker is gone).
-    func send(_ frame: Frame, passing descriptor: Int32 = -1) {
-        var bytes = frame.encoded()
+    func send(encoded: [UInt8], passing descriptor: Int32 = -1) {
+        var bytes = encoded
         var pass = descriptor
         let overflow = lock.withLock { () -> Bool in
             guard alive, killReason == nil else { return false }
@@ -357,15 +361,11 @@ final class WorkerProcess: @unchecked Sendable {
                 throw IPCError(.versionMismatch, "the worker speaks \(reply.service) \(reply.minimumVersion)–\(reply.maximumVersion)")
             }
             while true {
-                let frame = try channel.receive()
-                switch frame.kind {
-                case .data:
-                    guard let id = WorkerWire.load(ofData: frame.payload) else { throw IPCError(.malformed, "a data frame without a load") }
-                    if let h = handler(id) { h.deliverData(frame.payload, from: self) }
-                case .message:
-                    handle(try Channel.decode(FromWorker.self, from: frame.payload))
-                default:
-                    throw IPCError(.malformed, "a frame of kind \(frame.kind)")
+                switch try channel.receiveIncoming() {
+                case .data(let id, let body):
+                    if let h = handler(id) { h.deliverData(body, from: self) }
+                case .frame(let frame):
+                    handle(try WorkerCodec.decode(FromWorker.self, from: frame))
                 }
             }
         } catch let error as IPCError {

@@ -31,7 +31,7 @@ enum PluginHost {
                                          url: load.request.url))
                 return
             }
-            load.didLoad(Data(bytes: bytes, count: length))
+            load.didLoad(bytes: UnsafeRawBufferPointer(start: bytes, count: length))
         }
         h.was_redirected = { client, newURL, response in
             guard let load = PluginLoad.from(client) else { return }

@@ -70,11 +70,14 @@ final class PluginLoad: @unchecked Sendable {
         self.cached = cached
         self.onDestroyed = onDestroyed
         self.checkCanHandle = checkCanHandle
+        self.byteSink = client as? any LoadedBytesSink
         self.cRequest = CRequest(request, insecure: client.context.configuration.tlsVerificationDisabled,
                                  cached: cached?.response, bodyLength: bodyLength)
     }
 
     private let pluginContext: UnsafeSendable<UnsafeMutableRawPointer?>
+    /// `client`, when it takes loaded bytes without a copy (looked up once, not per chunk).
+    private let byteSink: (any LoadedBytesSink)?
 
     var logger: Logger { client.context.configuration.logger }
 
@@ -227,6 +230,16 @@ final class PluginLoad: @unchecked Sendable {
 
     func didReceiveResponse(_ response: Response) { report { $0.didReceive(response, cacheStoragePolicy: .allowed) } }
     func didLoad(_ data: Data) { report { $0.didLoad(data) } }
+
+    /// The plugin's bytes, valid for this call: handed on as they are to a client that
+    /// takes them so (a worker sends them to its host from here), else copied once.
+    func didLoad(bytes: UnsafeRawBufferPointer) {
+        if let byteSink {
+            report { _ in byteSink.didLoad(bytes: bytes) }
+        } else {
+            report { $0.didLoad(Data(bytes)) }
+        }
+    }
     func wasRedirected(to request: Request, response: Response) {
         report { $0.wasRedirected(to: request, redirectResponse: response) }
     }
@@ -328,6 +341,12 @@ final class PluginLoad: @unchecked Sendable {
         case .file(let url): return FileBodyStream(url: url)
         }
     }
+}
+
+/// A `ProtocolClient` that takes a load's bytes where they lie, for the length of the
+/// call, instead of as `Data` (which would copy them first).
+protocol LoadedBytesSink: AnyObject {
+    func didLoad(bytes: UnsafeRawBufferPointer)
 }
 
 /// Reads a file body in order.

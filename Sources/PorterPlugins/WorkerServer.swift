@@ -168,6 +168,10 @@ public enum PluginWorkerServer {
         private let serviceRequests = Locked<UInt64>(0)
         /// How long a plugin's thread waits for the host's answer to a service request.
         static let serviceTimeout: TimeInterval = 60
+        /// What each load's configuration starts from, made once: making one reads the
+        /// whole environment (for proxies), which cost more than all the rest of a load's
+        /// start in the worker. The worker installs no stores, so copies share nothing.
+        private let baseConfiguration = SessionConfiguration.ephemeral
 
         init(channel: Channel, factory: PluginHandlerFactory) {
             self.channel = channel
@@ -176,30 +180,30 @@ public enum PluginWorkerServer {
 
         /// A send that fails means the host is gone: so is the worker.
         func send(_ m: FromWorker) {
-            do { try channel.send(message: m) } catch { _exit(0) }
+            guard let bytes = WorkerCodec.encoded(m) else { return }
+            do { try channel.sendRaw(bytes) } catch { _exit(0) }
         }
 
-        func send(_ frame: Frame) {
-            do { try channel.send(frame) } catch { _exit(0) }
-        }
-
-        func sendData(prefix: [UInt8], _ bytes: UnsafeRawBufferPointer) {
-            do { try channel.send(kind: .data, prefix: prefix, body: bytes) } catch { _exit(0) }
+        /// Body bytes of `load`, in data frames of at most a chunk, sent from where they are.
+        func sendData(load: UInt64, _ bytes: UnsafeRawBufferPointer) {
+            var offset = 0
+            while offset < bytes.count {
+                let n = min(WorkerWire.chunk, bytes.count - offset)
+                do { try channel.sendData(tag: load, body: UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + n)])) } catch { _exit(0) }
+                offset += n
+            }
         }
 
         func run() -> Never {
             while true {
-                let frame: Frame
-                do { frame = try channel.receive() } catch { _exit(0) }
-                switch frame.kind {
-                case .data:
-                    guard let id = WorkerWire.load(ofData: frame.payload) else { _exit(66) }
-                    loads.withLock { $0[id] }?.body?.append(frame.payload[8...])
-                case .message:
-                    guard let m = try? Channel.decode(ToWorker.self, from: frame.payload) else { _exit(66) }
+                let incoming: Channel.Incoming
+                do { incoming = try channel.receiveIncoming() } catch { _exit(0) }
+                switch incoming {
+                case .data(let id, let body):
+                    loads.withLock { $0[id] }?.body?.append(body)
+                case .frame(let frame):
+                    guard let m = try? WorkerCodec.decode(ToWorker.self, from: frame) else { _exit(66) }
                     handle(m)
-                default:
-                    _exit(66)
                 }
             }
         }
@@ -270,7 +274,7 @@ public enum PluginWorkerServer {
             request.timeoutInterval = wire.timeout
             let body = wire.hasBody ? RemoteBody(server: self, load: id) : nil
             if let body { request.body = .stream(body) }
-            var configuration = SessionConfiguration.ephemeral
+            var configuration = baseConfiguration
             configuration.tlsVerificationDisabled = wire.insecure
             configuration.logger = Logger(label: "porter.plugin-worker") { _ in WorkerLogHandler(server: self, load: id) }
             let client = WorkerClient(server: self, load: id, configuration: configuration)
@@ -325,10 +329,13 @@ public enum PluginWorkerServer {
         }
     }
 
-    /// The request body, read from the host on the plugin's thread.
+    /// The request body, read from the host on the plugin's thread: the chunks as they
+    /// arrived (each read from the socket into its own storage), copied once more only
+    /// into the plugin's buffer.
     final class RemoteBody: BodyStream, @unchecked Sendable {
         private let condition = NSCondition()
-        private var buffer: [UInt8] = []
+        private var chunks: [Data] = []
+        /// How much of `chunks[0]` was read already.
         private var start = 0
         private var ended = false
         private var failure: String?
@@ -341,9 +348,9 @@ public enum PluginWorkerServer {
             self.load = load
         }
 
-        func append(_ bytes: ArraySlice<UInt8>) {
+        func append(_ bytes: Data) {
             condition.lock()
-            buffer.append(contentsOf: bytes)
+            if !bytes.isEmpty { chunks.append(bytes) }
             asked = false
             condition.broadcast()
             condition.unlock()
@@ -360,7 +367,7 @@ public enum PluginWorkerServer {
         func read(into target: UnsafeMutableRawBufferPointer) throws -> Int {
             condition.lock()
             defer { condition.unlock() }
-            while start == buffer.count && !ended {
+            while chunks.isEmpty && !ended {
                 if !asked {
                     asked = true
                     condition.unlock()
@@ -370,17 +377,17 @@ public enum PluginWorkerServer {
                 }
                 condition.wait()
             }
-            if start == buffer.count {
+            guard let first = chunks.first else {
                 if let failure { throw PorterError(.cannotOpenFile, failure) }
                 return 0
             }
-            let n = min(target.count, buffer.count - start)
-            buffer.withUnsafeBytes { src in
+            let n = min(target.count, first.count - start)
+            first.withUnsafeBytes { src in
                 target.copyMemory(from: UnsafeRawBufferPointer(rebasing: src[start..<(start + n)]))
             }
             start += n
-            if start == buffer.count {
-                buffer.removeAll(keepingCapacity: true)
+            if start == first.count {
+                chunks.removeFirst()
                 start = 0
             }
             return n
@@ -388,7 +395,7 @@ public enum PluginWorkerServer {
     }
 
     /// The `ProtocolClient` a load's `PluginLoad` reports to: each report becomes a message.
-    final class WorkerClient: ProtocolClient, @unchecked Sendable {
+    final class WorkerClient: ProtocolClient, LoadedBytesSink, @unchecked Sendable {
         let context: SessionContext
         private unowned let server: Server
         private let load: UInt64
@@ -405,15 +412,12 @@ public enum PluginWorkerServer {
         }
 
         func didLoad(_ data: Data) {
-            let prefix = WorkerWire.loadPrefix(load)
-            data.withUnsafeBytes { all in
-                var offset = 0
-                while offset < all.count {
-                    let n = min(WorkerWire.chunk, all.count - offset)
-                    server.sendData(prefix: prefix, UnsafeRawBufferPointer(rebasing: all[offset..<(offset + n)]))
-                    offset += n
-                }
-            }
+            data.withUnsafeBytes { server.sendData(load: load, $0) }
+        }
+
+        /// The plugin's bytes go to the host from the plugin's own buffer.
+        func didLoad(bytes: UnsafeRawBufferPointer) {
+            server.sendData(load: load, bytes)
         }
 
         func wasRedirected(to request: Request, redirectResponse: Response) {

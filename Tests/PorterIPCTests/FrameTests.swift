@@ -228,4 +228,53 @@ final class FrameTests: XCTestCase {
             XCTAssertEqual((error as? IPCError)?.message, "the peer closed the connection mid-frame")
         }
     }
+
+    /// Tagged data frames over a real socketpair: each body arrives whole with its tag, in
+    /// order with the frames around it, whatever its size (empty, smaller than the read
+    /// ahead, larger than the socket buffers), on a channel that keeps descriptors too.
+    func testTaggedDataArrivesSplitFromItsFrames() throws {
+        for keepsDescriptors in [false, true] {
+            let (a, b) = try Channel.pair(maximumPayload: 4 << 20)
+            b.receivesDescriptors = keepsDescriptors
+            let sizes = [0, 1, 7, 8, 9, 5_000, 16 << 10, 70_000, (1 << 20) + 7, 3]
+            let bodies = sizes.enumerated().map { i, n in (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ i) } }
+            let sender = Thread {
+                for (i, body) in bodies.enumerated() {
+                    try? a.send(Frame(kind: .compact, payload: [UInt8(i)]))
+                    try? body.withUnsafeBytes { try a.sendData(tag: UInt64(i) << 40 | 0xAB, body: $0) }
+                }
+                try? a.send(Frame(kind: .message, payload: Array("{}".utf8)))
+            }
+            sender.start()
+            for (i, body) in bodies.enumerated() {
+                guard case .frame(let f) = try b.receiveIncoming() else { return XCTFail("expected the frame before body \(i)") }
+                XCTAssertEqual(f, Frame(kind: .compact, payload: [UInt8(i)]))
+                guard case .data(let tag, let got) = try b.receiveIncoming() else { return XCTFail("expected body \(i)") }
+                XCTAssertEqual(tag, UInt64(i) << 40 | 0xAB)
+                XCTAssertEqual(got, Data(body), "body \(i) of \(body.count) bytes (descriptors kept: \(keepsDescriptors))")
+            }
+            guard case .frame(let last) = try b.receiveIncoming() else { return XCTFail("expected the last frame") }
+            XCTAssertEqual(last.kind, .message)
+        }
+    }
+
+    /// A data frame too short to hold its tag is malformed, whether it arrives whole or
+    /// not; one cut short by the peer's end says so.
+    func testTaggedDataTooShortOrCutShortIsAnError() throws {
+        for whole in [true, false] {
+            let (a, b) = try Channel.pair()
+            let short = Frame(kind: .data, payload: [1, 2, 3]).encoded()
+            try a.sendRaw(whole ? short : Array(short.prefix(6)))
+            XCTAssertThrowsError(try b.receiveIncoming()) { XCTAssertEqual(($0 as? IPCError)?.code, .malformed) }
+        }
+        let (a, b) = try Channel.pair()
+        let body = [UInt8](repeating: 9, count: 300_000)
+        let frame = Frame(kind: .data, payload: [0, 0, 0, 0, 0, 0, 0, 5] + body).encoded()
+        try a.sendRaw(Array(frame.prefix(100_000)))
+        a.close()
+        XCTAssertThrowsError(try b.receiveIncoming()) { error in
+            XCTAssertEqual((error as? IPCError)?.code, .closed)
+            XCTAssertEqual((error as? IPCError)?.message, "the peer closed the connection mid-frame")
+        }
+    }
 }
