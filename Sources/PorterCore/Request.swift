@@ -82,47 +82,30 @@ public struct Request: Sendable, CustomStringConvertible {
     /// on every read: ~8 k instructions per load in W2's profile): every access comes through a `Request` or
     /// `SessionConfiguration` value, whose own accesses the compiler already checks, and a
     /// box is written only while one value alone holds it.
-    private final class Storage: @unchecked Sendable {
-        @exclusivity(unchecked) var url: URL
+    private struct Fields {
+        var url: URL
         /// `url`'s scheme, lower-cased: kept with the URL (set with it) because every
         /// step of a load asks for it (registry, cookies, options, TLS checks).
-        @exclusivity(unchecked) var scheme: String
-        @exclusivity(unchecked) var method: String
-        @exclusivity(unchecked) var headerFields: HTTPFields
-        @exclusivity(unchecked) var body: RequestBody?
-        @exclusivity(unchecked) var cachePolicy: CachePolicy
-        @exclusivity(unchecked) var timeoutInterval: TimeInterval
-        @exclusivity(unchecked) var mainDocumentURL: URL?
-        @exclusivity(unchecked) var resumeRange: ResumeRange?
-        @exclusivity(unchecked) var properties: [String: any Sendable]
-        @exclusivity(unchecked) var cachePartition: String
-        @exclusivity(unchecked) var suppressedHeaders: Set<String>
-        @exclusivity(unchecked) var priority: Float
+        var scheme: String
+        var method: String
+        var headerFields: HTTPFields
+        var body: RequestBody?
+        var cachePolicy: CachePolicy
+        var timeoutInterval: TimeInterval
+        var mainDocumentURL: URL?
+        var resumeRange: ResumeRange?
+        var properties: [String: any Sendable]
+        var cachePartition: String
+        var suppressedHeaders: Set<String>
+        var priority: Float
+    }
 
-        init(url: URL, scheme: String, method: String, headerFields: HTTPFields, body: RequestBody?, cachePolicy: CachePolicy,
-             timeoutInterval: TimeInterval, mainDocumentURL: URL?, resumeRange: ResumeRange?,
-             properties: [String: any Sendable], cachePartition: String, suppressedHeaders: Set<String>, priority: Float) {
-            self.url = url
-            self.scheme = scheme
-            self.method = method
-            self.headerFields = headerFields
-            self.body = body
-            self.cachePolicy = cachePolicy
-            self.timeoutInterval = timeoutInterval
-            self.mainDocumentURL = mainDocumentURL
-            self.resumeRange = resumeRange
-            self.properties = properties
-            self.cachePartition = cachePartition
-            self.suppressedHeaders = suppressedHeaders
-            self.priority = priority
-        }
-
-        func copy() -> Storage {
-            Storage(url: url, scheme: scheme, method: method, headerFields: headerFields, body: body, cachePolicy: cachePolicy,
-                    timeoutInterval: timeoutInterval, mainDocumentURL: mainDocumentURL, resumeRange: resumeRange,
-                    properties: properties, cachePartition: cachePartition, suppressedHeaders: suppressedHeaders,
-                    priority: priority)
-        }
+    /// The box the fields live in; copying a box copies the fields whole (no list of
+    /// fields to keep in step when one is added).
+    private final class Storage: @unchecked Sendable {
+        @exclusivity(unchecked) var f: Fields
+        init(_ f: Fields) { self.f = f }
+        func copy() -> Storage { Storage(f) }
     }
 
     private var storage: Storage
@@ -134,81 +117,81 @@ public struct Request: Sendable, CustomStringConvertible {
     }
 
     public var url: URL {
-        get { storage.url }
+        get { storage.f.url }
         set {
             let box = writable()
-            box.url = newValue
-            box.scheme = Request.scheme(of: newValue)
+            box.f.url = newValue
+            box.f.scheme = Request.scheme(of: newValue)
         }
     }
     /// "GET" unless set; uploads default to "PUT" when the method was not set.
     public var method: String {
-        get { storage.method }
-        _modify { yield &writable().method }
+        get { storage.f.method }
+        _modify { yield &writable().f.method }
     }
     public var headerFields: HTTPFields {
-        get { storage.headerFields }
-        _modify { yield &writable().headerFields }
+        get { storage.f.headerFields }
+        _modify { yield &writable().f.headerFields }
     }
     public var body: RequestBody? {
-        get { storage.body }
-        _modify { yield &writable().body }
+        get { storage.f.body }
+        _modify { yield &writable().f.body }
     }
     public var cachePolicy: CachePolicy {
-        get { storage.cachePolicy }
-        _modify { yield &writable().cachePolicy }
+        get { storage.f.cachePolicy }
+        _modify { yield &writable().f.cachePolicy }
     }
     /// Idle timeout in seconds (0 means the session's).
     public var timeoutInterval: TimeInterval {
-        get { storage.timeoutInterval }
-        _modify { yield &writable().timeoutInterval }
+        get { storage.f.timeoutInterval }
+        _modify { yield &writable().f.timeoutInterval }
     }
     /// The URL of the top-level document, for cookie policies.
     public var mainDocumentURL: URL? {
-        get { storage.mainDocumentURL }
-        _modify { yield &writable().mainDocumentURL }
+        get { storage.f.mainDocumentURL }
+        _modify { yield &writable().f.mainDocumentURL }
     }
     /// Set by a download task that resumes; handlers that can resume honour it.
     public var resumeRange: ResumeRange? {
-        get { storage.resumeRange }
-        _modify { yield &writable().resumeRange }
+        get { storage.f.resumeRange }
+        _modify { yield &writable().f.resumeRange }
     }
     /// A handler's own keyed values on a request: how an intercepting handler marks
     /// a request it has already seen.
     public private(set) var properties: [String: any Sendable] {
-        get { storage.properties }
-        _modify { yield &writable().properties }
+        get { storage.f.properties }
+        _modify { yield &writable().f.properties }
     }
     /// The trust settings and address overrides the session loads this request under
     /// (set by the session): a cached response is served only to a request of the same
     /// partition, so a response fetched with `-k`, `--resolve` or another CA or pin never
     /// answers a load that verifies differently.
     public package(set) var cachePartition: String {
-        get { storage.cachePartition }
-        _modify { yield &writable().cachePartition }
+        get { storage.f.cachePartition }
+        _modify { yield &writable().f.cachePartition }
     }
     /// Header fields a handler or its library would add on its own (`Accept`,
     /// `User-Agent`, `Accept-Encoding`, `Expect`, ...) that this request must not send:
     /// curl's `-H 'Name:'`. Names compare without regard to case. (A field in
     /// `headerFields` with an empty value is sent empty: curl's `-H 'Name;'`.)
     public var suppressedHeaders: Set<String> {
-        get { storage.suppressedHeaders }
-        _modify { yield &writable().suppressedHeaders }
+        get { storage.f.suppressedHeaders }
+        _modify { yield &writable().f.suppressedHeaders }
     }
     /// The priority of the task that loads this request (`SessionTask.priority`: 0 low …
     /// 1 high, 0.5 by default), set by the session for its handler: the libcurl handlers
     /// make it the HTTP/2 stream weight and the order in which loads waiting for a
     /// connection to their host start (`CurlOptions`).
     public package(set) var priority: Float {
-        get { storage.priority }
-        _modify { yield &writable().priority }
+        get { storage.f.priority }
+        _modify { yield &writable().f.priority }
     }
 
     public init(url: URL, method: String = "GET", headerFields: HTTPFields = [:], body: RequestBody? = nil,
                 cachePolicy: CachePolicy = .useProtocolCachePolicy, timeoutInterval: TimeInterval = 0) {
-        storage = Storage(url: url, scheme: Request.scheme(of: url), method: method, headerFields: headerFields, body: body, cachePolicy: cachePolicy,
+        storage = Storage(Fields(url: url, scheme: Request.scheme(of: url), method: method, headerFields: headerFields, body: body, cachePolicy: cachePolicy,
                           timeoutInterval: timeoutInterval, mainDocumentURL: nil, resumeRange: nil, properties: [:],
-                          cachePartition: "", suppressedHeaders: [], priority: 0.5)
+                          cachePartition: "", suppressedHeaders: [], priority: 0.5))
     }
 
     public func property(forKey key: String) -> (any Sendable)? { properties[key] }
@@ -216,7 +199,7 @@ public struct Request: Sendable, CustomStringConvertible {
     public mutating func removeProperty(forKey key: String) { properties.removeValue(forKey: key) }
 
     /// The URL's scheme, lower-cased ("" when it has none).
-    public var scheme: String { storage.scheme }
+    public var scheme: String { storage.f.scheme }
 
     private static func scheme(of url: URL) -> String { url.scheme?.lowercased() ?? "" }
 

@@ -9,40 +9,26 @@ public struct Response: Sendable, CustomStringConvertible {
     /// delegate, each hop a copy. Written only through `writable()`, which first makes the
     /// box unique to this value; the fields skip the run-time exclusivity check of class
     /// properties, as every access comes through a `Response` value the compiler checks.
+    private struct Fields {
+        var url: URL
+        var mimeType: String?
+        var expectedContentLength: Int64
+        var textEncodingName: String?
+        var statusCode: Int?
+        var headerFields: HTTPFields
+        var resumeOffset: Int64?
+        var validator: String?
+        var statusLine: String?
+        var isInternalRedirect: Bool
+        var explicitFilename: String?
+    }
+
+    /// The box the fields live in; copying a box copies the fields whole (no list of
+    /// fields to keep in step when one is added).
     private final class Storage: @unchecked Sendable {
-        @exclusivity(unchecked) var url: URL
-        @exclusivity(unchecked) var mimeType: String?
-        @exclusivity(unchecked) var expectedContentLength: Int64
-        @exclusivity(unchecked) var textEncodingName: String?
-        @exclusivity(unchecked) var statusCode: Int?
-        @exclusivity(unchecked) var headerFields: HTTPFields
-        @exclusivity(unchecked) var resumeOffset: Int64?
-        @exclusivity(unchecked) var validator: String?
-        @exclusivity(unchecked) var statusLine: String?
-        @exclusivity(unchecked) var isInternalRedirect: Bool
-        @exclusivity(unchecked) var explicitFilename: String?
-
-        init(url: URL, mimeType: String?, expectedContentLength: Int64, textEncodingName: String?, statusCode: Int?,
-             headerFields: HTTPFields, resumeOffset: Int64?, validator: String?, statusLine: String?,
-             isInternalRedirect: Bool, explicitFilename: String?) {
-            self.url = url
-            self.mimeType = mimeType
-            self.expectedContentLength = expectedContentLength
-            self.textEncodingName = textEncodingName
-            self.statusCode = statusCode
-            self.headerFields = headerFields
-            self.resumeOffset = resumeOffset
-            self.validator = validator
-            self.statusLine = statusLine
-            self.isInternalRedirect = isInternalRedirect
-            self.explicitFilename = explicitFilename
-        }
-
-        func copy() -> Storage {
-            Storage(url: url, mimeType: mimeType, expectedContentLength: expectedContentLength, textEncodingName: textEncodingName,
-                    statusCode: statusCode, headerFields: headerFields, resumeOffset: resumeOffset, validator: validator,
-                    statusLine: statusLine, isInternalRedirect: isInternalRedirect, explicitFilename: explicitFilename)
-        }
+        @exclusivity(unchecked) var f: Fields
+        init(_ f: Fields) { self.f = f }
+        func copy() -> Storage { Storage(f) }
     }
 
     private var storage: Storage
@@ -54,46 +40,46 @@ public struct Response: Sendable, CustomStringConvertible {
     }
 
     public var url: URL {
-        get { storage.url }
-        _modify { yield &writable().url }
+        get { storage.f.url }
+        _modify { yield &writable().f.url }
     }
     public var mimeType: String? {
-        get { storage.mimeType }
-        _modify { yield &writable().mimeType }
+        get { storage.f.mimeType }
+        _modify { yield &writable().f.mimeType }
     }
     /// -1 when unknown. For HTTP with a content coding, the length of the *encoded*
     /// body as the server sent it (as with URLResponse).
     public var expectedContentLength: Int64 {
-        get { storage.expectedContentLength }
-        _modify { yield &writable().expectedContentLength }
+        get { storage.f.expectedContentLength }
+        _modify { yield &writable().f.expectedContentLength }
     }
     public var textEncodingName: String? {
-        get { storage.textEncodingName }
-        _modify { yield &writable().textEncodingName }
+        get { storage.f.textEncodingName }
+        _modify { yield &writable().f.textEncodingName }
     }
     public var statusCode: Int? {
-        get { storage.statusCode }
-        _modify { yield &writable().statusCode }
+        get { storage.f.statusCode }
+        _modify { yield &writable().f.statusCode }
     }
     public var headerFields: HTTPFields {
-        get { storage.headerFields }
-        _modify { yield &writable().headerFields }
+        get { storage.f.headerFields }
+        _modify { yield &writable().f.headerFields }
     }
     /// Set when the body starts at this offset of the resource (a resumed download).
     public var resumeOffset: Int64? {
-        get { storage.resumeOffset }
-        _modify { yield &writable().resumeOffset }
+        get { storage.f.resumeOffset }
+        _modify { yield &writable().f.resumeOffset }
     }
     /// A value that changes when the resource changes (for resume data).
     public var validator: String? {
-        get { storage.validator }
-        _modify { yield &writable().validator }
+        get { storage.f.validator }
+        _modify { yield &writable().f.validator }
     }
     /// The status line as the server sent it ("HTTP/1.1 200 OK", "HTTP/2 200"), for
     /// protocols that have one; nil otherwise.
     public var statusLine: String? {
-        get { storage.statusLine }
-        _modify { yield &writable().statusLine }
+        get { storage.f.statusLine }
+        _modify { yield &writable().f.statusLine }
     }
     /// A redirect the handler made up without the network, as a browser's "307 Internal
     /// Redirect": today the HSTS upgrade of `http://` to `https://`. The session follows
@@ -101,20 +87,20 @@ public struct Response: Sendable, CustomStringConvertible {
     /// counting it against `maximumRedirects`; the delegate still hears of it. Never set
     /// from anything a server sent.
     public var isInternalRedirect: Bool {
-        get { storage.isInternalRedirect }
-        _modify { yield &writable().isInternalRedirect }
+        get { storage.f.isInternalRedirect }
+        _modify { yield &writable().f.isInternalRedirect }
     }
     private var explicitFilename: String? {
-        get { storage.explicitFilename }
-        _modify { yield &writable().explicitFilename }
+        get { storage.f.explicitFilename }
+        _modify { yield &writable().f.explicitFilename }
     }
 
     public init(url: URL, mimeType: String?, expectedContentLength: Int64, textEncodingName: String? = nil,
                 statusCode: Int? = nil, headerFields: HTTPFields = [:], suggestedFilename: String? = nil) {
-        storage = Storage(url: url, mimeType: mimeType, expectedContentLength: expectedContentLength,
+        storage = Storage(Fields(url: url, mimeType: mimeType, expectedContentLength: expectedContentLength,
                           textEncodingName: textEncodingName, statusCode: statusCode, headerFields: headerFields,
                           resumeOffset: nil, validator: nil, statusLine: nil, isInternalRedirect: false,
-                          explicitFilename: suggestedFilename)
+                          explicitFilename: suggestedFilename))
     }
 
     /// A name to save the body under: the handler's suggestion, a Content-Disposition

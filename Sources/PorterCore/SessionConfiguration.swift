@@ -19,49 +19,47 @@ public struct SessionConfiguration: Sendable {
     /// on every read: ~8 k instructions per load in W2's profile): every access comes through a `Request` or
     /// `SessionConfiguration` value, whose own accesses the compiler already checks, and a
     /// box is written only while one value alone holds it.
-    private final class Storage: @unchecked Sendable {
-        @exclusivity(unchecked) var kind: Kind
-        @exclusivity(unchecked) var additionalHeaders: HTTPFields
-        @exclusivity(unchecked) var timeoutIntervalForRequest: TimeInterval
-        @exclusivity(unchecked) var timeoutIntervalForResource: TimeInterval
-        @exclusivity(unchecked) var waitsForConnectivity: Bool
-        @exclusivity(unchecked) var routeOverride: (any RouteOverride)?
-        @exclusivity(unchecked) var maximumRedirects: Int
-        @exclusivity(unchecked) var allowedRedirectSchemes: Set<String>
-        @exclusivity(unchecked) var http2Enabled: Bool
-        @exclusivity(unchecked) var webSocketPerMessageDeflate: Bool
-        @exclusivity(unchecked) var httpMaximumConnectionsPerHost: Int
-        @exclusivity(unchecked) var maximumBytesPerSecond: Int64?
-        @exclusivity(unchecked) var connectionTimeout: TimeInterval?
-        @exclusivity(unchecked) var tlsMinimumVersion: TLSVersion?
-        @exclusivity(unchecked) var tlsMaximumVersion: TLSVersion?
-        @exclusivity(unchecked) var caCertificateFile: String?
-        @exclusivity(unchecked) var tlsVerificationDisabled: Bool
-        @exclusivity(unchecked) var pinnedPublicKey: String?
-        @exclusivity(unchecked) var clientCertificate: (certificatePath: String, keyPath: String)?
-        @exclusivity(unchecked) var proxies: ProxyConfiguration
-        @exclusivity(unchecked) var hostOverrides: [HostOverride]
-        @exclusivity(unchecked) var httpShouldSetCookies: Bool
-        @exclusivity(unchecked) var cookieStore: (any CookieStore)?
-        @exclusivity(unchecked) var credentialStore: (any CredentialStorage)?
-        @exclusivity(unchecked) var hstsStore: (any StrictTransportStore)?
-        @exclusivity(unchecked) var altSvcCache: (any AlternativeServiceCache)?
-        @exclusivity(unchecked) var requestCachePolicy: CachePolicy
-        @exclusivity(unchecked) var responseCache: (any ResponseCache)?
-        @exclusivity(unchecked) var handlers: [any ProtocolHandlerFactory]
-        @exclusivity(unchecked) var registry: HandlerRegistry
-        @exclusivity(unchecked) var logger: Logger
-        @exclusivity(unchecked) var receiveBufferLimit: Int
-        @exclusivity(unchecked) var maximumDecodingRatio: Double?
-        @exclusivity(unchecked) var decodesContentEncoding: Bool
-        @exclusivity(unchecked) var downloadDirectory: String?
-        @exclusivity(unchecked) var launchCommand: [String]?
-        @exclusivity(unchecked) var sessionSendsLaunchEvents: Bool
-        @exclusivity(unchecked) var isDiscretionary: Bool
-        @exclusivity(unchecked) var discretionaryBytesPerSecond: Int64
-        @exclusivity(unchecked) var taskObserver: (any TaskObserver)?
-        /// `SessionConfiguration.settingsVersion`: replaced by every `writable()`.
-        @exclusivity(unchecked) var version: AnyObject = SettingsVersion()
+    private struct Fields {
+        var kind: Kind
+        var additionalHeaders: HTTPFields
+        var timeoutIntervalForRequest: TimeInterval
+        var timeoutIntervalForResource: TimeInterval
+        var waitsForConnectivity: Bool
+        var routeOverride: (any RouteOverride)?
+        var maximumRedirects: Int
+        var allowedRedirectSchemes: Set<String>
+        var http2Enabled: Bool
+        var webSocketPerMessageDeflate: Bool
+        var httpMaximumConnectionsPerHost: Int
+        var maximumBytesPerSecond: Int64?
+        var connectionTimeout: TimeInterval?
+        var tlsMinimumVersion: TLSVersion?
+        var tlsMaximumVersion: TLSVersion?
+        var caCertificateFile: String?
+        var tlsVerificationDisabled: Bool
+        var pinnedPublicKey: String?
+        var clientCertificate: (certificatePath: String, keyPath: String)?
+        var proxies: ProxyConfiguration
+        var hostOverrides: [HostOverride]
+        var httpShouldSetCookies: Bool
+        var cookieStore: (any CookieStore)?
+        var credentialStore: (any CredentialStorage)?
+        var hstsStore: (any StrictTransportStore)?
+        var altSvcCache: (any AlternativeServiceCache)?
+        var requestCachePolicy: CachePolicy
+        var responseCache: (any ResponseCache)?
+        var handlers: [any ProtocolHandlerFactory]
+        var registry: HandlerRegistry
+        var logger: Logger
+        var receiveBufferLimit: Int
+        var maximumDecodingRatio: Double?
+        var decodesContentEncoding: Bool
+        var downloadDirectory: String?
+        var launchCommand: [String]?
+        var sessionSendsLaunchEvents: Bool
+        var isDiscretionary: Bool
+        var discretionaryBytesPerSecond: Int64
+        var taskObserver: (any TaskObserver)?
 
         /// The defaults every new configuration starts with (stores and observer are set
         /// by `SessionConfiguration.init(kind:)`).
@@ -107,49 +105,16 @@ public struct SessionConfiguration: Sendable {
             discretionaryBytesPerSecond = 256 << 10
             taskObserver = nil
         }
+    }
 
-        init(copying other: Storage) {
-            kind = other.kind
-            additionalHeaders = other.additionalHeaders
-            timeoutIntervalForRequest = other.timeoutIntervalForRequest
-            timeoutIntervalForResource = other.timeoutIntervalForResource
-            waitsForConnectivity = other.waitsForConnectivity
-            routeOverride = other.routeOverride
-            maximumRedirects = other.maximumRedirects
-            allowedRedirectSchemes = other.allowedRedirectSchemes
-            http2Enabled = other.http2Enabled
-            webSocketPerMessageDeflate = other.webSocketPerMessageDeflate
-            httpMaximumConnectionsPerHost = other.httpMaximumConnectionsPerHost
-            maximumBytesPerSecond = other.maximumBytesPerSecond
-            connectionTimeout = other.connectionTimeout
-            tlsMinimumVersion = other.tlsMinimumVersion
-            tlsMaximumVersion = other.tlsMaximumVersion
-            caCertificateFile = other.caCertificateFile
-            tlsVerificationDisabled = other.tlsVerificationDisabled
-            pinnedPublicKey = other.pinnedPublicKey
-            clientCertificate = other.clientCertificate
-            proxies = other.proxies
-            hostOverrides = other.hostOverrides
-            httpShouldSetCookies = other.httpShouldSetCookies
-            cookieStore = other.cookieStore
-            credentialStore = other.credentialStore
-            hstsStore = other.hstsStore
-            altSvcCache = other.altSvcCache
-            requestCachePolicy = other.requestCachePolicy
-            responseCache = other.responseCache
-            handlers = other.handlers
-            registry = other.registry
-            logger = other.logger
-            receiveBufferLimit = other.receiveBufferLimit
-            maximumDecodingRatio = other.maximumDecodingRatio
-            decodesContentEncoding = other.decodesContentEncoding
-            downloadDirectory = other.downloadDirectory
-            launchCommand = other.launchCommand
-            sessionSendsLaunchEvents = other.sessionSendsLaunchEvents
-            isDiscretionary = other.isDiscretionary
-            discretionaryBytesPerSecond = other.discretionaryBytesPerSecond
-            taskObserver = other.taskObserver
-        }
+    /// The box the fields live in; copying a box copies the fields whole (no list of
+    /// fields to keep in step when one is added).
+    private final class Storage: @unchecked Sendable {
+        @exclusivity(unchecked) var f: Fields
+        /// `SessionConfiguration.settingsVersion`: replaced by every `writable()`.
+        @exclusivity(unchecked) var version: AnyObject = SettingsVersion()
+        init(kind: Kind) { f = Fields(kind: kind) }
+        init(copying other: Storage) { f = other.f }
     }
 
     private var storage: Storage
@@ -173,23 +138,23 @@ public struct SessionConfiguration: Sendable {
     }
 
     public private(set) var kind: Kind {
-        get { storage.kind }
-        _modify { yield &writable().kind }
+        get { storage.f.kind }
+        _modify { yield &writable().f.kind }
     }
     /// Headers added to every request that does not set them itself.
     public var additionalHeaders: HTTPFields {
-        get { storage.additionalHeaders }
-        _modify { yield &writable().additionalHeaders }
+        get { storage.f.additionalHeaders }
+        _modify { yield &writable().f.additionalHeaders }
     }
     /// Idle time in seconds after which a task fails with `.timedOut`; reset by every event.
     public var timeoutIntervalForRequest: TimeInterval {
-        get { storage.timeoutIntervalForRequest }
-        _modify { yield &writable().timeoutIntervalForRequest }
+        get { storage.f.timeoutIntervalForRequest }
+        _modify { yield &writable().f.timeoutIntervalForRequest }
     }
     /// Total time in seconds a task may take.
     public var timeoutIntervalForResource: TimeInterval {
-        get { storage.timeoutIntervalForResource }
-        _modify { yield &writable().timeoutIntervalForResource }
+        get { storage.f.timeoutIntervalForResource }
+        _modify { yield &writable().f.timeoutIntervalForResource }
     }
     /// When there is no route to the host (or to any name server, for a name that does
     /// not resolve), the task waits for the network instead of failing: the task delegate
@@ -198,98 +163,98 @@ public struct SessionConfiguration: Sendable {
     /// `timeoutIntervalForResource` (the request timeout does not run while waiting). A
     /// host that refuses the connection is not waited for. URLSession's default: false.
     public var waitsForConnectivity: Bool {
-        get { storage.waitsForConnectivity }
-        _modify { yield &writable().waitsForConnectivity }
+        get { storage.f.waitsForConnectivity }
+        _modify { yield &writable().f.waitsForConnectivity }
     }
     /// Tests only (PorterTesting's `NetworkConditions`): answers "is there a route" for
     /// `waitsForConnectivity` instead of the kernel, and says when that answer changes.
     package var routeOverride: (any RouteOverride)? {
-        get { storage.routeOverride }
-        _modify { yield &writable().routeOverride }
+        get { storage.f.routeOverride }
+        _modify { yield &writable().f.routeOverride }
     }
     /// Redirects followed per task before `.tooManyRedirects` (curl's default is 50, Porter's 20).
     public var maximumRedirects: Int {
-        get { storage.maximumRedirects }
-        _modify { yield &writable().maximumRedirects }
+        get { storage.f.maximumRedirects }
+        _modify { yield &writable().f.maximumRedirects }
     }
     /// Schemes a redirect may lead to when it changes scheme. A redirect within one
     /// scheme is always allowed; http ↔ https is allowed by this default. Add "file",
     /// "ftp" or a plugin's scheme to opt in.
     public var allowedRedirectSchemes: Set<String> {
-        get { storage.allowedRedirectSchemes }
-        _modify { yield &writable().allowedRedirectSchemes }
+        get { storage.f.allowedRedirectSchemes }
+        _modify { yield &writable().f.allowedRedirectSchemes }
     }
     public var http2Enabled: Bool {
-        get { storage.http2Enabled }
-        _modify { yield &writable().http2Enabled }
+        get { storage.f.http2Enabled }
+        _modify { yield &writable().f.http2Enabled }
     }
     /// WebSocket tasks offer permessage-deflate (RFC 7692) in their opening handshake, as
     /// browsers do; false: no extension is offered (as URLSession). A task can override it
     /// (`WebSocketTask.perMessageDeflate`).
     public var webSocketPerMessageDeflate: Bool {
-        get { storage.webSocketPerMessageDeflate }
-        _modify { yield &writable().webSocketPerMessageDeflate }
+        get { storage.f.webSocketPerMessageDeflate }
+        _modify { yield &writable().f.webSocketPerMessageDeflate }
     }
     /// At most this many connections to one host (and port) at a time, for the schemes
     /// on libcurl; further requests wait for a free connection (HTTP/2 requests share
     /// one). URLSession's name; default 6.
     public var httpMaximumConnectionsPerHost: Int {
-        get { storage.httpMaximumConnectionsPerHost }
-        _modify { yield &writable().httpMaximumConnectionsPerHost }
+        get { storage.f.httpMaximumConnectionsPerHost }
+        _modify { yield &writable().f.httpMaximumConnectionsPerHost }
     }
     /// Bytes per second a libcurl transfer (http, https, ftp) may receive at most (curl's
     /// --limit-rate, CURLOPT_MAX_RECV_SPEED_LARGE); nil: no limit.
     public var maximumBytesPerSecond: Int64? {
-        get { storage.maximumBytesPerSecond }
-        _modify { yield &writable().maximumBytesPerSecond }
+        get { storage.f.maximumBytesPerSecond }
+        _modify { yield &writable().f.maximumBytesPerSecond }
     }
     /// Seconds to wait for a connection (curl's --connect-timeout); nil: the request's idle
     /// timeout.
     public var connectionTimeout: TimeInterval? {
-        get { storage.connectionTimeout }
-        _modify { yield &writable().connectionTimeout }
+        get { storage.f.connectionTimeout }
+        _modify { yield &writable().f.connectionTimeout }
     }
     public var tlsMinimumVersion: TLSVersion? {
-        get { storage.tlsMinimumVersion }
-        _modify { yield &writable().tlsMinimumVersion }
+        get { storage.f.tlsMinimumVersion }
+        _modify { yield &writable().f.tlsMinimumVersion }
     }
     public var tlsMaximumVersion: TLSVersion? {
-        get { storage.tlsMaximumVersion }
-        _modify { yield &writable().tlsMaximumVersion }
+        get { storage.f.tlsMaximumVersion }
+        _modify { yield &writable().f.tlsMaximumVersion }
     }
     /// A PEM bundle of trusted CAs used instead of the system's (nil: the system's).
     public var caCertificateFile: String? {
-        get { storage.caCertificateFile }
-        _modify { yield &writable().caCertificateFile }
+        get { storage.f.caCertificateFile }
+        _modify { yield &writable().f.caCertificateFile }
     }
     /// Turns TLS verification off: any certificate, any host name. Only ever set on an
     /// explicit request (the CLI's `-k`); prefer `caCertificateFile` or a server-trust
     /// challenge answered by the delegate.
     public var tlsVerificationDisabled: Bool {
-        get { storage.tlsVerificationDisabled }
-        _modify { yield &writable().tlsVerificationDisabled }
+        get { storage.f.tlsVerificationDisabled }
+        _modify { yield &writable().f.tlsVerificationDisabled }
     }
     /// Accept only a server whose public key matches: "sha256//BASE64[;sha256//...]" or
     /// the path of a PEM/DER public key (libcurl's CURLOPT_PINNEDPUBLICKEY).
     public var pinnedPublicKey: String? {
-        get { storage.pinnedPublicKey }
-        _modify { yield &writable().pinnedPublicKey }
+        get { storage.f.pinnedPublicKey }
+        _modify { yield &writable().f.pinnedPublicKey }
     }
     /// A client certificate and key (PEM files) offered to TLS servers that ask.
     public var clientCertificate: (certificatePath: String, keyPath: String)? {
-        get { storage.clientCertificate }
-        _modify { yield &writable().clientCertificate }
+        get { storage.f.clientCertificate }
+        _modify { yield &writable().f.clientCertificate }
     }
     public var proxies: ProxyConfiguration {
-        get { storage.proxies }
-        _modify { yield &writable().proxies }
+        get { storage.f.proxies }
+        _modify { yield &writable().f.proxies }
     }
     /// Host names pinned to addresses for this session's libcurl schemes, ahead of DNS
     /// (curl's `--resolve`): for tests with many names on one machine, or to reach one
     /// server of a pool.
     public var hostOverrides: [HostOverride] {
-        get { storage.hostOverrides }
-        _modify { yield &writable().hostOverrides }
+        get { storage.f.hostOverrides }
+        _modify { yield &writable().f.hostOverrides }
     }
 
     /// The trust settings and address overrides responses are fetched under, as the cache
@@ -307,23 +272,23 @@ public struct SessionConfiguration: Sendable {
     /// Send and store cookies through `cookieStore`, for the schemes whose handler
     /// declares it (`ProtocolHandler.carriesCookies(for:)`: http and https).
     public var httpShouldSetCookies: Bool {
-        get { storage.httpShouldSetCookies }
-        _modify { yield &writable().httpShouldSetCookies }
+        get { storage.f.httpShouldSetCookies }
+        _modify { yield &writable().f.httpShouldSetCookies }
     }
     /// With the `Porter` module's defaults, `.default` sessions share
     /// `PersistentCookieStore.shared` (SQLite under the XDG data home) and each
     /// `.ephemeral` configuration gets a memory store of its own. nil: no cookies.
     public var cookieStore: (any CookieStore)? {
-        get { storage.cookieStore }
-        _modify { yield &writable().cookieStore }
+        get { storage.f.cookieStore }
+        _modify { yield &writable().f.cookieStore }
     }
     /// Credentials per protection space: with the `Porter` module's defaults, `.default`
     /// sessions share `CredentialStore.shared` (permanent ones in a 0600 file under the
     /// XDG data home); each `.ephemeral` configuration has a memory store of its own.
     /// nil: none.
     public var credentialStore: (any CredentialStorage)? {
-        get { storage.credentialStore }
-        _modify { yield &writable().credentialStore }
+        get { storage.f.credentialStore }
+        _modify { yield &writable().f.credentialStore }
     }
     /// Hosts that asked for https only (RFC 6797): with the `Porter` module's defaults,
     /// `.default` sessions share `HSTSStore.shared` (curl's HSTS file format, 0600, under
@@ -331,49 +296,49 @@ public struct SessionConfiguration: Sendable {
     /// A load of `http://` for a known host becomes a "307 Internal Redirect" to
     /// `https://` before anything is sent. nil: no HSTS (curl's default).
     public var hstsStore: (any StrictTransportStore)? {
-        get { storage.hstsStore }
-        _modify { yield &writable().hstsStore }
+        get { storage.f.hstsStore }
+        _modify { yield &writable().f.hstsStore }
     }
     /// Alternative services (RFC 7838), kept by libcurl in curl's alt-svc file: with the
     /// `Porter` module's defaults, `.default` sessions share `AltSvcCache.shared` (under
     /// the XDG cache home); `.ephemeral` ones have none (libcurl keeps alternatives in
     /// files only). nil: Alt-Svc fields are ignored (curl's default).
     public var altSvcCache: (any AlternativeServiceCache)? {
-        get { storage.altSvcCache }
-        _modify { yield &writable().altSvcCache }
+        get { storage.f.altSvcCache }
+        _modify { yield &writable().f.altSvcCache }
     }
     public var requestCachePolicy: CachePolicy {
-        get { storage.requestCachePolicy }
-        _modify { yield &writable().requestCachePolicy }
+        get { storage.f.requestCachePolicy }
+        _modify { yield &writable().f.requestCachePolicy }
     }
     /// The cache (nil: none): with the `Porter` module's defaults, `.default` sessions
     /// share `HTTPCache.shared` (memory and disk); each `.ephemeral` configuration has a
     /// memory-only `HTTPCache` of its own.
     /// Any `ResponseCache` can be plugged in.
     public var responseCache: (any ResponseCache)? {
-        get { storage.responseCache }
-        _modify { yield &writable().responseCache }
+        get { storage.f.responseCache }
+        _modify { yield &writable().f.responseCache }
     }
     /// Handlers consulted before the registry, most preferred first.
     public var handlers: [any ProtocolHandlerFactory] {
-        get { storage.handlers }
-        _modify { yield &writable().handlers }
+        get { storage.f.handlers }
+        _modify { yield &writable().f.handlers }
     }
     /// The registry consulted after `handlers`.
     public var registry: HandlerRegistry {
-        get { storage.registry }
-        _modify { yield &writable().registry }
+        get { storage.f.registry }
+        _modify { yield &writable().f.registry }
     }
     /// Where Porter logs the life cycle of tasks.
     public var logger: Logger {
-        get { storage.logger }
-        _modify { yield &writable().logger }
+        get { storage.f.logger }
+        _modify { yield &writable().f.logger }
     }
     /// Back-pressure: when this many received bytes wait for a consumer, the handler
     /// is asked to pause; it is resumed when they fall below a quarter of it.
     public var receiveBufferLimit: Int {
-        get { storage.receiveBufferLimit }
-        _modify { yield &writable().receiveBufferLimit }
+        get { storage.f.receiveBufferLimit }
+        _modify { yield &writable().f.receiveBufferLimit }
     }
     /// A guard against decompression bombs, off by default (as in curl and browsers: a
     /// large body decodes with flat memory either way). When set, a gzip or deflate body
@@ -382,8 +347,8 @@ public struct SessionConfiguration: Sendable {
     /// one read of the socket decodes to at most 1 MiB before the transfer pauses for the
     /// consumer: brotli and zstd have no worst ratio.
     public var maximumDecodingRatio: Double? {
-        get { storage.maximumDecodingRatio }
-        _modify { yield &writable().maximumDecodingRatio }
+        get { storage.f.maximumDecodingRatio }
+        _modify { yield &writable().f.maximumDecodingRatio }
     }
     /// Decode gzip, deflate, br and zstd bodies (and offer them in `Accept-Encoding` when a
     /// request names none), as URLSession does: the response keeps its Content-Encoding
@@ -392,14 +357,14 @@ public struct SessionConfiguration: Sendable {
     /// arrives as the server sent it (the CLI's rule for a request that sets its own
     /// Accept-Encoding, as curl without `--compressed`).
     public var decodesContentEncoding: Bool {
-        get { storage.decodesContentEncoding }
-        _modify { yield &writable().decodesContentEncoding }
+        get { storage.f.decodesContentEncoding }
+        _modify { yield &writable().f.decodesContentEncoding }
     }
     /// Where download tasks write their temporary files (nil: `$TMPDIR` or /tmp). Put it
     /// on the destination's file system so the final move is a rename.
     public var downloadDirectory: String? {
-        get { storage.downloadDirectory }
-        _modify { yield &writable().downloadDirectory }
+        get { storage.f.downloadDirectory }
+        _modify { yield &writable().f.downloadDirectory }
     }
     /// Background sessions: a command (argv, no shell) porterd runs, as this user and
     /// with PORTER_BACKGROUND_SESSION set to the identifier, when the session has events
@@ -408,33 +373,33 @@ public struct SessionConfiguration: Sendable {
     /// process's /proc/PID/exe and ignores anything else), and the program that first set
     /// it owns it: a process running another program cannot change or clear it.
     public var launchCommand: [String]? {
-        get { storage.launchCommand }
-        _modify { yield &writable().launchCommand }
+        get { storage.f.launchCommand }
+        _modify { yield &writable().f.launchCommand }
     }
     /// Background sessions: false keeps porterd from running `launchCommand`.
     public var sessionSendsLaunchEvents: Bool {
-        get { storage.sessionSendsLaunchEvents }
-        _modify { yield &writable().sessionSendsLaunchEvents }
+        get { storage.f.sessionSendsLaunchEvents }
+        _modify { yield &writable().f.sessionSendsLaunchEvents }
     }
     /// Background sessions: the transfers may wait for a quiet moment. Linux knows no
     /// "cheap network", so Porter's meaning is a bandwidth cap: each discretionary transfer
     /// runs at most at `discretionaryBytesPerSecond` (and one at a time per session), leaving
     /// the line to interactive work.
     public var isDiscretionary: Bool {
-        get { storage.isDiscretionary }
-        _modify { yield &writable().isDiscretionary }
+        get { storage.f.isDiscretionary }
+        _modify { yield &writable().f.isDiscretionary }
     }
     /// The cap of discretionary transfers (256 KiB/s by default).
     public var discretionaryBytesPerSecond: Int64 {
-        get { storage.discretionaryBytesPerSecond }
-        _modify { yield &writable().discretionaryBytesPerSecond }
+        get { storage.f.discretionaryBytesPerSecond }
+        _modify { yield &writable().f.discretionaryBytesPerSecond }
     }
     /// Tracing and metrics of this session's tasks (`TaskObserver`); nil: none. New
     /// configurations get the one installed by `installDefaultTaskObserver` (with the
     /// `Porter` module: `PorterInstrumentation()`, idle until a backend is bootstrapped).
     public var taskObserver: (any TaskObserver)? {
-        get { storage.taskObserver }
-        _modify { yield &writable().taskObserver }
+        get { storage.f.taskObserver }
+        _modify { yield &writable().f.taskObserver }
     }
 
     init(kind: Kind) {
