@@ -22,6 +22,8 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
     private let session: Session?
     private let stream: (any ByteStream)?
     private let queue = DispatchQueue(label: "porter.stream-task")
+    /// Marks `queue` as current (see `now`).
+    private let onQueue = DispatchSpecificKey<Bool>()
 
     /// An operation the app asked, kept by the id the machine answers it by.
     private enum Pending {
@@ -62,6 +64,13 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
         self.port = port
         self.stream = stream
         self.startError = startError
+        queue.setSpecific(key: onQueue, value: true)
+    }
+
+    /// Runs `event` through the machine before returning, on the task's queue (at once
+    /// when already on it): the state has changed when resume() or cancel() returns.
+    private func now(_ event: ConnectionTaskMachine.Event) {
+        if DispatchQueue.getSpecific(key: onQueue) == true { handle(event) } else { queue.sync { handle(event) } }
     }
 
     public var state: TaskState { lock.withLock { $0.state } }
@@ -71,12 +80,12 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
 
     /// Connects. A task that fails to connect fails every read and write it was asked.
     public func resume() {
-        queue.async { self.handle(.resume) }
+        now(.resume)
     }
 
     /// Closes the connection at once: outstanding reads and writes fail with `.cancelled`.
     public func cancel() {
-        queue.async { self.handle(.cancel) }
+        now(.cancel)
     }
 
     /// Reads at least `minLength` bytes (fewer only at the end of the stream) and at most

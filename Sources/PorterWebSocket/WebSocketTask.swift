@@ -111,6 +111,8 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     let delegate: (any WebSocketDelegate)?
     let protocols: [String]
     let queue = DispatchQueue(label: "porter.websocket")
+    /// Marks `queue` as current (see `now`).
+    private let onQueue = DispatchSpecificKey<Bool>()
 
     /// What waits for the connection to open: a message is encoded (and compressed) only
     /// once the extensions are known.
@@ -183,6 +185,14 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
         let limit = request.timeoutInterval > 0 ? request.timeoutInterval : session.configuration.timeoutIntervalForRequest
         self.openingTimeout = limit
         self.machine = ConnectionTaskMachine(kind: .webSocket, url: request.url, openingTimeout: limit)
+        queue.setSpecific(key: onQueue, value: true)
+    }
+
+    /// Runs `event` through the machine before returning, on the task's queue (at once
+    /// when already on it: an event met while others are performed waits in the inbox):
+    /// a task's state has changed when resume() or cancel() returns, as URLSessionTask's.
+    private func now(_ event: ConnectionTaskMachine.Event) {
+        if DispatchQueue.getSpecific(key: onQueue) == true { handle(event) } else { queue.sync { handle(event) } }
     }
 
     public var description: String { "WebSocketTask \(taskIdentifier) \(originalRequest.url.absoluteString) \(state)" }
@@ -203,19 +213,19 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     // MARK: - API
 
     public func resume() {
-        queue.async { self.handle(.resume) }
+        now(.resume)
     }
 
     /// Ends the connection at once, without a close handshake; outstanding calls fail
     /// with `.cancelled`.
     public func cancel() {
-        queue.async { self.handle(.cancel) }
+        now(.cancel)
     }
 
     /// Sends a close frame with `code` and `reason` (at most 123 bytes), waits up to 5 s for
     /// the server's, then ends the connection. Messages already received can still be read.
     public func cancel(with code: CloseCode, reason: Data?) {
-        queue.async { self.handle(.close(code: code.rawValue, reason: reason ?? Data())) }
+        now(.close(code: code.rawValue, reason: reason ?? Data()))
     }
 
     /// Sends a message whole (one frame, compressed when permessage-deflate was agreed and

@@ -399,6 +399,26 @@ final class WebSocketTests: WSTestCase {
         XCTAssertTrue(eventually(10) { listed().isEmpty }, "\(s.allTasks)")
     }
 
+    /// As URLSessionTask's: the state has changed when resume() and cancel() return
+    /// (the machine still decides; the call waits for it on the task's queue).
+    func testResumeAndCancelChangeTheStateBeforeTheyReturn() async throws {
+        let s = session()
+        defer { s.invalidateAndCancel() }
+        let socket = s.webSocketTask(with: ws("/echo"))
+        XCTAssertEqual(socket.state, .suspended)
+        socket.resume()
+        XCTAssertEqual(socket.state, .running)
+        socket.cancel()
+        XCTAssertNotEqual(socket.state, .running)
+        XCTAssertNotEqual(socket.state, .suspended)
+        let stream = s.streamTask(withHostName: "127.0.0.1", port: ports.echo)
+        stream.resume()
+        XCTAssertEqual(stream.state, .running)
+        stream.cancel()
+        XCTAssertNotEqual(stream.state, .running)
+        XCTAssertTrue(eventually(10) { socket.state == .completed && stream.state == .completed })
+    }
+
     func testCancelFailsOutstandingReceives() async throws {
         let task = session().webSocketTask(with: ws("/echo"))
         task.resume()
