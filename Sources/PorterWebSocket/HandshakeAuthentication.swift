@@ -40,6 +40,13 @@ enum HandshakeAuthentication {
 
         init?(_ challenge: HTTPAuthChallenge) {
             guard challenge.method == .httpDigest, let nonce = challenge.parameters["nonce"] else { return nil }
+            // The realm, nonce and opaque go back in our request's Authorization line:
+            // a control character in one (a lone CR or LF the head's parser let through)
+            // would split it, so such a challenge is not answered.
+            for value in [challenge.realm, nonce, challenge.parameters["opaque"]].compactMap({ $0 })
+            where value.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) {
+                return nil
+            }
             self.realm = challenge.realm ?? ""
             self.nonce = nonce
             self.opaque = challenge.parameters["opaque"]
@@ -137,7 +144,9 @@ enum HandshakeAuthentication {
             if m.count >= 48 {
                 let length = Int(readLE16(m, 40)), offset = Int(readLE32(m, 44))
                 if length > 0 {
-                    guard offset <= m.count, length <= m.count - offset else { return nil }
+                    // Its length bounds the type 3 message's own 16-bit lengths (the NT
+                    // response carries it with 48 bytes more).
+                    guard offset <= m.count, length <= m.count - offset, length <= 65_000 else { return nil }
                     info = Array(m[offset..<(offset + length)])
                 }
             }

@@ -70,7 +70,15 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
     /// Runs `event` through the machine before returning, on the task's queue (at once
     /// when already on it): the state has changed when resume() or cancel() returns.
     private func now(_ event: ConnectionTaskMachine.Event) {
-        if DispatchQueue.getSpecific(key: onQueue) == true { handle(event) } else { queue.sync { handle(event) } }
+        if DispatchQueue.getSpecific(key: onQueue) == true {
+            handle(event)
+        } else if session?.deliversInline == true {
+            // Callbacks run on the tasks' own queues: one task's callback waiting for
+            // another's queue while that one waits for the first would never return.
+            queue.async { self.handle(event) }
+        } else {
+            queue.sync { handle(event) }
+        }
     }
 
     public var state: TaskState { lock.withLock { $0.state } }

@@ -78,6 +78,13 @@ extension WebSocketOpening {
         case .basic?, .digest?: if !sameOrigin { answer = nil; usedCredential = nil }
         default: answer = nil
         }
+        // Another origin's challenges start afresh: its first one proposes the URL's or
+        // the store's credential, whatever the last origin refused.
+        if !sameOrigin {
+            failures = [:]
+            closedSchemes = []
+            staleRetried = false
+        }
     }
 }
 

@@ -192,7 +192,15 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     /// when already on it: an event met while others are performed waits in the inbox):
     /// a task's state has changed when resume() or cancel() returns, as URLSessionTask's.
     private func now(_ event: ConnectionTaskMachine.Event) {
-        if DispatchQueue.getSpecific(key: onQueue) == true { handle(event) } else { queue.sync { handle(event) } }
+        if DispatchQueue.getSpecific(key: onQueue) == true {
+            handle(event)
+        } else if session?.deliversInline == true {
+            // Callbacks run on the tasks' own queues: one task's callback waiting for
+            // another's queue while that one waits for the first would never return.
+            queue.async { self.handle(event) }
+        } else {
+            queue.sync { handle(event) }
+        }
     }
 
     public var description: String { "WebSocketTask \(taskIdentifier) \(originalRequest.url.absoluteString) \(state)" }

@@ -59,6 +59,31 @@ final class HandshakeAuthenticationTests: XCTestCase {
         }
     }
 
+    /// A Digest challenge whose realm, nonce or opaque holds a control character is not
+    /// answered: those values go back in the Authorization line, which a CR or LF would split.
+    func testDigestWithAControlCharacterIsNotAnswered() {
+        let bad: [[String: String]] = [["nonce": "a\rb"], ["nonce": "n", "opaque": "o\nX: y"], ["nonce": "n", "realm": "r\u{7F}"]]
+        for parameters in bad {
+            XCTAssertNil(HandshakeAuthentication.Digest(HTTPAuthChallenge(scheme: "Digest", parameters: parameters)), "\(parameters)")
+        }
+        let fine = HTTPAuthChallenge(scheme: "Digest", parameters: ["nonce": "n", "realm": "r", "opaque": "o"])
+        XCTAssertNotNil(HandshakeAuthentication.Digest(fine))
+    }
+
+    /// A type 2 message whose target info would make the type 3's NT response longer than
+    /// its 16-bit length can say is refused, not answered with a wrong length.
+    func testNTLMTargetInfoTooLongForAType3IsRefused() {
+        typealias N = HandshakeAuthentication.NTLM
+        func message(infoLength: Int) -> [UInt8] {
+            var m = Array("NTLMSSP\0".utf8) + [2, 0, 0, 0] + [UInt8](repeating: 0, count: 36)
+            m[40] = UInt8(infoLength & 0xFF); m[41] = UInt8(infoLength >> 8)
+            m[44] = 48
+            return m + [UInt8](repeating: 1, count: infoLength)
+        }
+        XCTAssertNotNil(N.parseChallenge(message(infoLength: 1_000)))
+        XCTAssertNil(N.parseChallenge(message(infoLength: 65_535)))
+    }
+
     /// SHA-512-256 with userhash (RFC 7616 §3.9.2's request; its published hashes are under
     /// errata, so the expected values here were computed with Python's hashlib, another
     /// implementation), and MD5-sess (RFC 7616 §3.4.2's A1).
