@@ -35,9 +35,18 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
         if let hit = byTrust.withLock({ $0.lastConfiguration.flatMap { $0.version === version ? $0.loop : nil } }) {
             return hit
         }
-        let loop = loop(for: LoopKey(configuration))
-        byTrust.withLock { $0.lastConfiguration = (version, loop) }
-        return loop
+        let key = LoopKey(configuration)
+        if key == LoopKey.plain {
+            byTrust.withLock { $0.lastConfiguration = (version, shared) }
+            return shared
+        }
+        // Found (or made) and remembered under one lock: a loop `forget` drops is never
+        // remembered after it (it would be handed out again beside a new one for its key).
+        return byTrust.withLock { loops in
+            let loop = keyed(key, in: &loops)
+            loops.lastConfiguration = (version, loop)
+            return loop
+        }
     }
 
     /// The loop for a session's streams (stream and WebSocket tasks): a multi handle of
@@ -53,22 +62,25 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
 
     private static func loop(for key: LoopKey) -> CurlLoop {
         if key == LoopKey.plain { return shared }
-        return byTrust.withLock { loops in
-            // The last key asked for answers without hashing (one session asks for the
-            // same loop for every task).
-            if let last = loops.last, last.key == key { return last.loop }
-            let loop: CurlLoop
-            if let existing = loops.byKey[key] {
-                loop = existing
-            } else {
-                loop = CurlLoop(name: key.streams ? "porter.streams.\(loops.byKey.count + 1)" : "porter.curl.\(loops.byKey.count + 1)",
-                                maxConnectionsPerHost: key.streams ? 0 : key.perHost, keyed: true,
-                                maximumConnections: key.streams ? 1 << 20 : 64)
-                loops.byKey[key] = loop
-            }
-            loops.last = (key, loop)
-            return loop
+        return byTrust.withLock { keyed(key, in: &$0) }
+    }
+
+    /// The loop of a key that is not the plain one, made when there is none (under the lock).
+    private static func keyed(_ key: LoopKey, in loops: inout Loops) -> CurlLoop {
+        // The last key asked for answers without hashing (one session asks for the
+        // same loop for every task).
+        if let last = loops.last, last.key == key { return last.loop }
+        let loop: CurlLoop
+        if let existing = loops.byKey[key] {
+            loop = existing
+        } else {
+            loop = CurlLoop(name: key.streams ? "porter.streams.\(loops.byKey.count + 1)" : "porter.curl.\(loops.byKey.count + 1)",
+                            maxConnectionsPerHost: key.streams ? 0 : key.perHost, keyed: true,
+                            maximumConnections: key.streams ? 1 << 20 : 64)
+            loops.byKey[key] = loop
         }
+        loops.last = (key, loop)
+        return loop
     }
 
     /// What separates loops: the trust settings, the connection limit per host and the
@@ -405,6 +417,7 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
         byTrust.withLock { loops in
             for (key, value) in loops.byKey where value === loop { loops.byKey[key] = nil }
             if loops.last?.loop === loop { loops.last = nil }
+            if loops.lastConfiguration?.loop === loop { loops.lastConfiguration = nil }
         }
     }
 

@@ -147,4 +147,28 @@ final class CurlLoopTests: XCTestCase {
         }
         XCTAssertNil(released, "the loop table keeps the last settings asked for, not the configuration and its cache")
     }
+
+    /// A configuration whose loop ended idle and left the table gets a new loop the next
+    /// time, not the one the table dropped (which would run beside a second one for the
+    /// same settings, each with its own connection limit per host).
+    func testTheLoopOfAConfigurationIsNotRememberedPastItsIdleEnd() {
+        let saved = CurlLoop.idleExitMilliseconds.exchange(100, ordering: .relaxed)
+        defer { CurlLoop.idleExitMilliseconds.store(saved, ordering: .relaxed) }
+        var config = SessionConfiguration.ephemeral
+        config.caCertificateFile = "/porter-test/ca-\(UUID().uuidString).pem"
+        let first = CurlLoop.loop(for: config)
+        // Loops other tests made without ever running keep their places in the table.
+        let withFirst = CurlLoop.keyedLoopCount
+        let ran = DispatchSemaphore(value: 0)
+        first.execute { ran.signal() }
+        XCTAssertEqual(ran.wait(timeout: .now() + 120), .success)
+        // Waits for the event (the loop's idle end), not for a time.
+        let deadline = Date().addingTimeInterval(60)
+        while CurlLoop.keyedLoopCount != withFirst - 1, Date() < deadline { usleep(10_000) }
+        XCTAssertEqual(CurlLoop.keyedLoopCount, withFirst - 1, "the idle loop leaves the table")
+        let next = CurlLoop.loop(for: config)
+        XCTAssertFalse(next === first, "the dropped loop was handed out again")
+        XCTAssertEqual(CurlLoop.keyedLoopCount, withFirst)
+    }
+
 }
