@@ -21,9 +21,8 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
     }
     private let session: Session?
     private let stream: (any ByteStream)?
-    private let queue = DispatchQueue(label: "porter.stream-task")
-    /// Marks `queue` as current (see `now`).
-    private let onQueue = DispatchSpecificKey<Bool>()
+    private let taskQueue = TaskQueue(label: "porter.stream-task")
+    private var queue: DispatchQueue { taskQueue.queue }
 
     /// An operation the app asked, kept by the id the machine answers it by.
     private enum Pending {
@@ -64,21 +63,12 @@ public final class StreamTask: @unchecked Sendable, CustomStringConvertible {
         self.port = port
         self.stream = stream
         self.startError = startError
-        queue.setSpecific(key: onQueue, value: true)
     }
 
     /// Runs `event` through the machine before returning, on the task's queue (at once
     /// when already on it): the state has changed when resume() or cancel() returns.
     private func now(_ event: ConnectionTaskMachine.Event) {
-        if DispatchQueue.getSpecific(key: onQueue) == true {
-            handle(event)
-        } else if session?.deliversInline == true {
-            // Callbacks run on the tasks' own queues: one task's callback waiting for
-            // another's queue while that one waits for the first would never return.
-            queue.async { self.handle(event) }
-        } else {
-            queue.sync { handle(event) }
-        }
+        taskQueue.runNow(deliversInline: session?.deliversInline == true) { self.handle(event) }
     }
 
     public var state: TaskState { lock.withLock { $0.state } }

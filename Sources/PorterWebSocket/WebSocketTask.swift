@@ -110,9 +110,8 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     let session: Session?
     let delegate: (any WebSocketDelegate)?
     let protocols: [String]
-    let queue = DispatchQueue(label: "porter.websocket")
-    /// Marks `queue` as current (see `now`).
-    private let onQueue = DispatchSpecificKey<Bool>()
+    private let taskQueue = TaskQueue(label: "porter.websocket")
+    var queue: DispatchQueue { taskQueue.queue }
 
     /// What waits for the connection to open: a message is encoded (and compressed) only
     /// once the extensions are known.
@@ -185,22 +184,13 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
         let limit = request.timeoutInterval > 0 ? request.timeoutInterval : session.configuration.timeoutIntervalForRequest
         self.openingTimeout = limit
         self.machine = ConnectionTaskMachine(kind: .webSocket, url: request.url, openingTimeout: limit)
-        queue.setSpecific(key: onQueue, value: true)
     }
 
     /// Runs `event` through the machine before returning, on the task's queue (at once
     /// when already on it: an event met while others are performed waits in the inbox):
     /// a task's state has changed when resume() or cancel() returns, as URLSessionTask's.
     private func now(_ event: ConnectionTaskMachine.Event) {
-        if DispatchQueue.getSpecific(key: onQueue) == true {
-            handle(event)
-        } else if session?.deliversInline == true {
-            // Callbacks run on the tasks' own queues: one task's callback waiting for
-            // another's queue while that one waits for the first would never return.
-            queue.async { self.handle(event) }
-        } else {
-            queue.sync { handle(event) }
-        }
+        taskQueue.runNow(deliversInline: session?.deliversInline == true) { self.handle(event) }
     }
 
     public var description: String { "WebSocketTask \(taskIdentifier) \(originalRequest.url.absoluteString) \(state)" }
