@@ -234,8 +234,7 @@ final class BackPressureTests: XCTestCase {
             XCTAssertEqual(first, 0)
         }
         // The sequence and its iterator are gone: the transfer must stop.
-        let end = Date().addingTimeInterval(60)
-        while task?.state != .completed, Date() < end { try await Task.sleep(nanoseconds: 10_000_000) }
+        _ = await eventuallyAsync { task?.state == .completed }
         XCTAssertEqual(task?.state, .completed)
         XCTAssertEqual(task?.error?.code, .cancelled)
     }

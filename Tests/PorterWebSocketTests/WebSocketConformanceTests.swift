@@ -16,17 +16,6 @@ final class WebSocketConformanceTests: WSTestCase {
         ((try? String(contentsOfFile: ports.dir + "/closes.log", encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
     }
 
-    private func porterError(_ body: () async throws -> Void) async -> PorterError? {
-        do {
-            try await body()
-            return nil
-        } catch let e as PorterError {
-            return e
-        } catch {
-            return PorterError(.unknown, "\(error)")
-        }
-    }
-
     // MARK: - pings
 
     /// Ten pings in one write get ten pongs, in order (they were coalesced to two).

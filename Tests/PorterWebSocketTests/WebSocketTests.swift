@@ -25,6 +25,18 @@ class WSTestCase: XCTestCase {
         change(&c)
         return Session(configuration: c)
     }
+
+    /// The PorterError `body` throws (another error as `.unknown`), nil when it returns.
+    func porterError(_ body: () async throws -> Void) async -> PorterError? {
+        do {
+            try await body()
+            return nil
+        } catch let e as PorterError {
+            return e
+        } catch {
+            return PorterError(.unknown, "\(error)")
+        }
+    }
 }
 
 final class WebSocketTests: WSTestCase {
@@ -39,17 +51,6 @@ final class WebSocketTests: WSTestCase {
         }
         func webSocketTask(_ task: WebSocketTask, didCloseWith code: WebSocketTask.CloseCode, reason: Data?) {
             events.withLock { $0.append("close \(code.rawValue) \(String(decoding: reason ?? Data(), as: UTF8.self))") }
-        }
-    }
-
-    private func porterError(_ body: () async throws -> Void) async -> PorterError? {
-        do {
-            try await body()
-            return nil
-        } catch let e as PorterError {
-            return e
-        } catch {
-            return PorterError(.unknown, "\(error)")
         }
     }
 
