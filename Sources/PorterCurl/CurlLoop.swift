@@ -423,4 +423,10 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
 
     /// How many loops made for particular settings exist (tests).
     static var keyedLoopCount: Int { byTrust.withLock { $0.byKey.count } }
+
+    /// Whether `loop` is still in the table of loops made for particular settings (tests:
+    /// other tests' loops that never ran stay there, so a count says less).
+    package static func isInTable(_ loop: CurlLoop) -> Bool {
+        byTrust.withLock { $0.byKey.values.contains { $0 === loop } }
+    }
 }
