@@ -233,8 +233,13 @@ final class MisbehavingHandler: ProtocolHandler, @unchecked Sendable {
                 client.didReceive(r, cacheStoragePolicy: .notAllowed)
                 client.didLoad(Data("0123456789".utf8))
                 guard race.sawData.wait(timeout: .now() + 120) == .success else { return client.didFail(with: PorterError(.unknown, "no data heard")) }
-                let gate = DispatchSemaphore(value: 0)
-                executor?.execute { _ = gate.wait(timeout: .now() + 120) }
+                // The end is handed over only once the gate holds the executor: the
+                // drain that delivered the data may still be looping there, and would
+                // take an end handed over meanwhile before the cancel (that end came
+                // before the cancel, so it is a success, and the race is not played).
+                let gate = DispatchSemaphore(value: 0), holding = DispatchSemaphore(value: 0)
+                executor?.execute { holding.signal(); _ = gate.wait(timeout: .now() + 120) }
+                _ = holding.wait(timeout: .now() + 120)
                 client.didFinishLoading()
                 race.mayCancel.signal()
                 _ = race.cancelled.wait(timeout: .now() + 120)
