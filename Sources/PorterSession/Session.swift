@@ -21,6 +21,12 @@ public final class Session: @unchecked Sendable {
         set { state.withLock { $0.description = newValue } }
     }
 
+    /// A background session's own tasks (those porterd never sees: refused kinds, stream
+    /// and WebSocket tasks) count from here: porterd numbers its tasks from 1 in its
+    /// journal, and one session's identifiers must never name two tasks (a completion
+    /// porterd delivers again to the next session was taken for a refused task's).
+    static let firstLocalBackgroundIdentifier = 1 << 52
+
     private struct State {
         var tasks: [Int: SessionTask] = [:]
         var nextIdentifier = 1
@@ -69,6 +75,7 @@ public final class Session: @unchecked Sendable {
         self.deliversInline = inline
         var s = State()
         s.delegate = delegate
+        if case .background = configuration.kind { s.nextIdentifier = Session.firstLocalBackgroundIdentifier }
         self.state = Locked(s)
         self.roles = Locked(Roles(delegate))
         self.isShared = false

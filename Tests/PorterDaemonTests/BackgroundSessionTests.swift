@@ -397,11 +397,29 @@ final class BackgroundSessionTests: DaemonTestCase {
         let c = Session(configuration: .background(identifier: id), delegate: refused)
         let data = c.dataTask(with: URL(string: nginx.http + "/medium.bin")!)
         data.resume()
-        XCTAssertEqual(refused.completed.wait(timeout: .now() + 120), .success)
+        // The upload's completion may come to this session again (b's receipt for it can
+        // still be on its way): wait for the refused task's own.
+        while refused.completions[data.taskIdentifier] == nil {
+            guard refused.completed.wait(timeout: .now() + 120) == .success else { return XCTFail("the refused task did not complete") }
+        }
         let e = try XCTUnwrap(refused.completions[data.taskIdentifier] ?? nil)
         XCTAssertEqual(e.code, .unsupportedConfiguration)
         XCTAssertTrue(e.message.contains("download tasks and upload tasks from a file"), e.message)
         c.finishTasksAndInvalidate()
+    }
+
+    /// A background session's own tasks (a refused kind) never take an identifier porterd
+    /// gave one of its tasks: porterd numbers from 1, and a completion it delivers again
+    /// to a later session was taken for the refused task's (the upload test above failed
+    /// so, once, on a loaded machine).
+    func testARefusedTaskNeverSharesAnIdentifierWithAPorterdTask() throws {
+        let a = Session(configuration: .background(identifier: "ids-\(UUID().uuidString.prefix(6))"), delegate: BackgroundRecorder())
+        let download = a.downloadTask(with: URL(string: nginx.http + "/medium.bin")!)
+        let refused = a.dataTask(with: URL(string: nginx.http + "/medium.bin")!)
+        let stream = a.streamTask(withHostName: "127.0.0.1", port: 9)
+        XCTAssertEqual(Set([download.taskIdentifier, refused.taskIdentifier, stream.taskIdentifier]).count, 3,
+                       "download \(download.taskIdentifier), refused \(refused.taskIdentifier), stream \(stream.taskIdentifier)")
+        a.invalidateAndCancel()
     }
 
     /// porterd slow to start (here a wrapper that waits before it runs porterd, as a
