@@ -179,8 +179,10 @@ final class WebSocketDeflateStream {
 
     /// Appends the compressed form of a whole message to `output` (RFC 7692 §7.2.1: a sync
     /// flush, its last four bytes 00 00 FF FF removed). False, with `output` cut back, when
-    /// it would pass `limit` bytes of output (compressing does not pay) or zlib failed.
-    func deflate(_ input: UnsafeRawBufferPointer, appendingTo output: inout Data, limit: Int) -> Bool {
+    /// it would pass `limit` bytes of output (compressing does not pay) or zlib failed —
+    /// or, once `probe` bytes of input were taken, when the output so far is no smaller
+    /// than that input (a large incompressible message is not compressed whole first).
+    func deflate(_ input: UnsafeRawBufferPointer, appendingTo output: inout Data, limit: Int, probe: Int = .max) -> Bool {
         let start = output.count
         var offset = 0
         while true {
@@ -189,8 +191,9 @@ final class WebSocketDeflateStream {
                 porter_deflate_stream_run(z, input.baseAddress.map { $0 + offset }, input.count - offset, &used, out.baseAddress, out.count, &made, 1)
             }
             offset += used
+            let produced = output.count - start + made
             // Past the limit less the tail that is cut: give up before the buffer grows.
-            guard rc >= 0, output.count - start + made <= limit + 4 else {
+            guard rc >= 0, produced <= limit + 4, offset < probe || produced < offset else {
                 output.removeSubrange(start...)
                 return false
             }

@@ -42,7 +42,13 @@ struct WebSocketFrame: Equatable, Sendable {
     /// copied (the only copy of a message on its way out).
     static func encode(fin: Bool, opcode: Opcode, rsv1: Bool, payload: UnsafeRawBufferPointer,
                        mask key: (UInt8, UInt8, UInt8, UInt8)) -> Data {
-        let header = header(fin: fin, opcode: opcode, rsv1: rsv1, length: payload.count, mask: key)
+        masked(header: header(fin: fin, opcode: opcode, rsv1: rsv1, length: payload.count, mask: key), payload: payload, key: key)
+    }
+
+    /// `header` (possibly empty), then `payload` masked while it is copied. A frame sent a
+    /// piece at a time gives each piece that starts at a multiple of 4 of its payload
+    /// here (the mask's phase starts over every four bytes), the header with the first.
+    static func masked(header: [UInt8], payload: UnsafeRawBufferPointer, key: (UInt8, UInt8, UInt8, UInt8)) -> Data {
         var out = Data(count: header.count + payload.count)
         out.withUnsafeMutableBytes { raw in
             raw.copyBytes(from: header)

@@ -63,8 +63,11 @@ struct WebSocketMessageAssembler {
                 compressed = rsv1
                 utf8 = UTF8Validator()
                 bytes = Data()
-                // One buffer for the message: its size is known when it comes in one frame.
-                if fin && !rsv1 && length <= maximumMessageSize { bytes.reserveCapacity(length) }
+                // One buffer for the message: its size is known when it comes in one frame
+                // (compressed, its frame's length is where the inflated bytes start: an
+                // incompressible message inflates to about that, and a buffer grown by
+                // doubling from nothing would leave the smaller ones behind resident).
+                if fin && length <= maximumMessageSize { bytes.reserveCapacity(length) }
             }
             if !compressed && bytes.count + length > maximumMessageSize { throw tooBig(bytes.count + length) }
             frameFin = fin

@@ -163,6 +163,10 @@ public final class WebSocketTask: @unchecked Sendable, CustomStringConvertible {
     var pings: [(payload: [UInt8], id: Int)] = []
     var nextPing: UInt32 = 0
     var reading = false
+    /// A large message is being written a piece at a time; frames asked meanwhile wait in
+    /// `heldWrites`, in order (WebSocketTask+Writer).
+    var writingInPieces = false
+    var heldWrites: [() -> Void] = []
     /// Pongs written but not yet sent: frames are not read on while `pongWindow` wait.
     var pongsInFlight = 0
     static let pongWindow = 16
