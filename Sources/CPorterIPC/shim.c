@@ -237,13 +237,20 @@ int porter_ipc_spawn_detached_env(const char *path, char *const argv[], char *co
     if (child == 0) {
         /* Only async-signal-safe calls from here: the parent may have threads. */
         if (setsid() < 0) _exit(1);
-        /* A clean slate: no inherited blocked signals or ignored SIGCHLD (the daemon
-         * waits for what it starts), and no hold on the caller's working folder. */
+        /* A clean slate: no inherited blocked signals and no ignored ones (the CLI
+         * ignores SIGINT, SIGTERM and SIGHUP while it handles them itself, and an ignored
+         * disposition survives execve: a porterd it started could not be stopped with
+         * SIGTERM, nor the apps porterd launches; SIGCHLD ignored would keep the daemon
+         * from waiting for what it starts), and no hold on the caller's working folder. */
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGCHLD, SIG_DFL);
-        signal(SIGPIPE, SIG_DFL);
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        for (int sig = 1; sig < NSIG; sig++) {
+            if (sig != SIGKILL && sig != SIGSTOP) (void)sigaction(sig, &dfl, NULL);
+        }
         if (chdir("/") != 0) _exit(1);
         pid_t grandchild = fork();
         if (grandchild < 0) _exit(1);

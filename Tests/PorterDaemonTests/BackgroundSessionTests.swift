@@ -660,6 +660,28 @@ final class BackgroundCLITests: DaemonTestCase {
         XCTAssertTrue(after.stdout.contains("\(id)\tcli\tcompleted"), after.stdout)
     }
 
+    /// The CLI ignores SIGINT, SIGTERM and SIGHUP while it handles them itself; a porterd
+    /// it starts must not inherit that (an ignored signal survives execve): it stops on
+    /// SIGTERM, as systemd and `kill` expect, and so would the apps it launches.
+    func testAPorterdTheCLIStartedStopsOnSIGTERM() throws {
+        XCTAssertNil(daemonHome.daemonPID, "no porterd yet: the CLI starts it")
+        let queued = try porter(["--background", "signals", "-o", home + "/s.bin", nginx.http + "/slow/medium.bin"])
+        XCTAssertEqual(queued.status, 0, queued.stderr)
+        let pid = try XCTUnwrap(daemonHome.daemonPID)
+        let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+        let ignored = try XCTUnwrap(status.split(separator: "\n").first { $0.hasPrefix("SigIgn:") }
+            .flatMap { UInt64($0.dropFirst(7).trimmingCharacters(in: .whitespaces), radix: 16) })
+        for sig in [SIGHUP, SIGINT, SIGTERM] {
+            XCTAssertEqual(ignored & (1 << UInt64(sig - 1)), 0, "porterd ignores signal \(sig) (SigIgn \(String(ignored, radix: 16)))")
+        }
+        kill(pid, SIGTERM)
+        // Gone, or a zombie its new parent has not reaped yet.
+        XCTAssertTrue(eventually {
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8) else { return true }
+            return stat.split(separator: ")").last?.split(separator: " ").first == "Z"
+        }, "porterd is still there after SIGTERM")
+    }
+
     /// Nothing listens at first: the task waits and retries with back-off (jobs shows it),
     /// and completes once a server comes up on the port.
     func testConnectionRefusedIsRetriedUntilTheServerComesUp() throws {
