@@ -193,19 +193,8 @@ public final class SecretServiceFixture: @unchecked Sendable {
             argv.forEach { free($0) }
             envp.forEach { free($0) }
         }
-        // A child of a Dispatch worker thread (an async test) would inherit its blocked
-        // signals and ignore SIGTERM: start it with none blocked, every one default.
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var none = sigset_t(), all = sigset_t()
-        sigemptyset(&none)
-        sigfillset(&all)
-        posix_spawnattr_setsigmask(&attributes, &none)
-        posix_spawnattr_setsigdefault(&attributes, &all)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
         var pid: pid_t = 0
-        let rc = posix_spawn(&pid, program, &actions, &attributes, argv, envp)
+        let rc = withDefaultSignals { posix_spawn(&pid, program, &actions, &$0, argv, envp) }
         if let input {
             signal(SIGPIPE, SIG_IGN)   // a daemon that exits before reading must not take the tests down
             close(fds[0])

@@ -86,9 +86,25 @@ public func spawnDaemon(_ program: String, _ args: [String]) throws -> pid_t {
     let argv = ([program] + args).map { strdup($0) } + [nil]
     defer { argv.forEach { free($0) } }
     var pid: pid_t = 0
-    let rc = posix_spawn(&pid, program, &actions, nil, argv, environ)
+    let rc = withDefaultSignals { posix_spawn(&pid, program, &actions, &$0, argv, environ) }
     guard rc == 0 else { throw SpawnError(message: "cannot start \(program): \(String(cString: strerror(rc)))") }
     return pid
+}
+
+/// posix_spawn attributes for a program a test starts: no signal blocked, every one at
+/// its default. A child of a Dispatch worker thread (an async test) would inherit its
+/// blocked signals and ignore SIGTERM (lighttpd then outlived its stop by the SIGKILL).
+public func withDefaultSignals<R>(_ body: (inout posix_spawnattr_t) -> R) -> R {
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    defer { posix_spawnattr_destroy(&attributes) }
+    var none = sigset_t(), all = sigset_t()
+    sigemptyset(&none)
+    sigfillset(&all)
+    posix_spawnattr_setsigmask(&attributes, &none)
+    posix_spawnattr_setsigdefault(&attributes, &all)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+    return body(&attributes)
 }
 
 public func isRunning(_ pid: pid_t) -> Bool {
