@@ -24,25 +24,31 @@ final class StartupTests: XCTestCase {
         XCTAssertTrue(needs([]))
     }
 
-    /// `porter URL...` is parsed as `fetch` directly (skipping the root's passes); every
-    /// other command line goes through the root as before.
-    func testOnlyAPlainURLListTakesTheDirectParse() {
-        XCTAssertTrue(PorterCommand.isURLsOnly(["data:,x"]))
-        XCTAssertTrue(PorterCommand.isURLsOnly(["https://a.example/", "file:///etc/hosts"]))
-        XCTAssertTrue(PorterCommand.isURLsOnly(["https://a.example/", "handlers"]), "only the first argument can name a subcommand")
-        XCTAssertFalse(PorterCommand.isURLsOnly([]))
+    /// A command line that can only mean `fetch` is parsed as `fetch` directly (skipping
+    /// the root's passes); every other goes through the root as before.
+    func testOnlyACommandLineThatCanOnlyMeanFetchTakesTheDirectParse() throws {
+        XCTAssertTrue(PorterCommand.parsesAsFetch(["data:,x"]))
+        XCTAssertTrue(PorterCommand.parsesAsFetch(["https://a.example/", "file:///etc/hosts"]))
+        XCTAssertTrue(PorterCommand.parsesAsFetch(["-s", "-o", "/dev/null", "data:,x"]))
+        XCTAssertTrue(PorterCommand.parsesAsFetch(["-sSL", "-H", "X-A: 1", "--retry", "3", "https://a.example/"]))
+        XCTAssertFalse(PorterCommand.parsesAsFetch([]))
+        XCTAssertFalse(PorterCommand.parsesAsFetch([""]))
         for name in ["fetch", "handlers", "plugins", "plugin", "cache", "jobs", "credentials", "help"] {
-            XCTAssertFalse(PorterCommand.isURLsOnly([name, "x"]), name)
+            XCTAssertFalse(PorterCommand.parsesAsFetch([name, "x"]), name)
+            XCTAssertFalse(PorterCommand.parsesAsFetch(["-s", name]), "\(name) anywhere")
         }
-        XCTAssertFalse(PorterCommand.isURLsOnly(["-s", "data:,x"]))
-        XCTAssertFalse(PorterCommand.isURLsOnly(["data:,x", "-o", "f"]))
-        XCTAssertFalse(PorterCommand.isURLsOnly(["data:,x", "--"]))
-        XCTAssertFalse(PorterCommand.isURLsOnly([""]))
+        for root in ["--help", "-h", "-sh", "--version", "--generate-completion-script", "--experimental-dump-help", "--"] {
+            XCTAssertFalse(PorterCommand.parsesAsFetch(["data:,x", root]), root)
+        }
         // The direct parse gives what the root gives.
-        let direct = try? Fetch.parseAsRoot(["data:,x", "data:,y"]) as? Fetch
-        let viaRoot = try? PorterCommand.parseAsRoot(["data:,x", "data:,y"]) as? Fetch
-        XCTAssertEqual(direct?.urls, ["data:,x", "data:,y"])
-        XCTAssertEqual(viaRoot?.urls, direct?.urls)
+        for line in [["data:,x", "data:,y"], ["-s", "-o", "/dev/null", "data:,x"], ["-sSL", "-H", "X-A: 1", "-d", "a=b", "https://a.example/"]] {
+            let direct = try XCTUnwrap(Fetch.parseAsRoot(line) as? Fetch)
+            let viaRoot = try XCTUnwrap(PorterCommand.parseAsRoot(line) as? Fetch)
+            XCTAssertEqual(direct.urls, viaRoot.urls, "\(line)")
+            XCTAssertEqual(direct.output, viaRoot.output, "\(line)")
+            XCTAssertEqual(direct.header, viaRoot.header, "\(line)")
+            XCTAssertEqual(direct.silent, viaRoot.silent, "\(line)")
+        }
     }
 
     /// Each command names itself, with the names ArgumentParser derived from the types
