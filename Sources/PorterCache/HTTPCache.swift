@@ -91,11 +91,7 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
     }
     public var count: Int { lock.withLock { entries.values.reduce(0) { $0 + $1.count } } }
 
-    static func key(_ url: URL) -> String {
-        var text = url.absoluteString
-        if let hash = text.firstIndex(of: "#") { text = String(text[..<hash]) }
-        return text
-    }
+    static func key(_ url: URL) -> String { HTTPCacheRules.withoutFragment(url) }
 
     /// The pseudo-field every stored variant carries: the partition it was fetched under.
     /// Its name holds a space, so no real header field can be called that.
@@ -121,17 +117,12 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
 
     private func memoryLookup(_ key: String, _ request: Request) -> CachedResponse? {
         lock.withLock {
-            guard var list = entries[key] else { return nil }
-            for i in list.indices {
-                let v = list[i]
-                if Self.matches(v.varyValues, request) {
-                    tick += 1
-                    list[i].lastUsed = tick
-                    entries[key] = list
-                    return v.cached
-                }
-            }
-            return nil
+            // In place: a copy of the variant list taken out and written back would be
+            // copied again, on every hit.
+            guard let i = entries[key]?.firstIndex(where: { Self.matches($0.varyValues, request) }) else { return nil }
+            tick += 1
+            entries[key]![i].lastUsed = tick
+            return entries[key]![i].cached
         }
     }
 

@@ -22,34 +22,126 @@ public struct CacheControl: Sendable, Equatable {
 
     public init(_ values: [String]) {
         for value in values {
-            for part in value.split(separator: ",") {
-                let pieces = part.split(separator: "=", maxSplits: 1)
-                let name = pieces.first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
-                var argument = pieces.count > 1 ? pieces[1].trimmingCharacters(in: .whitespaces) : nil
-                if let a = argument, a.hasPrefix("\""), a.hasSuffix("\""), a.count >= 2 { argument = String(a.dropFirst().dropLast()) }
-                // A malformed or negative number is ignored; a huge one is clamped.
-                let seconds = argument.flatMap { a -> Int? in
-                    // delta-seconds is ASCII digits only (RFC 9111 §1.2.2): "½" or "٣" is not a number here.
-                    guard !a.isEmpty, a.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
-                    return Int(a) ?? Int(Int32.max)
-                }
-                switch name {
-                case "max-age": if let s = seconds { maxAge = s }
-                case "s-maxage": if let s = seconds { sharedMaxAge = s }
-                case "max-stale": maxStale = seconds ?? Int(Int32.max)
-                case "min-fresh": if let s = seconds { minFresh = s }
-                case "no-store": noStore = true
-                case "no-cache": noCache = true
-                case "must-revalidate", "proxy-revalidate": mustRevalidate = true
-                case "private": isPrivate = true
-                case "public": isPublic = true
-                case "immutable": immutable = true
-                case "only-if-cached": onlyIfCached = true
-                case "must-understand": mustUnderstand = true
-                case "stale-while-revalidate": if let s = seconds { staleWhileRevalidate = s }
-                default: continue
-                }
+            // Field values are ASCII in practice: read those byte by byte (a cache parses
+            // the Cache-Control of every request and every stored response it answers
+            // with); anything else the way Unicode text is read (`readText`).
+            let ascii = value.utf8.withContiguousStorageIfAvailable { bytes -> Bool in
+                guard !bytes.contains(where: { $0 >= 0x80 }) else { return false }
+                read(ascii: bytes)
+                return true
             }
+            if ascii != true { readText(value) }
+        }
+    }
+
+    /// One directive, its name lower case, its argument unquoted.
+    private mutating func apply(_ name: Directive, _ seconds: Int?) {
+        switch name {
+        case .maxAge: if let s = seconds { maxAge = s }
+        case .sMaxAge: if let s = seconds { sharedMaxAge = s }
+        case .maxStale: maxStale = seconds ?? Int(Int32.max)
+        case .minFresh: if let s = seconds { minFresh = s }
+        case .noStore: noStore = true
+        case .noCache: noCache = true
+        case .mustRevalidate: mustRevalidate = true
+        case .isPrivate: isPrivate = true
+        case .isPublic: isPublic = true
+        case .immutable: immutable = true
+        case .onlyIfCached: onlyIfCached = true
+        case .mustUnderstand: mustUnderstand = true
+        case .staleWhileRevalidate: if let s = seconds { staleWhileRevalidate = s }
+        }
+    }
+
+    private enum Directive: CaseIterable {
+        case maxAge, sMaxAge, maxStale, minFresh, noStore, noCache, mustRevalidate, isPrivate, isPublic, immutable,
+             onlyIfCached, mustUnderstand, staleWhileRevalidate
+
+        static let names: [(StaticString, Directive)] = [
+            ("max-age", .maxAge), ("s-maxage", .sMaxAge), ("max-stale", .maxStale), ("min-fresh", .minFresh),
+            ("no-store", .noStore), ("no-cache", .noCache), ("must-revalidate", .mustRevalidate),
+            ("proxy-revalidate", .mustRevalidate), ("private", .isPrivate), ("public", .isPublic),
+            ("immutable", .immutable), ("only-if-cached", .onlyIfCached), ("must-understand", .mustUnderstand),
+            ("stale-while-revalidate", .staleWhileRevalidate),
+        ]
+
+        /// The directive a (lower-cased) name is, nil for one this cache ignores.
+        init?(_ lowered: String) {
+            guard let found = Self.names.first(where: { String(describing: $0.0) == lowered }) else { return nil }
+            self = found.1
+        }
+
+        /// The directive `b` names in any case.
+        init?(ascii b: UnsafeBufferPointer<UInt8>) {
+            for (name, directive) in Self.names where name.utf8CodeUnitCount == b.count {
+                let n = name.utf8Start
+                var i = 0
+                while i < b.count, (b[i] >= 0x41 && b[i] <= 0x5A ? b[i] | 0x20 : b[i]) == n[i] { i += 1 }
+                if i == b.count { self = directive; return }
+            }
+            return nil
+        }
+    }
+
+    /// delta-seconds is ASCII digits only (RFC 9111 §1.2.2): "½" or "٣" is not a number
+    /// here. A malformed or negative number is ignored (nil); a huge one is clamped.
+    private static func seconds<C: Collection>(_ digits: C) -> Int? where C.Element == UInt8 {
+        guard !digits.isEmpty else { return nil }
+        var n = 0
+        for c in digits {
+            guard c >= 0x30, c <= 0x39 else { return nil }
+            let (times, o1) = n.multipliedReportingOverflow(by: 10)
+            let (sum, o2) = times.addingReportingOverflow(Int(c - 0x30))
+            if o1 || o2 { return digits.allSatisfy { $0 >= 0x30 && $0 <= 0x39 } ? Int(Int32.max) : nil }
+            n = sum
+        }
+        return n
+    }
+
+    /// An ASCII value: the same reading as `readText`'s (members split at ",", a name and an
+    /// argument split at the first "=" after the name, space and tab trimmed, a quoted
+    /// argument unquoted), without making strings.
+    private mutating func read(ascii b: UnsafeBufferPointer<UInt8>) {
+        func trimmed(_ lo: Int, _ hi: Int) -> Range<Int> {
+            var lo = lo, hi = hi
+            while lo < hi, b[lo] == 0x20 || b[lo] == 0x09 { lo += 1 }
+            while hi > lo, b[hi - 1] == 0x20 || b[hi - 1] == 0x09 { hi -= 1 }
+            return lo..<hi
+        }
+        var start = 0
+        while start < b.count {
+            var end = start
+            while end < b.count, b[end] != 0x2C { end += 1 }
+            defer { start = end + 1 }
+            // `split("=", maxSplits: 1)` without empty pieces: "=" before the name skipped.
+            var nameStart = start
+            while nameStart < end, b[nameStart] == 0x3D { nameStart += 1 }
+            guard nameStart < end else { continue }
+            var equals = nameStart
+            while equals < end, b[equals] != 0x3D { equals += 1 }
+            let nameRange = trimmed(nameStart, equals)
+            guard let directive = Directive(ascii: UnsafeBufferPointer(rebasing: b[nameRange])) else { continue }
+            var seconds: Int?
+            if equals + 1 < end {
+                var arg = trimmed(equals + 1, end)
+                if arg.count >= 2, b[arg.lowerBound] == 0x22, b[arg.upperBound - 1] == 0x22 {
+                    arg = arg.lowerBound + 1..<arg.upperBound - 1
+                }
+                seconds = Self.seconds(b[arg])
+            }
+            apply(directive, seconds)
+        }
+    }
+
+    /// Any value, as Unicode text (white space as `CharacterSet.whitespaces` has it).
+    private mutating func readText(_ value: String) {
+        for part in value.split(separator: ",") {
+            let pieces = part.split(separator: "=", maxSplits: 1)
+            let name = pieces.first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+            var argument = pieces.count > 1 ? pieces[1].trimmingCharacters(in: .whitespaces) : nil
+            if let a = argument, a.hasPrefix("\""), a.hasSuffix("\""), a.count >= 2 { argument = String(a.dropFirst().dropLast()) }
+            guard let directive = Directive(name) else { continue }
+            apply(directive, argument.flatMap { Self.seconds($0.utf8) })
         }
     }
 }
@@ -121,11 +213,16 @@ public enum HTTPCacheRules {
     static func contentLocationIsRequestURI(request: Request, response: Response) -> Bool {
         guard let value = response.value(forHeader: "Content-Location")?.trimmingCharacters(in: .whitespaces),
               let target = URL(string: value, relativeTo: request.url)?.absoluteURL else { return false }
-        func plain(_ u: URL) -> String {
-            let t = u.absoluteString
-            return t.firstIndex(of: "#").map { String(t[..<$0]) } ?? t
-        }
-        return plain(target) == plain(request.url)
+        return withoutFragment(target) == withoutFragment(request.url)
+    }
+
+    /// The URL's text without its fragment: what identifies a stored response (§2). The
+    /// "#" is found in the UTF-8 bytes: a search by Character costs more than the rest
+    /// of a cache hit's key.
+    public static func withoutFragment(_ url: URL) -> String {
+        let text = url.absoluteString
+        guard let hash = text.utf8.firstIndex(of: UInt8(ascii: "#")) else { return text }
+        return String(text[..<hash])
     }
 
     /// §4.2.1: max-age, else Expires - Date, else the heuristic (default-cacheable
