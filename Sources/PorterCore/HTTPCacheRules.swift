@@ -194,7 +194,7 @@ public enum HTTPCacheRules {
             return false
         }
         if varyNames(response).contains("*") { return false }
-        let explicit = cc.maxAge != nil || response.value(forHeader: "Expires") != nil
+        let explicit = cc.maxAge != nil || response.headerFields.combined(.expires) != nil
         switch request.method.uppercased() {
         case "GET": break
         case "POST":
@@ -203,7 +203,7 @@ public enum HTTPCacheRules {
         }
         if status == 206 {
             guard let range = contentRange(response), range.total != nil else { return false }
-            let coding = response.value(forHeader: "Content-Encoding")?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
+            let coding = response.headerFields.combined(.contentEncoding)?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
             guard coding.isEmpty || coding == "identity" else { return false }
         }
         return explicit || cc.isPublic || cc.isPrivate || cacheableByDefault.contains(status)
@@ -211,7 +211,7 @@ public enum HTTPCacheRules {
 
     /// RFC 9110 §9.3.3: the Content-Location, resolved against the request's URI, is that URI.
     static func contentLocationIsRequestURI(request: Request, response: Response) -> Bool {
-        guard let value = response.value(forHeader: "Content-Location")?.trimmingCharacters(in: .whitespaces),
+        guard let value = response.headerFields.combined(.contentLocation)?.trimmingCharacters(in: .whitespaces),
               let target = URL(string: value, relativeTo: request.url)?.absoluteURL else { return false }
         return withoutFragment(target) == withoutFragment(request.url)
     }
@@ -229,25 +229,34 @@ public enum HTTPCacheRules {
     /// statuses, or `public`, with Last-Modified), else 0. Dates that are not
     /// HTTP-dates count as absent (Date, Last-Modified) or as the past (Expires).
     public static func freshnessLifetime(_ response: Response) -> TimeInterval {
-        let cc = CacheControl(response.headerFields[values: .cacheControl])
+        freshnessLifetime(response, CacheControl(response.headerFields[values: .cacheControl]), date: nil)
+    }
+
+    /// `freshnessLifetime` with the response's Cache-Control read already, and its Date
+    /// (nil: read it here, if it is needed).
+    static func freshnessLifetime(_ response: Response, _ cc: CacheControl, date parsedDate: Date??) -> TimeInterval {
+        func date() -> Date { (parsedDate ?? httpDate(response.headerFields.combined(.date))) ?? Date() }
         if let maxAge = cc.maxAge { return TimeInterval(maxAge) }
-        if let expiresText = response.value(forHeader: "Expires") {
+        if let expiresText = response.headerFields.combined(.expires) {
             // Only a valid HTTP-date counts (RFC 9111 §5.3): anything else is in the past.
             guard let expires = HTTPDate.parse(expiresText) else { return 0 }
-            let date = httpDate(response.value(forHeader: "Date")) ?? Date()
-            return max(0, expires.timeIntervalSince(date))
+            return max(0, expires.timeIntervalSince(date()))
         }
         if let status = response.statusCode, cacheableByDefault.contains(status) || cc.isPublic,
-           let modified = httpDate(response.value(forHeader: "Last-Modified")) {
-            let date = httpDate(response.value(forHeader: "Date")) ?? Date()
-            return max(0, date.timeIntervalSince(modified) * heuristicFraction)
+           let modified = httpDate(response.headerFields.combined(.lastModified)) {
+            return max(0, date().timeIntervalSince(modified) * heuristicFraction)
         }
         return 0
     }
 
     /// §4.2.3: the response's current age. `stored` is when it was received.
     public static func currentAge(_ response: Response, stored: Date, now: Date) -> TimeInterval {
-        let date = httpDate(response.value(forHeader: "Date")) ?? stored
+        currentAge(response, date: httpDate(response.headerFields.combined(.date)), stored: stored, now: now)
+    }
+
+    /// `currentAge` with the response's Date read already.
+    static func currentAge(_ response: Response, date parsed: Date?, stored: Date, now: Date) -> TimeInterval {
+        let date = parsed ?? stored
         let apparent = max(0, stored.timeIntervalSince(date))
         let ageValue = ageHeader(response) ?? 0
         return max(apparent, ageValue) + max(0, now.timeIntervalSince(stored))
@@ -282,29 +291,37 @@ public enum HTTPCacheRules {
     /// RFC 5861: a stale response whose `stale-while-revalidate` window is still open may be
     /// served at once while it is revalidated in the background.
     public static func mayServeWhileRevalidating(_ cached: CachedResponse, request: Request, now: Date) -> Bool {
-        let response = cached.response
-        let cc = CacheControl(response.headerFields[values: .cacheControl])
-        let rc = CacheControl(request.headerFields[values: .cacheControl])
-        guard let window = cc.staleWhileRevalidate, !cc.noCache, !cc.mustRevalidate, !rc.noCache, !requestSaysNoCache(request) else {
+        mayServeWhileRevalidating(Stored(cached, now: now), request: request, CacheControl(request.headerFields[values: .cacheControl]))
+    }
+
+    static func mayServeWhileRevalidating(_ stored: Stored, request: Request, _ rc: CacheControl) -> Bool {
+        let cc = stored.cc
+        guard let window = cc.staleWhileRevalidate, !cc.noCache, !cc.mustRevalidate, !rc.noCache,
+              !requestSaysNoCache(request, rc) else {
             return false
         }
-        let age = currentAge(response, stored: cached.storedDate ?? now, now: now)
-        return age < freshnessLifetime(response) + TimeInterval(window)
+        return stored.age < stored.lifetime + TimeInterval(window)
     }
+
+    static let pragma = HTTPField.Name("Pragma")!
 
     /// §5.4: `Pragma: no-cache` means `Cache-Control: no-cache` when the request has no
     /// Cache-Control field of its own.
     static func requestSaysNoCache(_ request: Request) -> Bool {
-        if CacheControl(request.headerFields[values: .cacheControl]).noCache { return true }
+        requestSaysNoCache(request, CacheControl(request.headerFields[values: .cacheControl]))
+    }
+
+    static func requestSaysNoCache(_ request: Request, _ rc: CacheControl) -> Bool {
+        if rc.noCache { return true }
         guard request.headerFields.combined(.cacheControl) == nil else { return false }
-        return request.headerFields[values: HTTPField.Name("Pragma")!].contains { $0.lowercased().contains("no-cache") }
+        return request.headerFields[values: pragma].contains { $0.lowercased().contains("no-cache") }
     }
 
     /// RFC 9110 §13.1.2 / §13.1.3: whether the client's own validators match the stored
     /// response, so that the cache answers 304 itself.
     public static func clientConditionMatches(_ request: Request, _ response: Response) -> Bool {
-        if let inm = request.value(forHeader: "If-None-Match") {
-            guard let etag = response.value(forHeader: "ETag") else { return false }
+        if let inm = request.headerFields.combined(.ifNoneMatch) {
+            guard let etag = response.headerFields.combined(.eTag) else { return false }
             func weak(_ tag: String) -> String {
                 let t = tag.trimmingCharacters(in: .whitespaces)
                 return t.hasPrefix("W/") ? String(t.dropFirst(2)) : t
@@ -312,15 +329,15 @@ public enum HTTPCacheRules {
             return inm.trimmingCharacters(in: .whitespaces) == "*"
                 || inm.split(separator: ",").contains { weak(String($0)) == weak(etag) }
         }
-        if let ims = request.value(forHeader: "If-Modified-Since").flatMap(HTTPDate.parse),
-           let modified = response.value(forHeader: "Last-Modified").flatMap(HTTPDate.parse) {
+        if let ims = request.headerFields.combined(.ifModifiedSince).flatMap(HTTPDate.parse),
+           let modified = response.headerFields.combined(.lastModified).flatMap(HTTPDate.parse) {
             return modified <= ims
         }
         return false
     }
     /// The field names a response's Vary lists, lower-cased.
     public static func varyNames(_ response: Response) -> [String] {
-        response.headerFields[values: HTTPField.Name("Vary")!].flatMap { $0.split(separator: ",") }
+        response.headerFields[values: .vary].flatMap { $0.split(separator: ",") }
             .map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
     }
 
@@ -363,13 +380,35 @@ public enum HTTPCacheRules {
     /// §4.2 with the request's own directives: whether the stored response may be used
     /// without asking the server.
     public static func isFresh(_ cached: CachedResponse, request: Request, now: Date) -> Bool {
-        let response = cached.response
-        let cc = CacheControl(response.headerFields[values: .cacheControl])
-        let rc = CacheControl(request.headerFields[values: .cacheControl])
-        if cc.noCache || requestSaysNoCache(request) { return false }
-        let stored = cached.storedDate ?? now
-        let age = currentAge(response, stored: stored, now: now)
-        var lifetime = freshnessLifetime(response)
+        isFresh(Stored(cached, now: now), request: request, CacheControl(request.headerFields[values: .cacheControl]))
+    }
+
+    /// What answering from a stored response needs to know of it, read once (its
+    /// Cache-Control, its Date, its age and lifetime at `now`): the fields are parsed
+    /// once per answer, not once per rule that asks.
+    struct Stored {
+        let cached: CachedResponse
+        let cc: CacheControl
+        let age: TimeInterval
+        let lifetime: TimeInterval
+        let now: Date
+
+        init(_ cached: CachedResponse, now: Date) {
+            let response = cached.response
+            self.cached = cached
+            self.now = now
+            cc = CacheControl(response.headerFields[values: .cacheControl])
+            let date = httpDate(response.headerFields.combined(.date))
+            age = currentAge(response, date: date, stored: cached.storedDate ?? now, now: now)
+            lifetime = freshnessLifetime(response, cc, date: .some(date))
+        }
+    }
+
+    static func isFresh(_ stored: Stored, request: Request, _ rc: CacheControl) -> Bool {
+        let cc = stored.cc
+        if cc.noCache || requestSaysNoCache(request, rc) { return false }
+        let age = stored.age
+        var lifetime = stored.lifetime
         if let maxAge = rc.maxAge { lifetime = min(lifetime, TimeInterval(maxAge)) }
         let needed = age + TimeInterval(rc.minFresh ?? 0)
         if needed < lifetime { return true }
@@ -381,8 +420,8 @@ public enum HTTPCacheRules {
     /// §4.3.1: the validators for a conditional request.
     public static func conditionalHeaders(for cached: CachedResponse) -> [(String, String)] {
         var fields: [(String, String)] = []
-        if let etag = cached.response.value(forHeader: "ETag") { fields.append(("If-None-Match", etag)) }
-        if let modified = cached.response.value(forHeader: "Last-Modified") { fields.append(("If-Modified-Since", modified)) }
+        if let etag = cached.response.headerFields.combined(.eTag) { fields.append(("If-None-Match", etag)) }
+        if let modified = cached.response.headerFields.combined(.lastModified) { fields.append(("If-Modified-Since", modified)) }
         return fields
     }
 
@@ -413,10 +452,20 @@ public enum HTTPCacheRules {
 
     /// The stored response as served now: with its current Age.
     public static func serving(_ cached: CachedResponse, now: Date) -> Response {
+        serving(cached, age: currentAge(cached.response, stored: cached.storedDate ?? now, now: now))
+    }
+
+    static func serving(_ cached: CachedResponse, age: TimeInterval) -> Response {
         var r = cached.response
         // RFC 9111 §1.2.2: an age past 2^31 seconds (from a server's "Age: 1e30", say) is sent as 2^31.
-        let age = currentAge(r, stored: cached.storedDate ?? now, now: now)
-        r.headerFields[.age] = String(age < 2_147_483_648 ? Int(age) : 2_147_483_648)
+        let value = String(age < 2_147_483_648 ? Int(age) : 2_147_483_648)
+        // Appended when there is none (a stored response keeps no Age): what the subscript
+        // would do, without its general replace-every-field path.
+        if r.headerFields[.age] == nil {
+            r.headerFields.append(HTTPField(name: .age, value: value))
+        } else {
+            r.headerFields[.age] = value
+        }
         return r
     }
 
@@ -454,9 +503,10 @@ public enum HTTPCacheRules {
         let method = request.method.uppercased()
         let partial = cached.map(isPartial) ?? false
         if let cached, policy != .reloadRevalidatingCacheData {
-            if isFresh(cached, request: request, now: now), let served = fromStore(request, cached, now: now) { return served }
-            if !rc.onlyIfCached, !partial, mayServeWhileRevalidating(cached, request: request, now: now) {
-                return .storedWhileRevalidating(serving(cached, now: now))
+            let stored = Stored(cached, now: now)
+            if isFresh(stored, request: request, rc), let served = fromStore(request, cached, age: stored.age) { return served }
+            if !rc.onlyIfCached, !partial, mayServeWhileRevalidating(stored, request: request, rc) {
+                return .storedWhileRevalidating(serving(cached, age: stored.age))
             }
         }
         if rc.onlyIfCached {
@@ -469,9 +519,9 @@ public enum HTTPCacheRules {
             return .network(fields: [], revalidating: false, completing: false)
         }
         if partial {
-            let conditional = ["If-None-Match", "If-Modified-Since", "If-Range", "If-Match", "If-Unmodified-Since"]
-                .contains { request.value(forHeader: $0) != nil }
-            guard method == "GET", request.value(forHeader: "Range") == nil, !conditional,
+            let conditional = [HTTPField.Name.ifNoneMatch, .ifModifiedSince, .ifRange, .ifMatch, .ifUnmodifiedSince]
+                .contains { request.headerFields[$0] != nil }
+            guard method == "GET", request.headerFields.combined(.range) == nil, !conditional,
                   let held = storedRange(cached), held.first == 0, let total = held.total, held.last + 1 < total,
                   let validator = strongValidator(cached.response) else {
                 return .network(fields: [], revalidating: false, completing: false)
@@ -481,7 +531,7 @@ public enum HTTPCacheRules {
         }
         // The client's own validators go as they are: its 304 is its own.
         let validators = conditionalHeaders(for: cached)
-        let ownValidators = request.value(forHeader: "If-None-Match") != nil || request.value(forHeader: "If-Modified-Since") != nil
+        let ownValidators = request.headerFields.combined(.ifNoneMatch) != nil || request.headerFields.combined(.ifModifiedSince) != nil
         guard !validators.isEmpty, !ownValidators else { return .network(fields: [], revalidating: false, completing: false) }
         return .network(fields: validators, revalidating: true, completing: false)
     }
@@ -490,9 +540,9 @@ public enum HTTPCacheRules {
     /// a 304 to the client's matching validators, or the range it asks for. nil when it
     /// cannot answer: an incomplete (206) response answers only a GET whose one range
     /// lies inside it (§3.3).
-    static func fromStore(_ request: Request, _ cached: CachedResponse, now: Date) -> Answer? {
+    static func fromStore(_ request: Request, _ cached: CachedResponse, age: TimeInterval) -> Answer? {
         let method = request.method.uppercased()
-        let served = serving(cached, now: now)
+        let served = serving(cached, age: age)
         if isPartial(cached) {
             guard method == "GET", let (r, body) = rangeAnswer(for: request, CachedResponse(response: served, data: cached.data))
             else { return nil }
@@ -526,8 +576,8 @@ public enum HTTPCacheRules {
         guard let status = response.statusCode, (200..<400).contains(status),
               !["GET", "HEAD", "OPTIONS", "TRACE"].contains(request.method.uppercased()) else { return [] }
         var urls = [request.url]
-        for name in ["Location", "Content-Location"] {
-            guard let value = response.value(forHeader: name),
+        for name in [HTTPField.Name.location, .contentLocation] {
+            guard let value = response.headerFields.combined(name),
                   let target = URL(string: value, relativeTo: request.url)?.absoluteURL,
                   target.scheme == request.url.scheme, target.host == request.url.host,
                   target.port == request.url.port else { continue }
