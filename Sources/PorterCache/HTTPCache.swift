@@ -119,10 +119,11 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
         lock.withLock {
             // In place: a copy of the variant list taken out and written back would be
             // copied again, on every hit.
-            guard let i = entries[key]?.firstIndex(where: { Self.matches($0.varyValues, request) }) else { return nil }
+            guard let slot = entries.index(forKey: key),
+                  let i = entries.values[slot].firstIndex(where: { Self.matches($0.varyValues, request) }) else { return nil }
             tick += 1
-            entries[key]![i].lastUsed = tick
-            return entries[key]![i].cached
+            entries.values[slot][i].lastUsed = tick
+            return entries.values[slot][i].cached
         }
     }
 
