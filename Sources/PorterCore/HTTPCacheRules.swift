@@ -34,6 +34,11 @@ public struct CacheControl: Sendable, Equatable {
         }
     }
 
+    /// Every value read as Unicode text, ASCII or not (what the byte reading must agree with).
+    init(text values: [String]) {
+        for value in values { readText(value) }
+    }
+
     /// One directive, its name lower case, its argument unquoted.
     private mutating func apply(_ name: Directive, _ seconds: Int?) {
         switch name {

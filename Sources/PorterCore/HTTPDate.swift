@@ -92,17 +92,12 @@ public enum HTTPDate {
     /// Arithmetic on the proleptic Gregorian calendar (days from 1970-01-01) where it and
     /// Foundation's Gregorian calendar agree (from 1583, after the Julian cut-over); the
     /// calendar itself for earlier years.
+    private static let monthLengths = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+
     static func date(year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int) -> Date? {
-        guard year >= 1583 else {
-            var utc = Calendar(identifier: .gregorian)
-            utc.timeZone = TimeZone(identifier: "GMT") ?? utc.timeZone
-            let parts = DateComponents(year: year, month: month, day: day, hour: hour, minute: minute, second: second)
-            guard let date = utc.date(from: parts), utc.component(.day, from: date) == day else { return nil }
-            return date
-        }
+        guard year >= 1583 else { return calendarDate(year: year, month: month, day: day, hour: hour, minute: minute, second: second) }
         let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
-        let lengths = [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
-        guard (1...12).contains(month), day >= 1, day <= lengths[month - 1] else { return nil }
+        guard (1...12).contains(month), day >= 1, day <= (month == 2 && leap ? 29 : monthLengths[month - 1]) else { return nil }
         // Days from civil (H. Hinnant's algorithm): years start in March, so the leap day is last.
         let y = month <= 2 ? year - 1 : year
         let era = y / 400   // y >= 1582 here: no negative division
@@ -112,5 +107,15 @@ public enum HTTPDate {
         let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
         let days = era * 146_097 + doe - 719_468
         return Date(timeIntervalSince1970: TimeInterval(days * 86_400 + hour * 3_600 + minute * 60 + second))
+    }
+
+    /// The same through Foundation's Gregorian calendar in GMT (a day the month lacks
+    /// rolls over, so it is nil).
+    static func calendarDate(year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int) -> Date? {
+        var utc = Calendar(identifier: .gregorian)
+        utc.timeZone = TimeZone(identifier: "GMT") ?? utc.timeZone
+        let parts = DateComponents(year: year, month: month, day: day, hour: hour, minute: minute, second: second)
+        guard let date = utc.date(from: parts), utc.component(.day, from: date) == day else { return nil }
+        return date
     }
 }
