@@ -226,8 +226,10 @@ public enum HTTPCacheRules {
     /// of a cache hit's key.
     public static func withoutFragment(_ url: URL) -> String {
         let text = url.absoluteString
-        guard let hash = text.utf8.firstIndex(of: UInt8(ascii: "#")) else { return text }
-        return String(text[..<hash])
+        let at = text.utf8.withContiguousStorageIfAvailable { $0.firstIndex(of: UInt8(ascii: "#")) }
+            ?? text.utf8.firstIndex(of: UInt8(ascii: "#")).map { text.utf8.distance(from: text.utf8.startIndex, to: $0) }
+        guard let at else { return text }
+        return String(decoding: text.utf8.prefix(at), as: UTF8.self)
     }
 
     /// §4.2.1: max-age, else Expires - Date, else the heuristic (default-cacheable
