@@ -254,6 +254,9 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             if progress.withLock({ $0.exhausted }) { break }
         }
         allDone.wait()
+        // The shared cache lives as long as the process: what its memory tier served
+        // goes to the disk index's recency now.
+        if options.cache { HTTPCache.shared.flushRecency() }
         return progress.withLock { $0.result }
     }
 

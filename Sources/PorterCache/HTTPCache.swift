@@ -19,11 +19,21 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
         var varyValues: [String: String]   // header name (lower case) -> request value ("" when absent)
         var lastUsed: UInt64
         var size: Int
+        /// Its key is in `usedSinceFlush` (so a hit does not hash it again).
+        var awaitsFlush = false
     }
     private let lock = NSLock()
     private var entries: [String: [Variant]] = [:]
     private var bytes = 0
     private var tick: UInt64 = 0
+    /// Keys the memory tier answered since the disk tier last heard of it: their use is
+    /// written to the disk index in one transaction (`flushRecency`), at most every
+    /// `recencyInterval` or `recencyBatch` keys, never once per hit. A process killed
+    /// before a flush loses only that recency, never an entry.
+    private var usedSinceFlush: [String] = []
+    private var lastFlush = DispatchTime.now()
+    static let recencyInterval: UInt64 = 1_000_000_000   // ns
+    static let recencyBatch = 256
     public let memoryCapacity: Int
     private let disk: HTTPDiskCache?
 
@@ -91,11 +101,7 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
     }
     public var count: Int { lock.withLock { entries.values.reduce(0) { $0 + $1.count } } }
 
-    static func key(_ url: URL) -> String {
-        var text = url.absoluteString
-        if let hash = text.firstIndex(of: "#") { text = String(text[..<hash]) }
-        return text
-    }
+    static func key(_ url: URL) -> String { HTTPCacheRules.withoutFragment(url) }
 
     /// The pseudo-field every stored variant carries: the partition it was fetched under.
     /// Its name holds a space, so no real header field can be called that.
@@ -110,7 +116,10 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
     public func cachedResponse(for request: Request) -> CachedResponse? {
         guard request.method == "GET" || request.method == "HEAD" else { return nil }
         let key = Self.key(request.url)
-        if let hit = memoryLookup(key, request) { return hit }
+        if let (hit, flushDue) = memoryLookup(key, request) {
+            if flushDue { flushRecency() }
+            return hit
+        }
         guard let disk else { return nil }
         for (vary, cached) in disk.lookup(key: key) where Self.matches(vary, request) {
             insertInMemory(key: key, vary: vary, cached: cached)
@@ -119,21 +128,47 @@ public final class HTTPCache: ResponseCache, @unchecked Sendable {
         return nil
     }
 
-    private func memoryLookup(_ key: String, _ request: Request) -> CachedResponse? {
+    /// The variant that answers `request`, marked used; and whether the recency the
+    /// disk index is owed should be written now.
+    private func memoryLookup(_ key: String, _ request: Request) -> (CachedResponse, flushDue: Bool)? {
         lock.withLock {
-            guard var list = entries[key] else { return nil }
-            for i in list.indices {
-                let v = list[i]
-                if Self.matches(v.varyValues, request) {
-                    tick += 1
-                    list[i].lastUsed = tick
-                    entries[key] = list
-                    return v.cached
-                }
+            // In place: a copy of the variant list taken out and written back would be
+            // copied again, on every hit.
+            guard let slot = entries.index(forKey: key),
+                  let i = entries.values[slot].firstIndex(where: { Self.matches($0.varyValues, request) }) else { return nil }
+            tick += 1
+            entries.values[slot][i].lastUsed = tick
+            guard disk != nil else { return (entries.values[slot][i].cached, false) }
+            if !entries.values[slot][i].awaitsFlush {
+                entries.values[slot][i].awaitsFlush = true
+                usedSinceFlush.append(key)
             }
-            return nil
+            let due = usedSinceFlush.count >= Self.recencyBatch
+                || DispatchTime.now().uptimeNanoseconds - lastFlush.uptimeNanoseconds >= Self.recencyInterval
+            return (entries.values[slot][i].cached, due)
         }
     }
+
+    /// Writes to the disk index when the memory tier last answered for each key it
+    /// answered since the last flush (for the disk tier's least-recently-used order,
+    /// which another process, or this one after a restart, evicts by). Called every
+    /// second or so while hits come, and when the cache goes; a program that ends
+    /// without letting it go (the CLI, a shared cache) calls it before it exits.
+    public func flushRecency() {
+        guard let disk else { return }
+        let keys = lock.withLock { () -> [String] in
+            lastFlush = DispatchTime.now()
+            defer { usedSinceFlush = [] }
+            for key in usedSinceFlush {
+                guard let slot = entries.index(forKey: key) else { continue }
+                for i in entries.values[slot].indices { entries.values[slot][i].awaitsFlush = false }
+            }
+            return usedSinceFlush
+        }
+        if !keys.isEmpty { disk.touch(keys: keys) }
+    }
+
+    deinit { flushRecency() }
 
     /// A stored variant answers `request` when its Vary values and its partition match;
     /// `Vary: *` never matches, nor does an entry stored without a partition.

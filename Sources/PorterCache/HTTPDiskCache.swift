@@ -231,6 +231,14 @@ final class HTTPDiskCache: @unchecked Sendable {
         return found
     }
 
+    /// Marks the entries of `keys` used now (one transaction).
+    func touch(keys: [String]) {
+        let now = Date().timeIntervalSince1970
+        _ = try? database.write { db in
+            for key in keys { try db.execute(sql: "UPDATE entry SET used = ? WHERE key = ?", arguments: [now, key]) }
+        }
+    }
+
     private func drop(key: String, vary: String, body: String) {
         _ = try? database.write { db in
             try db.execute(sql: "DELETE FROM entry WHERE key = ? AND vary = ?", arguments: [key, vary])

@@ -16,7 +16,7 @@ extension HTTPCacheRules {
     /// The Content-Range of a 206: one range, "bytes first-last/total" (or "/*"); nil for
     /// anything else (several ranges are multipart/byteranges and have none).
     public static func contentRange(_ response: Response) -> ByteRange? {
-        guard let value = response.value(forHeader: "Content-Range")?.trimmingCharacters(in: .whitespaces),
+        guard let value = response.headerFields.combined(.contentRange)?.trimmingCharacters(in: .whitespaces),
               value.lowercased().hasPrefix("bytes ") else { return nil }
         let spec = value.dropFirst(6).trimmingCharacters(in: .whitespaces)
         let halves = spec.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
@@ -50,7 +50,7 @@ extension HTTPCacheRules {
     /// several ranges or another unit; `.unsatisfiable` when it starts past the end.
     enum Requested { case range(Int, Int), unsatisfiable }
     static func requestedRange(_ request: Request, total: Int) -> Requested? {
-        guard let value = request.value(forHeader: "Range")?.trimmingCharacters(in: .whitespaces),
+        guard let value = request.headerFields.combined(.range)?.trimmingCharacters(in: .whitespaces),
               value.lowercased().hasPrefix("bytes="), !value.contains(",") else { return nil }
         let spec = value.dropFirst(6).trimmingCharacters(in: .whitespaces)
         let parts = spec.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
@@ -104,11 +104,11 @@ extension HTTPCacheRules {
     /// "W/", or a Last-Modified at least a minute older than its Date (§8.8.2.2). Parts
     /// combine only when they share one (§3.4).
     public static func strongValidator(_ response: Response) -> String? {
-        if let etag = response.value(forHeader: "ETag")?.trimmingCharacters(in: .whitespaces) {
+        if let etag = response.headerFields.combined(.eTag)?.trimmingCharacters(in: .whitespaces) {
             return etag.hasPrefix("W/") || etag.isEmpty ? nil : etag
         }
-        if let text = response.value(forHeader: "Last-Modified"), let modified = HTTPDate.parse(text),
-           let date = httpDate(response.value(forHeader: "Date")), date.timeIntervalSince(modified) >= 60 {
+        if let text = response.headerFields.combined(.lastModified), let modified = HTTPDate.parse(text),
+           let date = httpDate(response.headerFields.combined(.date)), date.timeIntervalSince(modified) >= 60 {
             return text.trimmingCharacters(in: .whitespaces)
         }
         return nil
@@ -170,7 +170,7 @@ extension HTTPCacheRules {
     /// becomes the full 200 (its head, the total length), and the stored bytes go first;
     /// nil when the 206 does not continue it.
     public static func completed(_ stored: CachedResponse, by remainder: Response) -> Response? {
-        let coding = remainder.value(forHeader: "Content-Encoding")?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
+        let coding = remainder.headerFields.combined(.contentEncoding)?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
         guard remainder.statusCode == 206, coding.isEmpty || coding == "identity",
               let held = storedRange(stored), held.first == 0, let total = held.total,
               let rest = contentRange(remainder), rest.total == total, rest.first == held.last + 1, rest.last == total - 1,

@@ -22,34 +22,131 @@ public struct CacheControl: Sendable, Equatable {
 
     public init(_ values: [String]) {
         for value in values {
-            for part in value.split(separator: ",") {
-                let pieces = part.split(separator: "=", maxSplits: 1)
-                let name = pieces.first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
-                var argument = pieces.count > 1 ? pieces[1].trimmingCharacters(in: .whitespaces) : nil
-                if let a = argument, a.hasPrefix("\""), a.hasSuffix("\""), a.count >= 2 { argument = String(a.dropFirst().dropLast()) }
-                // A malformed or negative number is ignored; a huge one is clamped.
-                let seconds = argument.flatMap { a -> Int? in
-                    // delta-seconds is ASCII digits only (RFC 9111 §1.2.2): "½" or "٣" is not a number here.
-                    guard !a.isEmpty, a.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
-                    return Int(a) ?? Int(Int32.max)
-                }
-                switch name {
-                case "max-age": if let s = seconds { maxAge = s }
-                case "s-maxage": if let s = seconds { sharedMaxAge = s }
-                case "max-stale": maxStale = seconds ?? Int(Int32.max)
-                case "min-fresh": if let s = seconds { minFresh = s }
-                case "no-store": noStore = true
-                case "no-cache": noCache = true
-                case "must-revalidate", "proxy-revalidate": mustRevalidate = true
-                case "private": isPrivate = true
-                case "public": isPublic = true
-                case "immutable": immutable = true
-                case "only-if-cached": onlyIfCached = true
-                case "must-understand": mustUnderstand = true
-                case "stale-while-revalidate": if let s = seconds { staleWhileRevalidate = s }
-                default: continue
-                }
+            // Field values are ASCII in practice: read those byte by byte (a cache parses
+            // the Cache-Control of every request and every stored response it answers
+            // with); anything else the way Unicode text is read (`readText`).
+            let ascii = value.utf8.withContiguousStorageIfAvailable { bytes -> Bool in
+                guard !bytes.contains(where: { $0 >= 0x80 }) else { return false }
+                read(ascii: bytes)
+                return true
             }
+            if ascii != true { readText(value) }
+        }
+    }
+
+    /// Every value read as Unicode text, ASCII or not (what the byte reading must agree with).
+    init(text values: [String]) {
+        for value in values { readText(value) }
+    }
+
+    /// One directive, its name lower case, its argument unquoted.
+    private mutating func apply(_ name: Directive, _ seconds: Int?) {
+        switch name {
+        case .maxAge: if let s = seconds { maxAge = s }
+        case .sMaxAge: if let s = seconds { sharedMaxAge = s }
+        case .maxStale: maxStale = seconds ?? Int(Int32.max)
+        case .minFresh: if let s = seconds { minFresh = s }
+        case .noStore: noStore = true
+        case .noCache: noCache = true
+        case .mustRevalidate: mustRevalidate = true
+        case .isPrivate: isPrivate = true
+        case .isPublic: isPublic = true
+        case .immutable: immutable = true
+        case .onlyIfCached: onlyIfCached = true
+        case .mustUnderstand: mustUnderstand = true
+        case .staleWhileRevalidate: if let s = seconds { staleWhileRevalidate = s }
+        }
+    }
+
+    private enum Directive: CaseIterable {
+        case maxAge, sMaxAge, maxStale, minFresh, noStore, noCache, mustRevalidate, isPrivate, isPublic, immutable,
+             onlyIfCached, mustUnderstand, staleWhileRevalidate
+
+        static let names: [(StaticString, Directive)] = [
+            ("max-age", .maxAge), ("s-maxage", .sMaxAge), ("max-stale", .maxStale), ("min-fresh", .minFresh),
+            ("no-store", .noStore), ("no-cache", .noCache), ("must-revalidate", .mustRevalidate),
+            ("proxy-revalidate", .mustRevalidate), ("private", .isPrivate), ("public", .isPublic),
+            ("immutable", .immutable), ("only-if-cached", .onlyIfCached), ("must-understand", .mustUnderstand),
+            ("stale-while-revalidate", .staleWhileRevalidate),
+        ]
+
+        /// The directive a (lower-cased) name is, nil for one this cache ignores.
+        init?(_ lowered: String) {
+            guard let found = Self.names.first(where: { String(describing: $0.0) == lowered }) else { return nil }
+            self = found.1
+        }
+
+        /// The directive `b` names in any case.
+        init?(ascii b: UnsafeBufferPointer<UInt8>) {
+            for (name, directive) in Self.names where name.utf8CodeUnitCount == b.count {
+                let n = name.utf8Start
+                var i = 0
+                while i < b.count, (b[i] >= 0x41 && b[i] <= 0x5A ? b[i] | 0x20 : b[i]) == n[i] { i += 1 }
+                if i == b.count { self = directive; return }
+            }
+            return nil
+        }
+    }
+
+    /// delta-seconds is ASCII digits only (RFC 9111 §1.2.2): "½" or "٣" is not a number
+    /// here. A malformed or negative number is ignored (nil); a huge one is clamped.
+    private static func seconds<C: Collection>(_ digits: C) -> Int? where C.Element == UInt8 {
+        guard !digits.isEmpty else { return nil }
+        var n = 0
+        for c in digits {
+            guard c >= 0x30, c <= 0x39 else { return nil }
+            let (times, o1) = n.multipliedReportingOverflow(by: 10)
+            let (sum, o2) = times.addingReportingOverflow(Int(c - 0x30))
+            if o1 || o2 { return digits.allSatisfy { $0 >= 0x30 && $0 <= 0x39 } ? Int(Int32.max) : nil }
+            n = sum
+        }
+        return n
+    }
+
+    /// An ASCII value: the same reading as `readText`'s (members split at ",", a name and an
+    /// argument split at the first "=" after the name, space and tab trimmed, a quoted
+    /// argument unquoted), without making strings.
+    private mutating func read(ascii b: UnsafeBufferPointer<UInt8>) {
+        func trimmed(_ lo: Int, _ hi: Int) -> Range<Int> {
+            var lo = lo, hi = hi
+            while lo < hi, b[lo] == 0x20 || b[lo] == 0x09 { lo += 1 }
+            while hi > lo, b[hi - 1] == 0x20 || b[hi - 1] == 0x09 { hi -= 1 }
+            return lo..<hi
+        }
+        var start = 0
+        while start < b.count {
+            var end = start
+            while end < b.count, b[end] != 0x2C { end += 1 }
+            defer { start = end + 1 }
+            // `split("=", maxSplits: 1)` without empty pieces: "=" before the name skipped.
+            var nameStart = start
+            while nameStart < end, b[nameStart] == 0x3D { nameStart += 1 }
+            guard nameStart < end else { continue }
+            var equals = nameStart
+            while equals < end, b[equals] != 0x3D { equals += 1 }
+            let nameRange = trimmed(nameStart, equals)
+            guard let directive = Directive(ascii: UnsafeBufferPointer(rebasing: b[nameRange])) else { continue }
+            var seconds: Int?
+            if equals + 1 < end {
+                var arg = trimmed(equals + 1, end)
+                if arg.count >= 2, b[arg.lowerBound] == 0x22, b[arg.upperBound - 1] == 0x22 {
+                    arg = arg.lowerBound + 1..<arg.upperBound - 1
+                }
+                seconds = Self.seconds(b[arg])
+            }
+            apply(directive, seconds)
+        }
+    }
+
+    /// Any value, as Unicode text (white space as `CharacterSet.whitespaces` has it).
+    private mutating func readText(_ value: String) {
+        for part in value.split(separator: ",") {
+            let pieces = part.split(separator: "=", maxSplits: 1)
+            let name = pieces.first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+            var argument = pieces.count > 1 ? pieces[1].trimmingCharacters(in: .whitespaces) : nil
+            if let a = argument, a.hasPrefix("\""), a.hasSuffix("\""), a.count >= 2 { argument = String(a.dropFirst().dropLast()) }
+            guard let directive = Directive(name) else { continue }
+            apply(directive, argument.flatMap { Self.seconds($0.utf8) })
         }
     }
 }
@@ -102,7 +199,7 @@ public enum HTTPCacheRules {
             return false
         }
         if varyNames(response).contains("*") { return false }
-        let explicit = cc.maxAge != nil || response.value(forHeader: "Expires") != nil
+        let explicit = cc.maxAge != nil || response.headerFields.combined(.expires) != nil
         switch request.method.uppercased() {
         case "GET": break
         case "POST":
@@ -111,7 +208,7 @@ public enum HTTPCacheRules {
         }
         if status == 206 {
             guard let range = contentRange(response), range.total != nil else { return false }
-            let coding = response.value(forHeader: "Content-Encoding")?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
+            let coding = response.headerFields.combined(.contentEncoding)?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
             guard coding.isEmpty || coding == "identity" else { return false }
         }
         return explicit || cc.isPublic || cc.isPrivate || cacheableByDefault.contains(status)
@@ -119,38 +216,54 @@ public enum HTTPCacheRules {
 
     /// RFC 9110 §9.3.3: the Content-Location, resolved against the request's URI, is that URI.
     static func contentLocationIsRequestURI(request: Request, response: Response) -> Bool {
-        guard let value = response.value(forHeader: "Content-Location")?.trimmingCharacters(in: .whitespaces),
+        guard let value = response.headerFields.combined(.contentLocation)?.trimmingCharacters(in: .whitespaces),
               let target = URL(string: value, relativeTo: request.url)?.absoluteURL else { return false }
-        func plain(_ u: URL) -> String {
-            let t = u.absoluteString
-            return t.firstIndex(of: "#").map { String(t[..<$0]) } ?? t
-        }
-        return plain(target) == plain(request.url)
+        return withoutFragment(target) == withoutFragment(request.url)
+    }
+
+    /// The URL's text without its fragment: what identifies a stored response (§2). The
+    /// "#" is found in the UTF-8 bytes: a search by Character costs more than the rest
+    /// of a cache hit's key.
+    public static func withoutFragment(_ url: URL) -> String {
+        let text = url.absoluteString
+        let at = text.utf8.withContiguousStorageIfAvailable { $0.firstIndex(of: UInt8(ascii: "#")) }
+            ?? text.utf8.firstIndex(of: UInt8(ascii: "#")).map { text.utf8.distance(from: text.utf8.startIndex, to: $0) }
+        guard let at else { return text }
+        return String(decoding: text.utf8.prefix(at), as: UTF8.self)
     }
 
     /// §4.2.1: max-age, else Expires - Date, else the heuristic (default-cacheable
     /// statuses, or `public`, with Last-Modified), else 0. Dates that are not
     /// HTTP-dates count as absent (Date, Last-Modified) or as the past (Expires).
     public static func freshnessLifetime(_ response: Response) -> TimeInterval {
-        let cc = CacheControl(response.headerFields[values: .cacheControl])
+        freshnessLifetime(response, CacheControl(response.headerFields[values: .cacheControl]), date: nil)
+    }
+
+    /// `freshnessLifetime` with the response's Cache-Control read already, and its Date
+    /// (nil: read it here, if it is needed).
+    static func freshnessLifetime(_ response: Response, _ cc: CacheControl, date parsedDate: Date??) -> TimeInterval {
+        func date() -> Date { (parsedDate ?? httpDate(response.headerFields.combined(.date))) ?? Date() }
         if let maxAge = cc.maxAge { return TimeInterval(maxAge) }
-        if let expiresText = response.value(forHeader: "Expires") {
+        if let expiresText = response.headerFields.combined(.expires) {
             // Only a valid HTTP-date counts (RFC 9111 §5.3): anything else is in the past.
             guard let expires = HTTPDate.parse(expiresText) else { return 0 }
-            let date = httpDate(response.value(forHeader: "Date")) ?? Date()
-            return max(0, expires.timeIntervalSince(date))
+            return max(0, expires.timeIntervalSince(date()))
         }
         if let status = response.statusCode, cacheableByDefault.contains(status) || cc.isPublic,
-           let modified = httpDate(response.value(forHeader: "Last-Modified")) {
-            let date = httpDate(response.value(forHeader: "Date")) ?? Date()
-            return max(0, date.timeIntervalSince(modified) * heuristicFraction)
+           let modified = httpDate(response.headerFields.combined(.lastModified)) {
+            return max(0, date().timeIntervalSince(modified) * heuristicFraction)
         }
         return 0
     }
 
     /// §4.2.3: the response's current age. `stored` is when it was received.
     public static func currentAge(_ response: Response, stored: Date, now: Date) -> TimeInterval {
-        let date = httpDate(response.value(forHeader: "Date")) ?? stored
+        currentAge(response, date: httpDate(response.headerFields.combined(.date)), stored: stored, now: now)
+    }
+
+    /// `currentAge` with the response's Date read already.
+    static func currentAge(_ response: Response, date parsed: Date?, stored: Date, now: Date) -> TimeInterval {
+        let date = parsed ?? stored
         let apparent = max(0, stored.timeIntervalSince(date))
         let ageValue = ageHeader(response) ?? 0
         return max(apparent, ageValue) + max(0, now.timeIntervalSince(stored))
@@ -185,29 +298,37 @@ public enum HTTPCacheRules {
     /// RFC 5861: a stale response whose `stale-while-revalidate` window is still open may be
     /// served at once while it is revalidated in the background.
     public static func mayServeWhileRevalidating(_ cached: CachedResponse, request: Request, now: Date) -> Bool {
-        let response = cached.response
-        let cc = CacheControl(response.headerFields[values: .cacheControl])
-        let rc = CacheControl(request.headerFields[values: .cacheControl])
-        guard let window = cc.staleWhileRevalidate, !cc.noCache, !cc.mustRevalidate, !rc.noCache, !requestSaysNoCache(request) else {
+        mayServeWhileRevalidating(Stored(cached, now: now), request: request, CacheControl(request.headerFields[values: .cacheControl]))
+    }
+
+    static func mayServeWhileRevalidating(_ stored: Stored, request: Request, _ rc: CacheControl) -> Bool {
+        let cc = stored.cc
+        guard let window = cc.staleWhileRevalidate, !cc.noCache, !cc.mustRevalidate, !rc.noCache,
+              !requestSaysNoCache(request, rc) else {
             return false
         }
-        let age = currentAge(response, stored: cached.storedDate ?? now, now: now)
-        return age < freshnessLifetime(response) + TimeInterval(window)
+        return stored.age < stored.lifetime + TimeInterval(window)
     }
+
+    static let pragma = HTTPField.Name("Pragma")!
 
     /// §5.4: `Pragma: no-cache` means `Cache-Control: no-cache` when the request has no
     /// Cache-Control field of its own.
     static func requestSaysNoCache(_ request: Request) -> Bool {
-        if CacheControl(request.headerFields[values: .cacheControl]).noCache { return true }
+        requestSaysNoCache(request, CacheControl(request.headerFields[values: .cacheControl]))
+    }
+
+    static func requestSaysNoCache(_ request: Request, _ rc: CacheControl) -> Bool {
+        if rc.noCache { return true }
         guard request.headerFields.combined(.cacheControl) == nil else { return false }
-        return request.headerFields[values: HTTPField.Name("Pragma")!].contains { $0.lowercased().contains("no-cache") }
+        return request.headerFields[values: pragma].contains { $0.lowercased().contains("no-cache") }
     }
 
     /// RFC 9110 §13.1.2 / §13.1.3: whether the client's own validators match the stored
     /// response, so that the cache answers 304 itself.
     public static func clientConditionMatches(_ request: Request, _ response: Response) -> Bool {
-        if let inm = request.value(forHeader: "If-None-Match") {
-            guard let etag = response.value(forHeader: "ETag") else { return false }
+        if let inm = request.headerFields.combined(.ifNoneMatch) {
+            guard let etag = response.headerFields.combined(.eTag) else { return false }
             func weak(_ tag: String) -> String {
                 let t = tag.trimmingCharacters(in: .whitespaces)
                 return t.hasPrefix("W/") ? String(t.dropFirst(2)) : t
@@ -215,15 +336,15 @@ public enum HTTPCacheRules {
             return inm.trimmingCharacters(in: .whitespaces) == "*"
                 || inm.split(separator: ",").contains { weak(String($0)) == weak(etag) }
         }
-        if let ims = request.value(forHeader: "If-Modified-Since").flatMap(HTTPDate.parse),
-           let modified = response.value(forHeader: "Last-Modified").flatMap(HTTPDate.parse) {
+        if let ims = request.headerFields.combined(.ifModifiedSince).flatMap(HTTPDate.parse),
+           let modified = response.headerFields.combined(.lastModified).flatMap(HTTPDate.parse) {
             return modified <= ims
         }
         return false
     }
     /// The field names a response's Vary lists, lower-cased.
     public static func varyNames(_ response: Response) -> [String] {
-        response.headerFields[values: HTTPField.Name("Vary")!].flatMap { $0.split(separator: ",") }
+        response.headerFields[values: .vary].flatMap { $0.split(separator: ",") }
             .map { $0.trimmingCharacters(in: .whitespaces).lowercased() }.filter { !$0.isEmpty }
     }
 
@@ -266,13 +387,35 @@ public enum HTTPCacheRules {
     /// §4.2 with the request's own directives: whether the stored response may be used
     /// without asking the server.
     public static func isFresh(_ cached: CachedResponse, request: Request, now: Date) -> Bool {
-        let response = cached.response
-        let cc = CacheControl(response.headerFields[values: .cacheControl])
-        let rc = CacheControl(request.headerFields[values: .cacheControl])
-        if cc.noCache || requestSaysNoCache(request) { return false }
-        let stored = cached.storedDate ?? now
-        let age = currentAge(response, stored: stored, now: now)
-        var lifetime = freshnessLifetime(response)
+        isFresh(Stored(cached, now: now), request: request, CacheControl(request.headerFields[values: .cacheControl]))
+    }
+
+    /// What answering from a stored response needs to know of it, read once (its
+    /// Cache-Control, its Date, its age and lifetime at `now`): the fields are parsed
+    /// once per answer, not once per rule that asks.
+    struct Stored {
+        let cached: CachedResponse
+        let cc: CacheControl
+        let age: TimeInterval
+        let lifetime: TimeInterval
+        let now: Date
+
+        init(_ cached: CachedResponse, now: Date) {
+            let response = cached.response
+            self.cached = cached
+            self.now = now
+            cc = CacheControl(response.headerFields[values: .cacheControl])
+            let date = httpDate(response.headerFields.combined(.date))
+            age = currentAge(response, date: date, stored: cached.storedDate ?? now, now: now)
+            lifetime = freshnessLifetime(response, cc, date: .some(date))
+        }
+    }
+
+    static func isFresh(_ stored: Stored, request: Request, _ rc: CacheControl) -> Bool {
+        let cc = stored.cc
+        if cc.noCache || requestSaysNoCache(request, rc) { return false }
+        let age = stored.age
+        var lifetime = stored.lifetime
         if let maxAge = rc.maxAge { lifetime = min(lifetime, TimeInterval(maxAge)) }
         let needed = age + TimeInterval(rc.minFresh ?? 0)
         if needed < lifetime { return true }
@@ -284,8 +427,8 @@ public enum HTTPCacheRules {
     /// §4.3.1: the validators for a conditional request.
     public static func conditionalHeaders(for cached: CachedResponse) -> [(String, String)] {
         var fields: [(String, String)] = []
-        if let etag = cached.response.value(forHeader: "ETag") { fields.append(("If-None-Match", etag)) }
-        if let modified = cached.response.value(forHeader: "Last-Modified") { fields.append(("If-Modified-Since", modified)) }
+        if let etag = cached.response.headerFields.combined(.eTag) { fields.append(("If-None-Match", etag)) }
+        if let modified = cached.response.headerFields.combined(.lastModified) { fields.append(("If-Modified-Since", modified)) }
         return fields
     }
 
@@ -316,10 +459,20 @@ public enum HTTPCacheRules {
 
     /// The stored response as served now: with its current Age.
     public static func serving(_ cached: CachedResponse, now: Date) -> Response {
+        serving(cached, age: currentAge(cached.response, stored: cached.storedDate ?? now, now: now))
+    }
+
+    static func serving(_ cached: CachedResponse, age: TimeInterval) -> Response {
         var r = cached.response
         // RFC 9111 §1.2.2: an age past 2^31 seconds (from a server's "Age: 1e30", say) is sent as 2^31.
-        let age = currentAge(r, stored: cached.storedDate ?? now, now: now)
-        r.headerFields[.age] = String(age < 2_147_483_648 ? Int(age) : 2_147_483_648)
+        let value = String(age < 2_147_483_648 ? Int(age) : 2_147_483_648)
+        // Appended when there is none (a stored response keeps no Age): what the subscript
+        // would do, without its general replace-every-field path.
+        if r.headerFields[.age] == nil {
+            r.headerFields.append(HTTPField(name: .age, value: value))
+        } else {
+            r.headerFields[.age] = value
+        }
         return r
     }
 
@@ -357,9 +510,10 @@ public enum HTTPCacheRules {
         let method = request.method.uppercased()
         let partial = cached.map(isPartial) ?? false
         if let cached, policy != .reloadRevalidatingCacheData {
-            if isFresh(cached, request: request, now: now), let served = fromStore(request, cached, now: now) { return served }
-            if !rc.onlyIfCached, !partial, mayServeWhileRevalidating(cached, request: request, now: now) {
-                return .storedWhileRevalidating(serving(cached, now: now))
+            let stored = Stored(cached, now: now)
+            if isFresh(stored, request: request, rc), let served = fromStore(request, cached, age: stored.age) { return served }
+            if !rc.onlyIfCached, !partial, mayServeWhileRevalidating(stored, request: request, rc) {
+                return .storedWhileRevalidating(serving(cached, age: stored.age))
             }
         }
         if rc.onlyIfCached {
@@ -372,9 +526,9 @@ public enum HTTPCacheRules {
             return .network(fields: [], revalidating: false, completing: false)
         }
         if partial {
-            let conditional = ["If-None-Match", "If-Modified-Since", "If-Range", "If-Match", "If-Unmodified-Since"]
-                .contains { request.value(forHeader: $0) != nil }
-            guard method == "GET", request.value(forHeader: "Range") == nil, !conditional,
+            let conditional = [HTTPField.Name.ifNoneMatch, .ifModifiedSince, .ifRange, .ifMatch, .ifUnmodifiedSince]
+                .contains { request.headerFields[$0] != nil }
+            guard method == "GET", request.headerFields.combined(.range) == nil, !conditional,
                   let held = storedRange(cached), held.first == 0, let total = held.total, held.last + 1 < total,
                   let validator = strongValidator(cached.response) else {
                 return .network(fields: [], revalidating: false, completing: false)
@@ -384,7 +538,7 @@ public enum HTTPCacheRules {
         }
         // The client's own validators go as they are: its 304 is its own.
         let validators = conditionalHeaders(for: cached)
-        let ownValidators = request.value(forHeader: "If-None-Match") != nil || request.value(forHeader: "If-Modified-Since") != nil
+        let ownValidators = request.headerFields.combined(.ifNoneMatch) != nil || request.headerFields.combined(.ifModifiedSince) != nil
         guard !validators.isEmpty, !ownValidators else { return .network(fields: [], revalidating: false, completing: false) }
         return .network(fields: validators, revalidating: true, completing: false)
     }
@@ -393,9 +547,9 @@ public enum HTTPCacheRules {
     /// a 304 to the client's matching validators, or the range it asks for. nil when it
     /// cannot answer: an incomplete (206) response answers only a GET whose one range
     /// lies inside it (§3.3).
-    static func fromStore(_ request: Request, _ cached: CachedResponse, now: Date) -> Answer? {
+    static func fromStore(_ request: Request, _ cached: CachedResponse, age: TimeInterval) -> Answer? {
         let method = request.method.uppercased()
-        let served = serving(cached, now: now)
+        let served = serving(cached, age: age)
         if isPartial(cached) {
             guard method == "GET", let (r, body) = rangeAnswer(for: request, CachedResponse(response: served, data: cached.data))
             else { return nil }
@@ -429,8 +583,8 @@ public enum HTTPCacheRules {
         guard let status = response.statusCode, (200..<400).contains(status),
               !["GET", "HEAD", "OPTIONS", "TRACE"].contains(request.method.uppercased()) else { return [] }
         var urls = [request.url]
-        for name in ["Location", "Content-Location"] {
-            guard let value = response.value(forHeader: name),
+        for name in [HTTPField.Name.location, .contentLocation] {
+            guard let value = response.headerFields.combined(name),
                   let target = URL(string: value, relativeTo: request.url)?.absoluteURL,
                   target.scheme == request.url.scheme, target.host == request.url.host,
                   target.port == request.url.port else { continue }

@@ -50,6 +50,11 @@ public protocol ProtocolHandler: AnyObject {
     /// Read through the registry (`HandlerRegistry.carriesCookies(forScheme:)`). Default
     /// false.
     static func carriesCookies(for scheme: String) -> Bool
+    /// The head to serve `cached` with, when this handler type would answer `request`
+    /// with it as it is and do nothing else (for HTTP: fresh, RFC 9111 §4.2, and no
+    /// range, condition or upgrade to apply); nil when a handler must start. The session
+    /// asks before making a handler, so such a hit costs no handler. Default nil.
+    static func freshAnswer(for request: Request, cached: CachedResponse, configuration: SessionConfiguration) -> Response?
 }
 
 extension ProtocolClient {
@@ -68,6 +73,9 @@ extension ProtocolHandler {
     public static func openStream(to target: ByteStreamTarget, context: SessionContext) -> (any ByteStream)? { nil }
     public static func defaultPort(for scheme: String) -> Int? { nil }
     public static func carriesCookies(for scheme: String) -> Bool { false }
+    public static func freshAnswer(for request: Request, cached: CachedResponse, configuration: SessionConfiguration) -> Response? {
+        nil
+    }
 }
 
 /// What a handler may know of the session it loads for (URLProtocol reaches the same
@@ -205,6 +213,8 @@ public protocol ProtocolHandlerFactory: Sendable {
     /// Whether loads of `scheme` carry the session's cookies; default false. See
     /// `ProtocolHandler.carriesCookies(for:)`.
     func carriesCookies(for scheme: String) -> Bool
+    /// `ProtocolHandler.freshAnswer(for:cached:configuration:)`; default nil.
+    func freshAnswer(for request: Request, cached: CachedResponse, configuration: SessionConfiguration) -> Response?
 }
 
 extension ProtocolHandlerFactory {
@@ -214,6 +224,9 @@ extension ProtocolHandlerFactory {
     public func openStream(to target: ByteStreamTarget, context: SessionContext) -> (any ByteStream)? { nil }
     public func defaultPort(for scheme: String) -> Int? { nil }
     public func carriesCookies(for scheme: String) -> Bool { false }
+    public func freshAnswer(for request: Request, cached: CachedResponse, configuration: SessionConfiguration) -> Response? {
+        nil
+    }
 }
 
 /// The factory for a `ProtocolHandler` type.
@@ -236,6 +249,9 @@ public struct TypeHandlerFactory: ProtocolHandlerFactory, @unchecked Sendable {
     }
     public func defaultPort(for scheme: String) -> Int? { type.defaultPort(for: scheme) }
     public func carriesCookies(for scheme: String) -> Bool { type.carriesCookies(for: scheme) }
+    public func freshAnswer(for request: Request, cached: CachedResponse, configuration: SessionConfiguration) -> Response? {
+        type.freshAnswer(for: request, cached: cached, configuration: configuration)
+    }
 }
 
 /// A handler's record of the session's back-pressure requests, safe from any

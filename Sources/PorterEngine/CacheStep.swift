@@ -10,15 +10,20 @@ package enum CacheStep {
         package var policy: CachePolicy
         /// A stored response the handler calls cache-equivalent; nil without a cache.
         package var hit: CachedResponse?
-        package init(policy: CachePolicy, hit: CachedResponse?) {
+        /// The head the handler would serve `hit` with as it is, asked before making one
+        /// (`ProtocolHandlerFactory.freshAnswer`): a fresh hit then needs no handler.
+        package var served: Response?
+        package init(policy: CachePolicy, hit: CachedResponse?, served: Response? = nil) {
             self.policy = policy
             self.hit = hit
+            self.served = served
         }
     }
 
     package enum Decision {
-        /// Answer from the cache without a handler.
-        case serve(CachedResponse)
+        /// Answer from the cache without a handler (with `served` as its head, when the
+        /// handler named one).
+        case serve(CachedResponse, served: Response?)
         /// Start a handler, handing it `candidate` to revalidate or serve.
         case load(candidate: CachedResponse?)
         case fail(PorterError.Code, String)
@@ -29,12 +34,13 @@ package enum CacheStep {
         case .reloadIgnoringLocalCacheData:
             return .load(candidate: nil)
         case .returnCacheDataElseLoad:
-            if let hit = lookup.hit { return .serve(hit) }
+            if let hit = lookup.hit { return .serve(hit, served: nil) }
             return .load(candidate: nil)
         case .returnCacheDataDontLoad:
-            if let hit = lookup.hit { return .serve(hit) }
+            if let hit = lookup.hit { return .serve(hit, served: nil) }
             return .fail(.resourceUnavailable, "no cached response and the cache policy forbids loading")
         case .useProtocolCachePolicy, .reloadRevalidatingCacheData:
+            if let hit = lookup.hit, let served = lookup.served { return .serve(hit, served: served) }
             return .load(candidate: lookup.hit)
         }
     }

@@ -277,9 +277,9 @@ package struct TaskStateMachine: Sendable {
             wait = .none
             request = prepared
             switch CacheStep.decide(lookup) {
-            case .serve(let hit):
+            case .serve(let hit, let served):
                 cachedResponse = hit
-                return .serveCached(hit, serving: nil, revalidated: false, generation: generation)
+                return .serveCached(hit, serving: served, revalidated: false, generation: generation)
             case .load(let candidate):
                 cachedResponse = candidate
                 return .load(prepared, cachedResponse: candidate, paused: handlerPaused, generation: generation)

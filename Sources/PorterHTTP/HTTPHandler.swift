@@ -130,6 +130,18 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
 
     var isStopped: Bool { state.isStopped }
 
+    /// A fresh stored response answers as it is (`HTTPCacheRules.answer` says `.stored`)
+    /// unless the request is one HSTS upgrades: what `startLoading` would serve, asked
+    /// before any handler is made.
+    public static func freshAnswer(for request: Request, cached: CachedResponse, configuration: SessionConfiguration) -> Response? {
+        if configuration.hstsStore?.upgradedURL(for: request.url) != nil { return nil }
+        let policy = request.cachePolicy == .useProtocolCachePolicy ? configuration.requestCachePolicy : request.cachePolicy
+        guard case .stored(let served) = HTTPCacheRules.answer(for: request, cached: cached, policy: policy, now: Date()) else {
+            return nil
+        }
+        return served
+    }
+
     public func startLoading() {
         // RFC 6797 §8.3: a known HSTS host is never loaded over plain http, not even from
         // the cache: the load becomes https before anything else happens.

@@ -430,7 +430,10 @@ public final class Session: @unchecked Sendable {
 }
 
 /// Checks the timeouts of a session's running tasks from one repeating timer on the
-/// delivery queue; the timer exists only while some task is running.
+/// delivery queue. The timer exists while some task is running and stops at its first
+/// tick with none: tasks that start and end between two ticks (cache hits, a stream of
+/// small loads) reuse it instead of each making, starting and cancelling one, a trip
+/// through libdispatch's manager thread every time.
 final class TimeoutWatch: @unchecked Sendable {
     private let queue: DispatchQueue
     private let lock = NSLock()
@@ -439,6 +442,8 @@ final class TimeoutWatch: @unchecked Sendable {
     private var tick: TimeInterval = 1
 
     init(queue: DispatchQueue) { self.queue = queue }
+
+    deinit { timer?.cancel() }
 
     func watch(_ driver: TaskDriver, tick wanted: TimeInterval) {
         lock.lock()
@@ -456,18 +461,21 @@ final class TimeoutWatch: @unchecked Sendable {
     }
 
     func unwatch(_ driver: TaskDriver) {
-        lock.lock()
-        defer { lock.unlock() }
-        drivers[ObjectIdentifier(driver)] = nil
-        if drivers.isEmpty {
-            timer?.cancel()
-            timer = nil
-            tick = 1
-        }
+        lock.withLock { drivers[ObjectIdentifier(driver)] = nil }
     }
 
+    /// Whether the timer runs (for tests).
+    var isTicking: Bool { lock.withLock { timer != nil } }
+
     private func fire() {
-        let all = lock.withLock { Array(drivers.values) }
+        let all = lock.withLock { () -> [TaskDriver] in
+            if drivers.isEmpty {
+                timer?.cancel()
+                timer = nil
+                tick = 1
+            }
+            return Array(drivers.values)
+        }
         for d in all { d.checkTimeouts() }
     }
 }

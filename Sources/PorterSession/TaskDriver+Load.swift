@@ -72,8 +72,13 @@ extension TaskDriver {
                 // The policies that answer from the store whatever its age take what of it
                 // answers this request (a stored part answers only a range inside it);
                 // the others hand the handler all of it, to serve, revalidate or complete.
-                lookup.hit = lookup.policy == .returnCacheDataElseLoad || lookup.policy == .returnCacheDataDontLoad
-                    ? HTTPCacheRules.storedAnswer(for: request, hit) : hit
+                if lookup.policy == .returnCacheDataElseLoad || lookup.policy == .returnCacheDataDontLoad {
+                    lookup.hit = HTTPCacheRules.storedAnswer(for: request, hit)
+                } else {
+                    lookup.hit = hit
+                    // A hit the handler would serve as it is is served without one.
+                    lookup.served = factory.freshAnswer(for: request, cached: hit, configuration: config)
+                }
             }
         }
         run(.event(.loadPlanned(request, lookup)))

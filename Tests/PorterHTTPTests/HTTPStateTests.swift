@@ -161,6 +161,34 @@ final class HTTPStateTests: NginxTestCase {
         XCTAssertEqual(d.lock.withLock { d.fetchTypes }, ["local", "networkLoad"])
     }
 
+    /// RFC 6797 §8.3: a known HSTS host is not loaded over plain http even from the
+    /// cache. A fresh stored response for the http URL (planted here) is not served; the
+    /// load becomes https first, and the server answers.
+    func testHSTSUpgradesBeforeAFreshCacheHitIsServed() async throws {
+        let store = HSTSStore()
+        let cache = HTTPCache()
+        let d = Redirects()
+        let c = config { $0.hstsStore = store; $0.responseCache = cache }
+        let s = Session(configuration: c, delegate: d)
+        var planted = Request(url: url(plainToTLSPort + "/index.html"))
+        planted.cachePartition = c.cachePartition
+        var fields = HTTPFields()
+        fields[.cacheControl] = "max-age=600"
+        fields[.date] = CookieRules.formatDate(Date())
+        let stored = Response(url: planted.url, mimeType: "text/plain", expectedContentLength: 7, statusCode: 200,
+                              headerFields: fields)
+        cache.storeCachedResponse(CachedResponse(response: stored, data: Data("planted".utf8), storagePolicy: .allowed),
+                                  for: planted)
+        let (hit, _) = try await s.data(from: planted.url)
+        XCTAssertEqual(text(hit), "planted", "not yet HSTS: the fresh stored response answers")
+        _ = try await s.data(from: url(localhostHTTPS + "/hsts/set"))
+        XCTAssertEqual(store.entries.map(\.host), ["localhost"])
+        let (data, response) = try await s.data(from: planted.url)
+        XCTAssertEqual(response.url.absoluteString, localhostHTTPS + "/index.html")
+        XCTAssertEqual(data, try Data(contentsOf: URL(fileURLWithPath: nginx.dir + "/www/index.html")))
+        XCTAssertEqual(d.lock.withLock { d.seen.map(\.0) }, [307])
+    }
+
     /// What must never make a host HSTS: the header over plain http, over https with
     /// verification off, from an IP address, or malformed (a directive twice).
     /// `max-age=0` removes the host.

@@ -385,6 +385,23 @@ final class SessionTests: XCTestCase {
         } catch { XCTFail() }
     }
 
+    /// The session's timeout timer outlives a task only until its next tick finds none
+    /// running (tasks that start and end between ticks share it), and a task started
+    /// after it was left running with a coarser tick still times out on time.
+    func testTheTimeoutTimerStopsOnceNoTaskRunsAndStillServesLaterTasks() async throws {
+        let s = Session(configuration: testConfiguration())
+        for _ in 0..<5 { _ = try await s.data(from: url("echo://h/")) }
+        XCTAssertTrue(eventually(60) { !s.timeouts.isTicking }, "the timer runs on with no task")
+        for _ in 0..<5 { _ = try await s.data(from: url("echo://h/")) }   // leaves a timer with a 0.25 s tick
+        var silent = Request(url: url("bad://h/silent"))
+        silent.timeoutInterval = 0.2
+        do {
+            _ = try await s.data(for: silent)
+            XCTFail("a silent handler was not timed out")
+        } catch let e as PorterError { XCTAssertEqual(e.code, .timedOut) } catch { XCTFail("\(error)") }
+        XCTAssertTrue(eventually(60) { !s.timeouts.isTicking })
+    }
+
     func testTimeouts() async {
         let idle = Session(configuration: testConfiguration { $0.timeoutIntervalForRequest = 0.2 })
         let start = Date()

@@ -83,6 +83,63 @@ final class HTTPCacheTests: XCTestCase {
         XCTAssertEqual(HTTPCacheRules.freshnessLifetime(good), 3600, accuracy: 1)
     }
 
+    /// HTTP-dates become instants by arithmetic, not through Calendar: every day of
+    /// years around the leap rules (1600, 1700, 1900, 2000, 2024, 2100, 9999), month ends
+    /// and impossible days (31 Apr, 29 Feb 1900, 30 Feb 2000) give what Foundation's
+    /// Gregorian calendar in GMT gives; years before the Julian cut-over go to it.
+    func testHTTPDateArithmeticAgreesWithTheCalendar() {
+        for year in [1583, 1600, 1700, 1899, 1900, 1970, 1999, 2000, 2023, 2024, 2038, 2100, 2400, 9999] {
+            for month in 1...12 {
+                for day in [1, 15, 28, 29, 30, 31] {
+                    let (h, m, sec) = (day % 24, (day * 7) % 60, (month * 5) % 60)
+                    XCTAssertEqual(HTTPDate.date(year: year, month: month, day: day, hour: h, minute: m, second: sec),
+                                   HTTPDate.calendarDate(year: year, month: month, day: day, hour: h, minute: m, second: sec),
+                                   "\(year)-\(month)-\(day)")
+                }
+            }
+        }
+        XCTAssertNil(HTTPDate.parse("Thu, 29 Feb 1900 00:00:00 GMT"))
+        XCTAssertNotNil(HTTPDate.parse("Tue, 29 Feb 2000 00:00:00 GMT"))
+        XCTAssertEqual(HTTPDate.parse("Thu, 01 Jan 1970 00:00:00 GMT"), Date(timeIntervalSince1970: 0))
+        XCTAssertEqual(HTTPDate.parse("Fri, 31 Dec 9999 23:59:59 GMT"), Date(timeIntervalSince1970: 253_402_300_799))
+        XCTAssertEqual(HTTPDate.parse("Sat, 01 Jan 1000 00:00:00 GMT"),
+                       HTTPDate.calendarDate(year: 1000, month: 1, day: 1, hour: 0, minute: 0, second: 0))
+        XCTAssertEqual(HTTPDate.parse("Sun, 06 Nov 1994 08:49:60 GMT"), HTTPDate.parse("Sun, 06 Nov 1994 08:49:59 GMT"),
+                       "a leap second is read as :59")
+    }
+
+    /// Cache-Control values in ASCII are read byte by byte; what they mean must be what
+    /// the reading as Unicode text gives: quoting, "=" before a name, a second "=",
+    /// white space (space and tab) around names and arguments, case, empty members,
+    /// huge and malformed numbers; and a few thousand values made of those pieces.
+    func testCacheControlByteReadingAgreesWithTheTextReading() {
+        let fixed = ["max-age=600", "MAX-AGE=600", " max-age = 600 ", "max-age=\"600\"", "max-age=\"", "max-age=\"\"",
+                     "=max-age=5", "==max-age=5", "max-age==5", "max-age=", "max-age", "max-age=5x", "max-age=-5",
+                     "max-age=99999999999999999999999", "max-age=0005", "\tno-cache\t", "no-cache=\"set-cookie\"",
+                     ",,,", "", " ", "=", "private, max-age=10, s-maxage=20", "max-stale", "max-stale=7", "max-stale=x",
+                     "min-fresh=3", "proxy-revalidate", "must-understand, no-store", "stale-while-revalidate=30",
+                     "only-if-cached", "immutable, public", "max-age=1,max-age=2", "max-age=\" 6\"", "max-age=6 7",
+                     "no-store\r\n", "max-age=1\u{0B}", "\u{0C}max-age=1"]
+        for value in fixed {
+            XCTAssertEqual(CacheControl([value]), CacheControl(text: [value]), value.debugDescription)
+        }
+        let pieces = ["max-age", "s-maxage", "max-stale", "min-fresh", "no-store", "no-cache", "private", "Public",
+                      "must-revalidate", "stale-while-revalidate", "x-other", "=", ",", " ", "\t", "\"", "5", "600",
+                      "-1", "99999999999999999999", "a", "MAX-AGE", "\r\n"]
+        var seed: UInt64 = 0x9E37_79B9_7F4A_7C15
+        func next(_ n: Int) -> Int {
+            seed = seed &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return Int((seed >> 33) % UInt64(n))
+        }
+        for _ in 0..<5_000 {
+            let value = (0..<(1 + next(8))).map { _ in pieces[next(pieces.count)] }.joined()
+            XCTAssertEqual(CacheControl([value]), CacheControl(text: [value]), value.debugDescription)
+        }
+        // Not ASCII: the text reading (a no-break space is white space there).
+        XCTAssertEqual(CacheControl(["\u{A0}max-age=7"]).maxAge, 7)
+        XCTAssertNil(CacheControl(["max-age=\u{0663}"]).maxAge)
+    }
+
     /// RFC 9111 §5.1: a list-valued Age counts by its first member; a value that is not a
     /// non-negative integer is ignored.
     func testAgeListsAndInvalidAges() {

@@ -43,6 +43,30 @@ final class HTTPDiskCacheTests: XCTestCase {
         XCTAssertNil(reopened.cachedResponse(for: Request(url: URL(string: "http://example.test/b")!)))
     }
 
+    /// The disk tier evicts the least recently used entry, and an entry the memory tier
+    /// kept answering counts as used: its recency reaches the disk index (in batches,
+    /// and when the cache goes), so a later process with a smaller tier keeps it and
+    /// evicts the one stored later but never used.
+    func testHitsFromTheMemoryTierCountInTheDiskTiersEvictionOrder() throws {
+        let (ra, ca) = entry("/a", "alpha")
+        let (rb, cb) = entry("/b", "bravo")
+        let (rc, cc) = entry("/c", "charl")
+        let two: Int
+        do {
+            let cache = try HTTPCache(diskCapacity: 1 << 20, directory: dir)
+            cache.storeCachedResponse(ca, for: ra)
+            cache.storeCachedResponse(cb, for: rb)
+            two = cache.statistics.diskBytes
+            XCTAssertNotNil(cache.cachedResponse(for: ra), "a hit from the memory tier")
+        }
+        let smaller = try HTTPCache(diskCapacity: two + two / 4, directory: dir)
+        smaller.storeCachedResponse(cc, for: rc)
+        XCTAssertEqual(smaller.statistics.diskEntries, 2)
+        XCTAssertNotNil(smaller.cachedResponse(for: ra), "the entry in use was evicted")
+        XCTAssertNil(smaller.cachedResponse(for: rb), "the entry never used stayed")
+        XCTAssertNotNil(smaller.cachedResponse(for: rc))
+    }
+
     func testADamagedBodyIsDroppedNotServed() throws {
         do {
             let cache = try HTTPCache(diskCapacity: 1 << 20, directory: dir)
