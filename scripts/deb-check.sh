@@ -112,7 +112,7 @@ for program in porter porterd; do
     dyn=$(readelf -d "/usr/bin/$program" | grep -E '\((NEEDED|RUNPATH|RPATH)\)' | grep -E 'swift|Foundation|dispatch|BlocksRuntime|RUNPATH|RPATH')
     [ -z "$dyn" ] && ok || bad "/usr/bin/$program names the shared Swift runtime or a RUNPATH: $dyn"
 done
-ldd /usr/bin/porter-plugin-worker | grep -q '/usr/lib/porter/swift/libswiftCore.so' && ok \
+ldd /usr/bin/porter-plugin-worker | grep -q 'lib/porter/swift/libswiftCore.so' && ok \
     || bad "porter-plugin-worker does not load the package's shared runtime: $(ldd /usr/bin/porter-plugin-worker | grep swiftCore)"
 inproc=$(run unshare -m sh -c 'mount -t tmpfs none "$0" && PORTER_PLUGINS_IN_PROCESS=1 porter plugins' "$runtime" 2>&1)
 contains "$inproc" "loaded  /usr/lib/porter/plugins/libPorterSFTPPlugin.so" && contains "$inproc" "mode: in-process" && ok \

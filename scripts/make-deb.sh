@@ -4,7 +4,7 @@
 #   - the shared Swift runtime that porter-plugin-worker and the Swift plugins need
 #     (whatever ldd resolves in the toolchain's runtime folder) is copied to
 #     /usr/lib/porter/swift, and the RUNPATH of every ELF file that names one of those
-#     libraries points there ($ORIGIN-relative), so the package runs on a machine without
+#     libraries points there, so the package runs on a machine without
 #     a Swift toolchain and a worker holds one Swift runtime, shared with the Swift plugin
 #     it loads; porter and porterd have the runtime linked statically (make install) and
 #     name none of it;
@@ -53,15 +53,21 @@ if [ "$config" = release ]; then strip --strip-debug "${elves[@]}"; fi
 # A RUNPATH only where a library of the private runtime is named (DT_NEEDED): porter and
 # porterd, with the runtime linked in, and a C plugin need none.
 names_private() {
-    readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | while read -r name; do
-        [ -e "$private/$name" ] && echo "$name"
-    done | grep -q .
+    local name
+    for name in $(readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
+        if [ -e "$private/$name" ]; then return 0; fi
+    done
+    return 1
 }
 set_rpath() { # set_rpath FILE RPATH
     if names_private "$1"; then patchelf --set-rpath "$2" "$1"; else patchelf --remove-rpath "$1"; fi
 }
 for f in "$usr"/bin/*; do set_rpath "$f" '$ORIGIN/../lib/porter/swift'; done
-for f in "$usr"/lib/porter/plugins/*.so; do set_rpath "$f" '$ORIGIN/../swift'; done
+# A plugin's RUNPATH also names the folder absolutely: porter opens a plugin through
+# /proc/self/fd/N (the file it checked), where $ORIGIN means /proc/self/fd. In a worker the
+# runtime is already loaded (the worker's own); in process in the static porter the plugin
+# finds it itself. ($ORIGIN/../swift serves ldd on the staged files below.)
+for f in "$usr"/lib/porter/plugins/*.so; do set_rpath "$f" '$ORIGIN/../swift:'"${private#"$stage"}"; done
 for f in "$private"/*.so; do set_rpath "$f" '$ORIGIN'; done
 
 # Every library now resolves inside the package or on the system, never in the toolchain.
