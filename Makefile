@@ -120,8 +120,9 @@ uninstall:
 	for d in $(OWN_DIRS); do if [ -d "$(ROOT)/$$d" ]; then rmdir --ignore-fail-on-non-empty "$(ROOT)/$$d"; fi; done
 
 # `make deb [CONFIG=release] [DEB_DIR=.build] [DEB_COMPRESSION=xz]`: DEB_DIR/porter_VERSION_ARCH.deb,
-# what `make install PREFIX=/usr` puts in place (built in CONFIG) plus the Swift runtime
-# it needs in /usr/lib/porter/swift and the DocC articles in /usr/share/doc/porter
+# what `make install PREFIX=/usr` puts in place (built in CONFIG) plus the shared Swift
+# runtime the worker and the plugins need in /usr/lib/porter/swift and the DocC articles
+# in /usr/share/doc/porter
 # (scripts/make-deb.sh says how). Install it with `apt install ./porter_*.deb`;
 # scripts/deb-check.sh (in `make test`) installs and removes one built from the debug build.
 DEB_DIR ?= .build
