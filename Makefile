@@ -46,7 +46,12 @@ docs:
 
 # `make install [PREFIX=/usr/local] [DESTDIR=] [CONFIG=release]`: builds porter, porterd,
 # porter-plugin-worker and the plugins in CONFIG (release, or debug to install what
-# `swift build` already made, as the test does), then installs:
+# `swift build` already made, as the test does). porter and porterd are linked once more
+# with the Swift runtime linked statically (scripts/link-static.py: SwiftPM's own link
+# command plus -static-stdlib, from the same objects, into $(BUILT)/static; a few seconds,
+# where `swift build --static-swift-stdlib` would recompile the package): they load no
+# Swift library at start. The worker and the plugins keep the shared runtime, which the
+# Swift plugins it loads need anyway (one runtime per worker). Then it installs:
 #   PREFIX/bin/{porter,porterd,porter-plugin-worker}   (porter finds the other two beside it)
 #   PREFIX/lib/porter/plugins/*.so                       (porter in PREFIX/bin scans it)
 #   PREFIX/include/porter/porter_plugin.h, PREFIX/lib/pkgconfig/porter-plugin.pc
@@ -63,6 +68,8 @@ BUILT = .build/$(CONFIG)
 STAGE = .build/install-$(CONFIG)
 ROOT = $(DESTDIR)$(PREFIX)
 PROGRAMS = porter porterd porter-plugin-worker
+# Linked with the Swift runtime linked statically (the rest of PROGRAMS: dynamically).
+STATIC_PROGRAMS = porter porterd
 PLUGINS = libPorterSFTPPlugin.so libGopherPlugin.so
 ABI = $(shell sed -n 's/^\#define PORTER_PLUGIN_ABI_MAJOR //p' Sources/CPorterPlugin/include/porter_plugin.h).$(shell sed -n 's/^\#define PORTER_PLUGIN_ABI_MINOR //p' Sources/CPorterPlugin/include/porter_plugin.h)
 INSTALLED = $(addprefix bin/,$(PROGRAMS)) $(addprefix lib/porter/plugins/,$(PLUGINS)) \
@@ -77,11 +84,12 @@ install-build:
 	@case "$(CONFIG)" in release|debug) ;; *) echo "CONFIG must be release or debug" >&2; exit 1;; esac
 	@case "$(PREFIX)" in /*) ;; *) echo "PREFIX must be an absolute path" >&2; exit 1;; esac
 	for p in $(PROGRAMS) PorterSFTPPlugin GopherPlugin; do $(SWIFT) build -c $(CONFIG) --product $$p || exit 1; done
+	$(PYTHON) scripts/link-static.py $(CONFIG) $(BUILT)/static $(STATIC_PROGRAMS)
 	rm -rf $(STAGE) && mkdir -p $(STAGE)
-	$(BUILT)/porter --generate-completion-script bash > $(STAGE)/porter.bash
-	$(BUILT)/porter --generate-completion-script zsh > $(STAGE)/_porter
-	$(BUILT)/porter --generate-completion-script fish > $(STAGE)/porter.fish
-	$(PYTHON) scripts/gen-manpage.py $(BUILT)/porter > $(STAGE)/porter.1
+	$(BUILT)/static/porter --generate-completion-script bash > $(STAGE)/porter.bash
+	$(BUILT)/static/porter --generate-completion-script zsh > $(STAGE)/_porter
+	$(BUILT)/static/porter --generate-completion-script fish > $(STAGE)/porter.fish
+	$(PYTHON) scripts/gen-manpage.py $(BUILT)/static/porter > $(STAGE)/porter.1
 	printf '%s\n' 'prefix=$(PREFIX)' 'includedir=$${prefix}/include' 'plugindir=$${prefix}/lib/porter/plugins' '' \
 		'Name: porter-plugin' 'Description: The C ABI of Porter plugins (porter_plugin.h); install the .so into plugindir' \
 		'Version: $(ABI)' 'Cflags: -I$${includedir}/porter' > $(STAGE)/porter-plugin.pc
@@ -94,7 +102,8 @@ install: deps install-build
 	umask 022 && $(INSTALL) -d -m 755 $(ROOT)/bin $(ROOT)/lib/porter/plugins $(ROOT)/include/porter $(ROOT)/lib/pkgconfig \
 		$(ROOT)/share/man/man1 $(ROOT)/share/bash-completion/completions $(ROOT)/share/zsh/site-functions \
 		$(ROOT)/share/fish/vendor_completions.d $(ROOT)/lib/systemd/user $(ROOT)/share/doc/porter
-	$(INSTALL) -m 755 $(addprefix $(BUILT)/,$(PROGRAMS)) $(ROOT)/bin/
+	$(INSTALL) -m 755 $(addprefix $(BUILT)/static/,$(STATIC_PROGRAMS)) \
+		$(addprefix $(BUILT)/,$(filter-out $(STATIC_PROGRAMS),$(PROGRAMS))) $(ROOT)/bin/
 	$(INSTALL) -m 644 $(addprefix $(BUILT)/,$(PLUGINS)) $(ROOT)/lib/porter/plugins/
 	$(INSTALL) -m 644 Sources/CPorterPlugin/include/porter_plugin.h $(ROOT)/include/porter/
 	$(INSTALL) -m 644 $(STAGE)/porter-plugin.pc $(ROOT)/lib/pkgconfig/
@@ -111,8 +120,9 @@ uninstall:
 	for d in $(OWN_DIRS); do if [ -d "$(ROOT)/$$d" ]; then rmdir --ignore-fail-on-non-empty "$(ROOT)/$$d"; fi; done
 
 # `make deb [CONFIG=release] [DEB_DIR=.build] [DEB_COMPRESSION=xz]`: DEB_DIR/porter_VERSION_ARCH.deb,
-# what `make install PREFIX=/usr` puts in place (built in CONFIG) plus the Swift runtime
-# it needs in /usr/lib/porter/swift and the DocC articles in /usr/share/doc/porter
+# what `make install PREFIX=/usr` puts in place (built in CONFIG) plus the shared Swift
+# runtime the worker and the plugins need in /usr/lib/porter/swift and the DocC articles
+# in /usr/share/doc/porter
 # (scripts/make-deb.sh says how). Install it with `apt install ./porter_*.deb`;
 # scripts/deb-check.sh (in `make test`) installs and removes one built from the debug build.
 DEB_DIR ?= .build

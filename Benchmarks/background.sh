@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Background sessions (porterd) at scale and speed, on the installed porter and porterd
-# (`make install`: release, Swift runtime linked dynamically; Benchmarks/lib-installed.sh):
+# (`make install`: release, with the Swift runtime linked statically; Benchmarks/lib-installed.sh):
 #   - 10,000 downloads queued in one session (8 at a time run, to a port nobody listens
 #     on, so every task stays in the journal): the time to queue them, `porter jobs` over
 #     all of them, and porterd's peak RSS;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Plugins out of process (issue 13): the same loads through an isolated worker and in
 # process, in one run, taken in turn, on what `make install` puts in place (porter, the
-# worker, the sftp and gopher plugins; release, Swift runtime linked dynamically;
+# worker, the sftp and gopher plugins; release; porter with the Swift runtime linked statically, the worker and plugins dynamically;
 # Benchmarks/lib-installed.sh). Prints a Markdown section; `make bench` includes it.
 #   - discovery: `porter plugins` with 10 C plugins beside the installed ones, cold (no
 #     description cache) and warm;
@@ -135,7 +135,7 @@ thr = taken_in_turn([
 
 print("## Plugins out of process (issue 13)")
 print()
-print("`bash Benchmarks/isolation.sh`: what `make install` puts in place (release, Swift runtime linked dynamically; the gopher and sftp plugins are the installed ones, found beside porter, the test plugin comes by PORTER_PLUGIN_PATH); each configuration taken in turn with the others, medians (and best).")
+print("`bash Benchmarks/isolation.sh`: what `make install` puts in place (release; porter with the Swift runtime linked statically, the worker and plugins dynamically; the gopher and sftp plugins are the installed ones, found beside porter, the test plugin comes by PORTER_PLUGIN_PATH); each configuration taken in turn with the others, medians (and best).")
 print()
 print(f"| discovery, `porter plugins` with 10 C plugins and the {installed} installed | median ms | best ms |")
 print("|---|---:|---:|")

@@ -1,5 +1,6 @@
 # Sourced by the benchmark scripts: every figure is taken on the files `make install`
-# puts in place (CONFIG=release, the Swift runtime linked dynamically: what users get).
+# puts in place (CONFIG=release; porter and porterd with the Swift runtime linked
+# statically, the worker and plugins dynamically: what users get).
 #
 # installed_prefix DIR: prints the PREFIX to measure. `make bench` (Benchmarks/run.sh)
 # installs once and exports PORTER_PREFIX for the scripts it runs; a script run on its

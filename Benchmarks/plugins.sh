@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Plugin load time: `porter -s data:,x` as `make install` puts it in place (release, the
-# Swift runtime linked dynamically; Benchmarks/lib-installed.sh) with the plugins it
+# Swift runtime linked statically; Benchmarks/lib-installed.sh) with the plugins it
 # installs (sftp, gopher), and with 10 small C plugins more on PORTER_PLUGIN_PATH.
 # Prints a Markdown section; `make bench` includes it.
 set -euo pipefail
@@ -41,7 +41,7 @@ results = [(name, statistics.median(times[path]), min(times[path])) for name, pa
 base = results[0][1]
 print("## Plugin load time")
 print()
-print("`porter -s data:,x` start to exit, the porter `make install` puts in place (release, Swift runtime linked dynamically) with the plugins it installs; median and best of 200 runs each, taken in turn after 5 warm-up rounds (`bash Benchmarks/plugins.sh`). Target: 10 plugins add < 20 ms.")
+print("`porter -s data:,x` start to exit, the porter `make install` puts in place (release, the Swift runtime linked statically) with the plugins it installs; median and best of 200 runs each, taken in turn after 5 warm-up rounds (`bash Benchmarks/plugins.sh`). Target: 10 plugins add < 20 ms.")
 print()
 print("| plugins on the search path | median ms | best ms | added (median) ms |")
 print("|---|---:|---:|---:|")

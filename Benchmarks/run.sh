@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make bench`: Porter as `make install` puts it in place (CONFIG=release, the Swift
-# runtime linked dynamically), installed into a scratch PREFIX, against cat, cp, curl,
+# `make bench`: Porter as `make install` puts it in place (CONFIG=release; porter and
+# porterd with the Swift runtime linked statically, the worker and plugins dynamically),
+# installed into a scratch PREFIX, against cat, cp, curl,
 # the libcurl C client, AsyncHTTPClient and Foundation's URLSession on this machine in
 # this run. BENCH_RUNS (2) runs of every timed table, side by side. Writes BENCHMARKS.md.
 set -euo pipefail
@@ -181,7 +182,7 @@ print_run() {
         }
         echo "## http: — nginx on loopback, 1 worker, sharing the $(nproc) cores with the client"
         echo
-        echo "Porter is the \`porter\` that \`make install\` put in a scratch PREFIX (release build, Swift runtime linked dynamically, its plugins installed beside it). The libcurl C client is \`Benchmarks/Peers/c/curl-multi.c\` (libcurl's multi interface, no language runtime). AsyncHTTPClient and Foundation's URLSession run small clients in \`Benchmarks/Peers\` (release build). Seconds: best of five; peak RSS: the highest of the five."
+        echo "Porter is the \`porter\` that \`make install\` put in a scratch PREFIX (release build; porter with the Swift runtime linked statically, its worker and plugins, installed beside it, dynamically). The libcurl C client is \`Benchmarks/Peers/c/curl-multi.c\` (libcurl's multi interface, no language runtime). AsyncHTTPClient and Foundation's URLSession run small clients in \`Benchmarks/Peers\` (release build). Seconds: best of five; peak RSS: the highest of the five."
         echo
         echo "### W1: one 1 GiB GET, body discarded"
         echo
@@ -243,7 +244,7 @@ pi() { awk -v n="$1" '$1 == n {print $2}' <<<"$profile" | tr -d ,; }
     echo "# Benchmarks"
     echo
     echo "Made by \`make bench\` (\`Benchmarks/run.sh\`) on $(date -u +%Y-%m-%d), $(nproc) cores, $(uname -m), Swift $(swift --version 2>/dev/null | sed -nE 's/.*Swift version ([0-9.]+).*/\1/p' | head -1), curl $(curl --version | head -1 | cut -d' ' -f2)."
-    echo "Porter is measured as \`make install\` puts it in place: \`make install PREFIX=<scratch> CONFIG=release\` (release build, the Swift runtime linked dynamically), then \`<scratch>/bin/porter\`, \`porterd\`, \`porter-plugin-worker\` and the installed plugins."
+    echo "Porter is measured as \`make install\` puts it in place: \`make install PREFIX=<scratch> CONFIG=release\` (release build; porter and porterd with the Swift runtime linked statically, the worker and plugins dynamically), then \`<scratch>/bin/porter\`, \`porterd\`, \`porter-plugin-worker\` and the installed plugins."
     echo "Load average (1, 5, 15 min) when the run began: $load_before; when the timed runs ended: $load_after. Timings taken while other programs run are noisy; compare ratios within one run, and the instruction counts below across runs."
     echo
     echo "## Instructions per request (callgrind)"

@@ -2,7 +2,9 @@
 # `make install` into a DESTDIR, checked as a user would use it (one test in `make test`):
 # the installed porter loads the installed sftp plugin from PREFIX/lib/porter/plugins
 # (no --plugin-path) in a worker found beside it, and downloads a file from a real
-# OpenSSH sshd on loopback; a group-writable plugin folder is refused; pkg-config finds
+# OpenSSH sshd on loopback; porter and porterd have the Swift runtime linked statically
+# and export nothing, and the same Swift plugin (with its shared runtime) also runs in
+# process in that porter; a group-writable plugin folder is refused; pkg-config finds
 # the header and a tiny C plugin built with its flags loads; the completion script
 # parses; the man page renders; `make uninstall` removes exactly what was installed.
 # Installs the already-built debug binaries (CONFIG=debug): run after `swift build`;
@@ -95,6 +97,34 @@ url="sftp://$(id -un)@127.0.0.1:$port$tmp/data/hello.txt"
 body=$(porter -sS "$url" 2>&1)
 if [ "$body" = "Installed porter, installed sftp plugin." ]; then ok; else
     bad "the installed porter did not download over sftp: $body"; tail -n 5 "$tmp/ssh/sshd.log"; fi
+# porter and porterd carry the Swift runtime (no Swift library in their DT_NEEDED) and
+# export no symbols a plugin could bind to; the worker shares the runtime with the Swift
+# plugins it loads (libswiftCore.so in its DT_NEEDED and the sftp plugin's).
+needed() { readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; }
+swift_libs='^lib(swift|Foundation|_Foundation|dispatch|BlocksRuntime)'
+for program in porter porterd; do
+    linked=$(needed "$usr/bin/$program" | grep -E "$swift_libs" | paste -sd' ')
+    [ -z "$linked" ] && ok || bad "the installed $program loads the shared Swift runtime: $linked"
+    exported=$(nm -D --defined-only "$usr/bin/$program" 2>&1 | awk '$3 !~ /^(_end|_edata|__bss_start|_IO_stdin_used)$/ { print $3 }' | head -n 5 | paste -sd' ')
+    [ -z "$exported" ] && ok || bad "the installed $program exports symbols: $exported ..."
+done
+needed "$usr/bin/porter-plugin-worker" | grep -qx libswiftCore.so && needed "$usr/lib/porter/plugins/libPorterSFTPPlugin.so" | grep -qx libswiftCore.so \
+    && ok || bad "the worker and the sftp plugin do not share the shared Swift runtime"
+
+# The same Swift plugin in process, in the static porter: a second Swift runtime (the
+# plugin's shared one, beside porter's own) in one process, across the plugin's C ABI:
+# a download, an upload, and the handler contract (cancel in every phase, pause).
+inproc=$(porter --plugins-in-process -sS "$url" 2>&1)
+[ "$inproc" = "Installed porter, installed sftp plugin." ] && ok || bad "in-process sftp in the installed porter: $inproc"
+loaded=$(env -i HOME="$tmp/home" PATH=/usr/bin:/bin PORTER_PLUGINS_IN_PROCESS=1 LD_DEBUG=files "$usr/bin/porter" -sS -o "$tmp/inproc.txt" "$url" 2>&1)
+grep -q 'file=libswiftCore.so .*needed by /proc/self/fd/' <<<"$loaded" && [ "$(cat "$tmp/inproc.txt" 2>&1)" = "$inproc" ] && ok \
+    || bad "PORTER_PLUGINS_IN_PROCESS=1: the sftp plugin did not bring the shared runtime into porter, or the download differs: $(grep -v '^ *[0-9]*:' <<<"$loaded" | tail -n 5)"
+printf 'Uploaded in process.\n' >"$tmp/up.txt"
+porter --plugins-in-process -sS -T "$tmp/up.txt" "sftp://$(id -un)@127.0.0.1:$port$tmp/data/up.txt" >"$tmp/out" 2>&1
+[ "$(cat "$tmp/data/up.txt" 2>&1)" = "Uploaded in process." ] && ok || bad "in-process sftp upload: $(cat "$tmp/out")"
+contract=$(porter plugin test "$usr/lib/porter/plugins/libPorterSFTPPlugin.so" --plugins-in-process --url "$url" 2>&1)
+contains "$contract" "(in-process)" && contains "$contract" "no rule broken" && ok || bad "porter plugin test --plugins-in-process (sftp): $contract"
+
 listing=$(porter plugins 2>&1)
 contains "$listing" "$usr/lib/porter/plugins" && contains "$listing" "loaded  $usr/lib/porter/plugins/libPorterSFTPPlugin.so" \
     && contains "$listing" "loaded  $usr/lib/porter/plugins/libGopherPlugin.so" && contains "$listing" "mode: isolated" \

@@ -62,6 +62,8 @@ command -v gdbus >/dev/null 2>&1 || need+=(libglib2.0-bin)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkgconf)
 # make deb: the packaged programs' RUNPATH is set to Porter's private Swift runtime.
 command -v patchelf >/dev/null 2>&1 || need+=(patchelf)
+# make install's static link and its check: readelf and nm read the installed programs.
+{ command -v readelf && command -v nm; } >/dev/null 2>&1 || need+=(binutils)
 command -v man >/dev/null 2>&1 || need+=(man-db)
 command -v groff >/dev/null 2>&1 || need+=(groff-base)
 

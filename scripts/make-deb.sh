@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # `make deb`'s second half: turns what `make install DESTDIR=STAGE PREFIX=/usr` put in
 # STAGE into OUTDIR/porter_VERSION_ARCH.deb (dpkg-deb, no debhelper):
-#   - the Swift runtime the programs and the Swift plugins need (whatever ldd resolves in
-#     the toolchain's runtime folder) is copied to /usr/lib/porter/swift, and every ELF
-#     file's RUNPATH points there ($ORIGIN-relative), so the package runs on a machine
-#     without a Swift toolchain and each process holds one Swift runtime, shared by the
-#     program and the Swift plugins its worker loads;
+#   - the shared Swift runtime that porter-plugin-worker and the Swift plugins need
+#     (whatever ldd resolves in the toolchain's runtime folder) is copied to
+#     /usr/lib/porter/swift, and the RUNPATH of every ELF file that names one of those
+#     libraries points there, so the package runs on a machine without
+#     a Swift toolchain and a worker holds one Swift runtime, shared with the Swift plugin
+#     it loads; porter and porterd have the runtime linked statically (make install) and
+#     name none of it;
 #   - the DocC articles (Markdown) join README.md in /usr/share/doc/porter, LICENSE is
 #     its copyright file, the man page is gzipped;
 #   - Depends are the packages that own the system libraries ldd resolves (libcurl4,
@@ -40,7 +42,7 @@ gzip -9nf "$usr/share/man/man1/porter.1"
 # The ELF files of the package: programs and plugins.
 elves=("$usr"/bin/* "$usr"/lib/porter/plugins/*.so)
 
-# The Swift runtime they load, from the toolchain (ldd prints the whole closure).
+# The shared Swift runtime they load, from the toolchain (ldd prints the whole closure).
 private=$usr/lib/porter/swift
 install -d -m 755 "$private"
 for f in "${elves[@]}"; do ldd "$f"; done | awk -v dir="$runtime/" 'index($3, dir) == 1 { print $3 }' | sort -u |
@@ -48,9 +50,25 @@ for f in "${elves[@]}"; do ldd "$f"; done | awk -v dir="$runtime/" 'index($3, di
 [ -e "$private/libswiftCore.so" ] || { echo "make-deb: found no Swift runtime in $runtime" >&2; exit 1; }
 
 if [ "$config" = release ]; then strip --strip-debug "${elves[@]}"; fi
-for f in "$usr"/bin/*; do patchelf --set-rpath '$ORIGIN/../lib/porter/swift' "$f"; done
-for f in "$usr"/lib/porter/plugins/*.so; do patchelf --set-rpath '$ORIGIN/../swift' "$f"; done
-for f in "$private"/*.so; do patchelf --set-rpath '$ORIGIN' "$f"; done
+# A RUNPATH only where a library of the private runtime is named (DT_NEEDED): porter and
+# porterd, with the runtime linked in, and a C plugin need none.
+names_private() {
+    local name
+    for name in $(readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
+        if [ -e "$private/$name" ]; then return 0; fi
+    done
+    return 1
+}
+set_rpath() { # set_rpath FILE RPATH
+    if names_private "$1"; then patchelf --set-rpath "$2" "$1"; else patchelf --remove-rpath "$1"; fi
+}
+for f in "$usr"/bin/*; do set_rpath "$f" '$ORIGIN/../lib/porter/swift'; done
+# A plugin's RUNPATH also names the folder absolutely: porter opens a plugin through
+# /proc/self/fd/N (the file it checked), where $ORIGIN means /proc/self/fd. In a worker the
+# runtime is already loaded (the worker's own); in process in the static porter the plugin
+# finds it itself. ($ORIGIN/../swift serves ldd on the staged files below.)
+for f in "$usr"/lib/porter/plugins/*.so; do set_rpath "$f" '$ORIGIN/../swift:'"${private#"$stage"}"; done
+for f in "$private"/*.so; do set_rpath "$f" '$ORIGIN'; done
 
 # Every library now resolves inside the package or on the system, never in the toolchain.
 resolved=$(for f in "${elves[@]}" "$private"/*.so; do ldd "$f"; done)
@@ -93,7 +111,8 @@ Description: URL loading for Swift on Linux, with a curl-like command line
  and porterd, a per-user daemon for background transfers (systemd user units).
  This package holds the porter command, porterd, the plugin worker, the plugins,
  the C plugin header with its pkg-config file, the man page, completions for
- bash, zsh and fish, and the documentation. Its Swift runtime is private, in
+ bash, zsh and fish, and the documentation. porter and porterd carry the Swift
+ runtime; the shared one the worker and the Swift plugins use is private, in
  /usr/lib/porter/swift.
 EOF
 (cd "$stage" && find usr -type f -printf '%P\0' | LC_ALL=C sort -z | (cd usr && xargs -0 md5sum) | sed 's|  |  usr/|') \
