@@ -28,6 +28,8 @@ extension Daemon {
         private let backlog = Atomic<Int>(0)
         static let updateLimit = 64
         static let dropLimit = 50_000
+        /// Messages read from a client and not yet handled, at most.
+        static let inFlight = 64
         init(_ channel: Channel) { self.channel = channel }
 
         func send(_ m: BackgroundDaemonMessage) {
@@ -39,7 +41,7 @@ extension Daemon {
             }
             backlog.add(1, ordering: .relaxed)
             writer.async { [self] in
-                try? channel.send(message: m)
+                try? BackgroundProtocol.send(m, on: channel)
                 backlog.subtract(1, ordering: .relaxed)
             }
         }
@@ -83,10 +85,19 @@ extension Daemon {
                 channel.close()
                 return forget()
             }
+            // At most `Connection.inFlight` of its messages wait for the daemon's queue: a
+            // client that sends ten thousand tasks at once is read as fast as porterd
+            // handles them (the rest wait in the socket, then in the client), not decoded
+            // into a backlog in porterd's memory.
+            let slots = DispatchSemaphore(value: Connection.inFlight)
             while true {
                 do {
                     let m = try channel.receive(BackgroundClientMessage.self)
-                    queue.async { self.handle(m, from: c) }
+                    slots.wait()
+                    queue.async {
+                        self.handle(m, from: c)
+                        slots.signal()
+                    }
                 } catch {
                     if (error as? IPCError)?.code != .closed { note("pid \(peer.pid): \(error); closing its connection") }
                     channel.close()
@@ -192,12 +203,13 @@ extension Daemon {
     /// the last page.
     func paged(session: String, reference: Int, to c: Connection) -> [BackgroundTaskSnapshot] {
         // Pages of at most ~256 KiB of JSON (a snapshot is its strings plus ~400 bytes;
-        // URLs and descriptions are bounded when they enter), far below the 1 MiB frame.
+        // URLs and descriptions are bounded when they enter), far below the 1 MiB frame
+        // (a compact page is smaller still).
         var page: [BackgroundTaskSnapshot] = []
         var size = 0
         do {
-            try journal.forEachTask(session: session) { row in
-                let t = current(row).snapshot()
+            try journal.forEachSnapshot(session: session) { listed in
+                let t = transfers[listed.id]?.row.snapshot() ?? listed
                 let cost = 400 + t.url.absoluteString.utf8.count * 2 + (t.taskDescription?.utf8.count ?? 0) * 2
                     + (t.destination?.utf8.count ?? 0) * 2 + (t.errorMessage?.utf8.count ?? 0) * 2
                 if size + cost > 256 << 10, !page.isEmpty {
@@ -217,9 +229,6 @@ extension Daemon {
     /// Bounds on what a client may make the daemon keep (and send back in lists).
     static let maximumURL = 16 << 10
     static let maximumDescription = 4 << 10
-
-    /// The freshest view of a task: the running transfer's, else the journal's.
-    func current(_ row: Journal.Task) -> Journal.Task { transfers[row.id]?.row ?? row }
 
     func enqueue(_ given: BackgroundTaskSpec, session: String, reference: Int, reply c: Connection) {
         var spec = given

@@ -38,7 +38,7 @@ final class DaemonQueueTests: DaemonTestCase {
             }
             var ids: [Int] = []
             while ids.count < batch {
-                switch try c.receive(BackgroundDaemonMessage.self) {
+                switch try BackgroundProtocol.receive(on: c) {
                 case .enqueued(_, let task): ids.append(task.id)
                 case .refused(_, let message): throw PorterError(.unknown, "porterd refused a task: \(message)")
                 default: continue
@@ -47,7 +47,7 @@ final class DaemonQueueTests: DaemonTestCase {
             for id in ids { try c.send(message: BackgroundClientMessage.control(task: id, .resume)) }
             try c.send(message: BackgroundClientMessage.ping(reference: first + done))
             loop: while true {
-                if case .pong(first + done) = try c.receive(BackgroundDaemonMessage.self) { break loop }
+                if case .pong(first + done) = try BackgroundProtocol.receive(on: c) { break loop }
             }
             done += batch
         }
@@ -84,7 +84,7 @@ final class DaemonQueueTests: DaemonTestCase {
         try c.send(message: BackgroundClientMessage.list(session: nil, reference: -1))
         var all: [BackgroundTaskSnapshot] = []
         while true {
-            switch try c.receive(BackgroundDaemonMessage.self) {
+            switch try BackgroundProtocol.receive(on: c) {
             case .taskPage(-1, let page): all += page
             case .tasks(-1, let last): return all + last
             default: continue
