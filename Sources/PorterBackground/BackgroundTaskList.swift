@@ -112,9 +112,8 @@ public enum BackgroundTaskList {
         mutating func uint64(_ v: UInt64) { withUnsafeBytes(of: v.littleEndian) { bytes.append(contentsOf: $0) } }
         mutating func int64(_ v: Int64) { uint64(UInt64(bitPattern: v)) }
         mutating func int(_ v: Int) { int64(Int64(v)) }
-        mutating func string(_ s: String?) {
-            guard let s else { return uint32(.max) }
-            var s = s
+        mutating func string(_ text: String?) {
+            guard var s = text else { return uint32(.max) }
             s.withUTF8 { utf8 in
                 uint32(UInt32(truncatingIfNeeded: utf8.count))
                 bytes.append(contentsOf: utf8)
