@@ -140,7 +140,7 @@ extension Daemon {
         case .control(let id, let action):
             control(id, action, from: c)
         case .schedule(let id, let priority, let earliestBegin):
-            guard let session = c.session, scheduler.jobs[id]?.ticket.session == session else { return }
+            guard let session = c.session, scheduler.session(of: id) == session else { return }
             changeRow(id) {
                 $0.spec.priority = priority
                 $0.spec.earliestBegin = earliestBegin
@@ -276,8 +276,8 @@ extension Daemon {
     func control(_ id: Int, _ action: BackgroundControl, from c: Connection) {
         // Only a task of the connection's own session.
         guard let session = c.session else { return }
-        if let job = scheduler.jobs[id] {
-            guard job.ticket.session == session else { return }
+        if let owner = scheduler.session(of: id) {
+            guard owner == session else { return }
         } else {
             // A job the scheduler does not hold (none should be): from its journal row.
             guard let row = try? journal.task(id), row.session == session, row.state != "completed" else { return }

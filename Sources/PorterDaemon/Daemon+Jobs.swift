@@ -301,7 +301,7 @@ extension Daemon {
     /// waiting to retry): its task objects, and what it counts, follow porterd's word.
     func updateHolder(_ id: Int) {
         if let t = transfers[id] { return update(t, force: true) }
-        guard let session = scheduler.jobs[id]?.ticket.session ?? (try? journal.snapshot(id))?.session,
+        guard let session = scheduler.session(of: id) ?? (try? journal.snapshot(id))?.session,
               let c = holders[session], let snapshot = (try? journal.snapshot(id)) ?? nil else { return }
         c.send(.update(snapshot))
     }
