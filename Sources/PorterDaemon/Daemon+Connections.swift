@@ -45,6 +45,16 @@ extension Daemon {
                 backlog.subtract(1, ordering: .relaxed)
             }
         }
+
+        /// Runs `work` on this client's writer, in order with the messages sent before and
+        /// after; `work` sends through the function it is given (at once, on the writer).
+        func sendFromWriter(_ work: @escaping @Sendable (_ send: (BackgroundDaemonMessage) -> Void) -> Void) {
+            backlog.add(1, ordering: .relaxed)
+            writer.async { [self] in
+                work { m in try? BackgroundProtocol.send(m, on: channel) }
+                backlog.subtract(1, ordering: .relaxed)
+            }
+        }
     }
 
     // MARK: - connections
@@ -124,7 +134,7 @@ extension Daemon {
                 let decided = launchCommand.flatMap { self.launchCommand($0, session: session, from: c) }
                 try journal.attached(session, launchCommand: decided?.argv, owner: decided?.owner)
             } catch { note("session \(session): \(error)") }
-            c.send(.attached(session: session, tasks: paged(session: session, reference: 0, to: c)))
+            sendTasks(of: session, reference: 0, to: c) { .attached(session: session, tasks: $0) }
             for e in (try? journal.events(session: session)) ?? [] { c.send(.event(e)) }
             c.send(.eventsSent)
             for (id, p) in pendingChallenges where p.transfer.row.session == session {
@@ -168,7 +178,7 @@ extension Daemon {
                 return c.send(.refused(reference: reference, message: c.session == nil
                     ? "attach to or watch a session first" : "a connection lists only the tasks of its own session"))
             }
-            c.send(.tasks(reference: reference, paged(session: own, reference: reference, to: c)))
+            sendTasks(of: own, reference: reference, to: c) { .tasks(reference: reference, $0) }
         }
     }
 
@@ -198,10 +208,27 @@ extension Daemon {
         return ([exe] + given.dropFirst(), exe)
     }
 
-    /// Sends all but the last page of `session`'s tasks as `taskPage`s (read from the
-    /// journal a row at a time, the running ones as their transfers have them); returns
-    /// the last page.
-    func paged(session: String, reference: Int, to c: Connection) -> [BackgroundTaskSnapshot] {
+    /// Sends `session`'s tasks to `c`: `taskPage`s, then `last` with the last page. The
+    /// running ones as their transfers have them now; the rest read from the journal a
+    /// row at a time on the client's writer (through the journal's own reading
+    /// connection), so a long list costs the daemon's queue only this call, and never
+    /// sits in memory whole.
+    func sendTasks(of session: String, reference: Int, to c: Connection,
+                   last: @escaping @Sendable ([BackgroundTaskSnapshot]) -> BackgroundDaemonMessage) {
+        var running: [Int: BackgroundTaskSnapshot] = [:]
+        for (id, t) in transfers where t.row.session == session { running[id] = t.row.snapshot() }
+        let journal = self.journal
+        c.sendFromWriter { [running] send in
+            let page = Daemon.paged(session: session, reference: reference, journal: journal, running: running, send: send) { why in
+                self.note("session \(session): cannot list its tasks: \(why)")
+            }
+            send(last(page))
+        }
+    }
+
+    /// Sends all but the last page of `session`'s tasks as `taskPage`s; returns the last page.
+    static func paged(session: String, reference: Int, journal: Journal, running: [Int: BackgroundTaskSnapshot],
+                      send: (BackgroundDaemonMessage) -> Void, failed: (Error) -> Void) -> [BackgroundTaskSnapshot] {
         // Pages of at most ~256 KiB of JSON (a snapshot is its strings plus ~400 bytes;
         // URLs and descriptions are bounded when they enter), far below the 1 MiB frame
         // (a compact page is smaller still).
@@ -209,11 +236,11 @@ extension Daemon {
         var size = 0
         do {
             try journal.forEachSnapshot(session: session) { listed in
-                let t = transfers[listed.id]?.row.snapshot() ?? listed
+                let t = running[listed.id] ?? listed
                 let cost = 400 + t.url.absoluteString.utf8.count * 2 + (t.taskDescription?.utf8.count ?? 0) * 2
                     + (t.destination?.utf8.count ?? 0) * 2 + (t.errorMessage?.utf8.count ?? 0) * 2
                 if size + cost > 256 << 10, !page.isEmpty {
-                    c.send(.taskPage(reference: reference, page))
+                    send(.taskPage(reference: reference, page))
                     page.removeAll()
                     size = 0
                 }
@@ -221,7 +248,7 @@ extension Daemon {
                 size += cost
             }
         } catch {
-            note("session \(session): cannot list its tasks: \(error)")
+            failed(error)
         }
         return page
     }

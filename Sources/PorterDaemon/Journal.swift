@@ -85,6 +85,9 @@ final class Journal: @unchecked Sendable {
 
     let path: String
     private let db: DatabaseQueue
+    /// A second, read-only connection for lists: WAL lets it read while `db` writes, so a
+    /// list of ten thousand tasks is read beside the daemon's work, not queued behind it.
+    private let lists: DatabaseQueue
 
     /// Opens the journal; one that is not a database (damaged, truncated, something
     /// else) is moved aside to `path.corrupt-<time>` and a new one started, with the
@@ -94,6 +97,11 @@ final class Journal: @unchecked Sendable {
         var aside: String?
         db = try Journal.open(path, setAside: &aside)
         setAside = aside
+        var config = Configuration()
+        config.readonly = true
+        config.busyMode = .timeout(5)
+        config.prepareDatabase { db in try db.execute(sql: "PRAGMA cache_size = -512") }
+        lists = try DatabaseQueue(path: path, configuration: config)
     }
 
     /// One that is not a database (damaged, truncated, something else) is moved aside to
@@ -291,9 +299,10 @@ final class Journal: @unchecked Sendable {
                                       errorCode: row["error_code"], errorMessage: row["error_message"], destination: row["destination"])
     }
 
-    /// Each task of `session` as a list shows it, in order of id, a row at a time.
+    /// Each task of `session` as a list shows it, in order of id, a row at a time. Any
+    /// thread may call it (it reads through its own connection).
     func forEachSnapshot(session: String, _ body: (BackgroundTaskSnapshot) throws -> Void) throws {
-        try db.read { db in
+        try lists.read { db in
             let rows = try Row.fetchCursor(db.cachedStatement(sql: Journal.snapshotSQL + " WHERE session = ? ORDER BY id"), arguments: [session])
             while let row = try rows.next() {
                 if let t = Journal.snapshot(row) { try body(t) }
