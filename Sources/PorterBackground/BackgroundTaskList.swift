@@ -88,6 +88,8 @@ public enum BackgroundTaskList {
             let retries = try r.int(), status = try r.int()
             let next = Double(bitPattern: try r.uint64())
             let flags = try r.byte()
+            // A time that is not a number (or infinite) would trap whoever computes with it.
+            guard flags & 1 == 0 || next.isFinite else { throw Reader.malformed("a next attempt at \(next)") }
             guard let taskSession = try r.string(), let urlText = try r.string(), let url = URL(string: urlText),
                   let state = try r.string() else { throw Reader.malformed("a task without its session, URL or state") }
             let description = try r.string(), errorCode = try r.string(), errorMessage = try r.string(), destination = try r.string()

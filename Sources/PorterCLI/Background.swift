@@ -117,7 +117,9 @@ enum BackgroundCLI {
     static func row(_ t: BackgroundTaskSnapshot) -> String {
         var state = t.state
         if let next = t.nextAttempt, t.state == "running" {
-            state = "retrying in \(max(0, Int((next - Date().timeIntervalSince1970).rounded())))s"
+            // porterd's number: clamped before it becomes an Int (a year away is plenty).
+            let wait = (next - Date().timeIntervalSince1970).rounded()
+            state = "retrying in \(wait.isFinite ? Int(min(max(0, wait), 366 * 86400)) : 0)s"
         }
         let size = t.expected >= 0 ? "\(t.received)/\(t.expected)" : "\(t.received)"
         var line = "\(t.id)\t\(t.session)\t\(state)\t\(size)\tretries \(t.retries)\t\(t.url.maskingPassword)"

@@ -43,6 +43,13 @@ final class BackgroundTaskListTests: XCTestCase {
         var long = bytes
         long.replaceSubrange(70..<74, with: [0xF0, 0xFF, 0xFF, 0x7F])
         XCTAssertThrowsError(try BackgroundTaskList.decode(long))
+        // A next attempt that is not a time (NaN, infinite) is refused.
+        for bad in [Double.nan, .infinity, -.infinity] {
+            var t = snapshot(1, true)
+            t.nextAttempt = bad
+            let encoded = try XCTUnwrap(BackgroundTaskList.encode(.tasks(reference: 1, [t])))
+            XCTAssertThrowsError(try BackgroundTaskList.decode(encoded), "\(bad)")
+        }
         // Random bytes: refused or read, never a trap.
         var generator = SystemRandomNumberGenerator()
         for _ in 0..<2000 {
