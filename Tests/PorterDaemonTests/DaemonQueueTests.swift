@@ -164,6 +164,39 @@ final class DaemonQueueTests: DaemonTestCase {
         }
     }
 
+    /// Lists go out compact to a client of protocol version 2, and as JSON to one of
+    /// version 1 (a client from before compact lists), the same tasks either way.
+    func testListsAreCompactFromVersion2AndJSONForVersion1() throws {
+        let starter = Session(configuration: .background(identifier: "starter"))
+        defer { starter.finishTasksAndInvalidate() }
+        let socket = home + "/run/porter/porterd.sock"
+        let c = try Channel.connect(path: socket)
+        defer { c.close() }
+        XCTAssertEqual(try c.greet(BackgroundProtocol.hello), 2)
+        try c.send(message: BackgroundClientMessage.attach(session: "versions", launchCommand: nil))
+        try queue(3, on: c, from: 0)
+        try c.send(message: BackgroundClientMessage.list(session: nil, reference: 7))
+        var frame = try c.receive()
+        while frame.kind == .message, case .update? = try? Channel.decode(BackgroundDaemonMessage.self, from: frame.payload) {
+            frame = try c.receive()
+        }
+        XCTAssertEqual(frame.kind, .compact)
+        guard case .tasks(7, let compact) = try BackgroundTaskList.decode(frame.payload) else { return XCTFail("not the list") }
+
+        let old = try Channel.connect(path: socket)
+        defer { old.close() }
+        XCTAssertEqual(try old.greet(Hello(service: BackgroundProtocol.service, minimumVersion: 1, maximumVersion: 1)), 1)
+        try old.send(message: BackgroundClientMessage.watch(session: "versions"))
+        try old.send(message: BackgroundClientMessage.list(session: nil, reference: 8))
+        var json: [BackgroundTaskSnapshot]?
+        while json == nil {
+            if case .tasks(8, let tasks) = try old.receive(BackgroundDaemonMessage.self) { json = tasks }
+        }
+        XCTAssertEqual(compact.map(\.id), json?.map(\.id))
+        XCTAssertEqual(compact.map(\.url), json?.map(\.url))
+        XCTAssertEqual(compact.count, 3)
+    }
+
     private func list(_ session: String, on c: Channel) throws -> [BackgroundTaskSnapshot] {
         try c.send(message: BackgroundClientMessage.list(session: nil, reference: -1))
         var all: [BackgroundTaskSnapshot] = []
