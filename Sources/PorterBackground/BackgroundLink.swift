@@ -217,7 +217,7 @@ final class BackgroundLink: BackgroundClient, @unchecked Sendable {
 
     private func receive(on c: Channel) throws {
         while true {
-            let message = try c.receive(BackgroundDaemonMessage.self)
+            let message = try BackgroundProtocol.receive(on: c)
             guard let session else { return }
             switch message {
             case .taskPage(let reference, let snapshots):

@@ -5,12 +5,35 @@ import PorterIPC
 import PorterStorage
 
 /// What a background session and `porterd` say to each other over PorterIPC (service
-/// "porterd", version 1): JSON messages in message frames. The daemon runs the transfers;
-/// the session shows them as tasks and delivers their events.
+/// "porterd", versions 1 and 2): JSON messages in message frames; from version 2, lists of
+/// tasks in `.compact` frames (`BackgroundTaskList`). The daemon runs the transfers; the
+/// session shows them as tasks and delivers their events.
 public enum BackgroundProtocol {
     public static let service = "porterd"
-    public static let version: UInt16 = 1
-    public static var hello: Hello { Hello(service: service, minimumVersion: version, maximumVersion: version) }
+    public static let version: UInt16 = 2
+    /// The oldest version still spoken (a porterd or client from before compact lists).
+    public static let minimumVersion: UInt16 = 1
+    public static var hello: Hello { Hello(service: service, minimumVersion: minimumVersion, maximumVersion: version) }
+
+    /// Sends a daemon message: a list of tasks compact when the connection agreed on
+    /// version 2, anything else as JSON.
+    public static func send(_ message: BackgroundDaemonMessage, on c: Channel) throws(IPCError) {
+        if c.version >= 2, let compact = BackgroundTaskList.encode(message) {
+            try c.send(Frame(kind: .compact, payload: compact))
+        } else {
+            try c.send(message: message)
+        }
+    }
+
+    /// The next daemon message, from a JSON or a compact frame; any other frame is `.malformed`.
+    public static func receive(on c: Channel) throws(IPCError) -> BackgroundDaemonMessage {
+        let frame = try c.receive()
+        switch frame.kind {
+        case .message: return try Channel.decode(BackgroundDaemonMessage.self, from: frame.payload)
+        case .compact: return try BackgroundTaskList.decode(frame.payload)
+        default: throw IPCError(.malformed, "expected a message from porterd, got a frame of kind \(frame.kind)")
+        }
+    }
 
     /// `$XDG_RUNTIME_DIR/porter`, else `run` in the state folder (`~/.local/state/porter/run`).
     /// Never under /tmp: a sandboxed plugin may write /tmp, and whoever makes the folder

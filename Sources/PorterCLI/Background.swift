@@ -40,22 +40,26 @@ enum BackgroundCLI {
         let channel = try connect()
         defer { channel.close() }
         try ipc { () throws(IPCError) in try channel.send(message: BackgroundClientMessage.attach(session: session, launchCommand: nil)) }
-        // Every task is sent first and the answers read after (one round trip, not one per
-        // URL: ten thousand URLs queue in a moment).
+        // Tasks go out ahead of their answers (not one round trip per URL: ten thousand
+        // URLs queue in a moment), at most `window` unanswered: neither porterd nor the
+        // socket holds a backlog of the whole list.
         var pairs: [[String]] = []
         for h in headers {
             if let parsed = HeaderOption(h), case .add(let value) = parsed.action { pairs.append([parsed.name, value]) }
         }
         let resolved = urls.map { Fetch.guessURL($0, knownSchemes: Runner.knownSchemes)! }
         var refused = false
+        let window = 128
         try ipc { () throws(IPCError) in
-            for (i, url) in resolved.enumerated() {
-                let spec = BackgroundTaskSpec(kind: .download, url: url, headers: pairs, destination: destinations[i])
-                try channel.send(message: BackgroundClientMessage.enqueue(reference: i + 1, spec: spec))
-            }
+            var sent = 0
             var answered = 0
             while answered < resolved.count {
-                switch try channel.receive(BackgroundDaemonMessage.self) {
+                while sent < resolved.count, sent - answered < window {
+                    let spec = BackgroundTaskSpec(kind: .download, url: resolved[sent], headers: pairs, destination: destinations[sent])
+                    try channel.send(message: BackgroundClientMessage.enqueue(reference: sent + 1, spec: spec))
+                    sent += 1
+                }
+                switch try BackgroundProtocol.receive(on: channel) {
                 case .enqueued(let r, let task) where r >= 1 && r <= resolved.count:
                     answered += 1
                     try channel.send(message: BackgroundClientMessage.control(task: task.id, .resume))
@@ -71,7 +75,7 @@ enum BackgroundCLI {
             // The last resume is handled before this answer: nothing is lost when we close.
             try channel.send(message: BackgroundClientMessage.ping(reference: 0))
             while true {
-                if case .pong(0) = try channel.receive(BackgroundDaemonMessage.self) { break }
+                if case .pong(0) = try BackgroundProtocol.receive(on: channel) { break }
             }
         }
         if refused { throw ExitCode(PorterExit.other.rawValue) }
@@ -94,7 +98,7 @@ enum BackgroundCLI {
             try channel.send(message: BackgroundClientMessage.list(session: nil, reference: 1))
             var all: [BackgroundTaskSnapshot] = []
             while true {
-                switch try channel.receive(BackgroundDaemonMessage.self) {
+                switch try BackgroundProtocol.receive(on: channel) {
                 case .taskPage(1, let page): all += page
                 case .tasks(1, let last): return .success(all + last)
                 case .refused(1, let message): return .failure(PorterError(.unsupportedConfiguration, message))
@@ -113,7 +117,9 @@ enum BackgroundCLI {
     static func row(_ t: BackgroundTaskSnapshot) -> String {
         var state = t.state
         if let next = t.nextAttempt, t.state == "running" {
-            state = "retrying in \(max(0, Int((next - Date().timeIntervalSince1970).rounded())))s"
+            // porterd's number: clamped before it becomes an Int (a year away is plenty).
+            let wait = (next - Date().timeIntervalSince1970).rounded()
+            state = "retrying in \(wait.isFinite ? Int(min(max(0, wait), 366 * 86400)) : 0)s"
         }
         let size = t.expected >= 0 ? "\(t.received)/\(t.expected)" : "\(t.received)"
         var line = "\(t.id)\t\(t.session)\t\(state)\t\(size)\tretries \(t.retries)\t\(t.url.maskingPassword)"
@@ -176,7 +182,7 @@ struct Jobs: ParsableCommand {
                 try channel.send(message: BackgroundClientMessage.control(task: id, action))
                 try channel.send(message: BackgroundClientMessage.ping(reference: 1))
                 while true {
-                    if case .pong(1) = try channel.receive(BackgroundDaemonMessage.self) { break }
+                    if case .pong(1) = try BackgroundProtocol.receive(on: channel) { break }
                 }
             }
         }

@@ -28,6 +28,8 @@ extension Daemon {
         private let backlog = Atomic<Int>(0)
         static let updateLimit = 64
         static let dropLimit = 50_000
+        /// Messages read from a client and not yet handled, at most.
+        static let inFlight = 64
         init(_ channel: Channel) { self.channel = channel }
 
         func send(_ m: BackgroundDaemonMessage) {
@@ -39,7 +41,17 @@ extension Daemon {
             }
             backlog.add(1, ordering: .relaxed)
             writer.async { [self] in
-                try? channel.send(message: m)
+                try? BackgroundProtocol.send(m, on: channel)
+                backlog.subtract(1, ordering: .relaxed)
+            }
+        }
+
+        /// Runs `work` on this client's writer, in order with the messages sent before and
+        /// after; `work` sends through the function it is given (at once, on the writer).
+        func sendFromWriter(_ work: @escaping @Sendable (_ send: (BackgroundDaemonMessage) -> Void) -> Void) {
+            backlog.add(1, ordering: .relaxed)
+            writer.async { [self] in
+                work { m in try? BackgroundProtocol.send(m, on: channel) }
                 backlog.subtract(1, ordering: .relaxed)
             }
         }
@@ -83,10 +95,19 @@ extension Daemon {
                 channel.close()
                 return forget()
             }
+            // At most `Connection.inFlight` of its messages wait for the daemon's queue: a
+            // client that sends ten thousand tasks at once is read as fast as porterd
+            // handles them (the rest wait in the socket, then in the client), not decoded
+            // into a backlog in porterd's memory.
+            let slots = DispatchSemaphore(value: Connection.inFlight)
             while true {
                 do {
                     let m = try channel.receive(BackgroundClientMessage.self)
-                    queue.async { self.handle(m, from: c) }
+                    slots.wait()
+                    queue.async {
+                        self.handle(m, from: c)
+                        slots.signal()
+                    }
                 } catch {
                     if (error as? IPCError)?.code != .closed { note("pid \(peer.pid): \(error); closing its connection") }
                     channel.close()
@@ -113,7 +134,7 @@ extension Daemon {
                 let decided = launchCommand.flatMap { self.launchCommand($0, session: session, from: c) }
                 try journal.attached(session, launchCommand: decided?.argv, owner: decided?.owner)
             } catch { note("session \(session): \(error)") }
-            c.send(.attached(session: session, tasks: paged(session: session, reference: 0, to: c)))
+            sendTasks(of: session, reference: 0, to: c) { .attached(session: session, tasks: $0) }
             for e in (try? journal.events(session: session)) ?? [] { c.send(.event(e)) }
             c.send(.eventsSent)
             for (id, p) in pendingChallenges where p.transfer.row.session == session {
@@ -129,7 +150,7 @@ extension Daemon {
         case .control(let id, let action):
             control(id, action, from: c)
         case .schedule(let id, let priority, let earliestBegin):
-            guard let session = c.session, scheduler.jobs[id]?.ticket.session == session else { return }
+            guard let session = c.session, scheduler.session(of: id) == session else { return }
             changeRow(id) {
                 $0.spec.priority = priority
                 $0.spec.earliestBegin = earliestBegin
@@ -157,7 +178,7 @@ extension Daemon {
                 return c.send(.refused(reference: reference, message: c.session == nil
                     ? "attach to or watch a session first" : "a connection lists only the tasks of its own session"))
             }
-            c.send(.tasks(reference: reference, paged(session: own, reference: reference, to: c)))
+            sendTasks(of: own, reference: reference, to: c) { .tasks(reference: reference, $0) }
         }
     }
 
@@ -187,21 +208,39 @@ extension Daemon {
         return ([exe] + given.dropFirst(), exe)
     }
 
-    /// Sends all but the last page of `session`'s tasks as `taskPage`s (read from the
-    /// journal a row at a time, the running ones as their transfers have them); returns
-    /// the last page.
-    func paged(session: String, reference: Int, to c: Connection) -> [BackgroundTaskSnapshot] {
+    /// Sends `session`'s tasks to `c`: `taskPage`s, then `last` with the last page. The
+    /// running ones as their transfers have them now; the rest read from the journal a
+    /// row at a time on the client's writer (through the journal's own reading
+    /// connection), so a long list costs the daemon's queue only this call, and never
+    /// sits in memory whole.
+    func sendTasks(of session: String, reference: Int, to c: Connection,
+                   last: @escaping @Sendable ([BackgroundTaskSnapshot]) -> BackgroundDaemonMessage) {
+        var running: [Int: BackgroundTaskSnapshot] = [:]
+        for (id, t) in transfers where t.row.session == session { running[id] = t.row.snapshot() }
+        let journal = self.journal
+        c.sendFromWriter { [running] send in
+            let page = Daemon.paged(session: session, reference: reference, journal: journal, running: running, send: send) { why in
+                self.note("session \(session): cannot list its tasks: \(why)")
+            }
+            send(last(page))
+        }
+    }
+
+    /// Sends all but the last page of `session`'s tasks as `taskPage`s; returns the last page.
+    static func paged(session: String, reference: Int, journal: Journal, running: [Int: BackgroundTaskSnapshot],
+                      send: (BackgroundDaemonMessage) -> Void, failed: (Error) -> Void) -> [BackgroundTaskSnapshot] {
         // Pages of at most ~256 KiB of JSON (a snapshot is its strings plus ~400 bytes;
-        // URLs and descriptions are bounded when they enter), far below the 1 MiB frame.
+        // URLs and descriptions are bounded when they enter), far below the 1 MiB frame
+        // (a compact page is smaller still).
         var page: [BackgroundTaskSnapshot] = []
         var size = 0
         do {
-            try journal.forEachTask(session: session) { row in
-                let t = current(row).snapshot()
+            try journal.forEachSnapshot(session: session) { listed in
+                let t = running[listed.id] ?? listed
                 let cost = 400 + t.url.absoluteString.utf8.count * 2 + (t.taskDescription?.utf8.count ?? 0) * 2
                     + (t.destination?.utf8.count ?? 0) * 2 + (t.errorMessage?.utf8.count ?? 0) * 2
                 if size + cost > 256 << 10, !page.isEmpty {
-                    c.send(.taskPage(reference: reference, page))
+                    send(.taskPage(reference: reference, page))
                     page.removeAll()
                     size = 0
                 }
@@ -209,7 +248,7 @@ extension Daemon {
                 size += cost
             }
         } catch {
-            note("session \(session): cannot list its tasks: \(error)")
+            failed(error)
         }
         return page
     }
@@ -217,9 +256,6 @@ extension Daemon {
     /// Bounds on what a client may make the daemon keep (and send back in lists).
     static let maximumURL = 16 << 10
     static let maximumDescription = 4 << 10
-
-    /// The freshest view of a task: the running transfer's, else the journal's.
-    func current(_ row: Journal.Task) -> Journal.Task { transfers[row.id]?.row ?? row }
 
     func enqueue(_ given: BackgroundTaskSpec, session: String, reference: Int, reply c: Connection) {
         var spec = given
@@ -267,8 +303,8 @@ extension Daemon {
     func control(_ id: Int, _ action: BackgroundControl, from c: Connection) {
         // Only a task of the connection's own session.
         guard let session = c.session else { return }
-        if let job = scheduler.jobs[id] {
-            guard job.ticket.session == session else { return }
+        if let owner = scheduler.session(of: id) {
+            guard owner == session else { return }
         } else {
             // A job the scheduler does not hold (none should be): from its journal row.
             guard let row = try? journal.task(id), row.session == session, row.state != "completed" else { return }

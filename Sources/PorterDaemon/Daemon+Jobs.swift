@@ -140,11 +140,15 @@ extension Daemon {
                 checkpoint(t)
                 update(t, force: true)
             } else {
-                changeRow(id) { $0.state = "suspended" }
+                do { try journal.setState(id, "suspended") } catch { note("task \(id): the journal refused a change: \(error)") }
                 updateHolder(id)
             }
         case .recordRunning(let id):
-            changeRow(id) { $0.state = "running" }
+            if transfers[id] != nil {
+                changeRow(id) { $0.state = "running" }
+            } else {
+                do { try journal.setState(id, "running") } catch { note("task \(id): the journal refused a change: \(error)") }
+            }
             updateHolder(id)
         case .keepBytes(let id):
             guard let t = transfers[id] else { return }
@@ -160,10 +164,14 @@ extension Daemon {
             note("task \(id): \(error.message); attempt \(retries + 1) in \(Int(delay.rounded())) s")
             updateHolder(id)
         case .clearRetry(let id):
-            changeRow(id) {
-                $0.nextAttempt = nil
-                $0.errorCode = nil
-                $0.errorMessage = nil
+            if transfers[id] != nil {
+                changeRow(id) {
+                    $0.nextAttempt = nil
+                    $0.errorCode = nil
+                    $0.errorMessage = nil
+                }
+            } else {
+                do { try journal.clearRetry(id) } catch { note("task \(id): the journal refused a change: \(error)") }
             }
         case .end(let id, let how):
             deadlines.cancel(id)
@@ -293,9 +301,9 @@ extension Daemon {
     /// waiting to retry): its task objects, and what it counts, follow porterd's word.
     func updateHolder(_ id: Int) {
         if let t = transfers[id] { return update(t, force: true) }
-        guard let session = scheduler.jobs[id]?.ticket.session ?? (try? journal.task(id))?.session,
-              let c = holders[session], let row = row(id) else { return }
-        c.send(.update(row.snapshot()))
+        guard let session = scheduler.session(of: id) ?? (try? journal.snapshot(id))?.session,
+              let c = holders[session], let snapshot = (try? journal.snapshot(id)) ?? nil else { return }
+        c.send(.update(snapshot))
     }
 
     public func dataTask(_ task: DataTask, didReceive response: Response,

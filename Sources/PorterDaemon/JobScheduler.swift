@@ -148,12 +148,47 @@ struct JobScheduler {
         case end(Int, End)
     }
 
+    /// What the scheduler keeps of every job it holds, waiting or not: ten thousand queued
+    /// jobs are ten thousand of these (64 bytes each), their rows stay in the journal.
+    /// The session and host are one shared `Place`; times are NaN when there is none (an
+    /// optional Double takes 16 bytes here).
     struct Job: Sendable {
-        var ticket: Ticket
-        var phase: Phase
+        var place: Int32
+        var retries: Int32
+        var attempts: Int32 = 0
+        var priority: Float
+        var discretionary: Bool
         /// Its id is in its queue (perhaps stale: dropped when admission reaches it).
         var listed = false
-        var attempts = 0
+        private var begin: Double
+        private var first: Double
+        var phase: Phase
+
+        init(_ t: Ticket, place: Int32) {
+            self.place = place
+            retries = Int32(clamping: t.retries)
+            priority = t.priority
+            discretionary = t.discretionary
+            begin = t.earliestBegin ?? .nan
+            first = t.firstAttempt ?? .nan
+            phase = .suspended
+        }
+
+        var earliestBegin: Double? {
+            get { begin.isNaN ? nil : begin }
+            set { begin = newValue ?? .nan }
+        }
+        var firstAttempt: Double? {
+            get { first.isNaN ? nil : first }
+            set { first = newValue ?? .nan }
+        }
+    }
+
+    /// A session and host, shared by the jobs that queue there (`uses` of them).
+    private struct Place: Sendable {
+        var session: String
+        var host: String
+        var uses: Int
     }
 
     private struct Entry: Sendable {
@@ -163,6 +198,10 @@ struct JobScheduler {
 
     let policy: Policy
     private(set) var jobs: [Int: Job] = [:]
+    private var places: [Place] = []
+    private var placeIndex: [String: [String: Int32]] = [:]
+    /// Places no job uses any more, for reuse.
+    private var freePlaces: [Int32] = []
     /// Per session, per host: ids by priority (higher first; equal ones in arrival order).
     private var waiting: [String: [String: [Entry]]] = [:]
     private(set) var activeBySession: [String: Int] = [:]
@@ -172,6 +211,48 @@ struct JobScheduler {
     init(policy: Policy = Policy()) { self.policy = policy }
 
     func phase(of id: Int) -> Phase? { jobs[id]?.phase }
+
+    /// The session of a job the scheduler holds.
+    func session(of id: Int) -> String? { jobs[id].map { places[Int($0.place)].session } }
+
+    /// The job as its ticket says (with its retries and first attempt as they are now).
+    func ticket(of id: Int) -> Ticket? {
+        guard let job = jobs[id] else { return nil }
+        let p = places[Int(job.place)]
+        return Ticket(id: id, session: p.session, host: p.host, priority: job.priority, discretionary: job.discretionary,
+                      earliestBegin: job.earliestBegin, retries: Int(job.retries), firstAttempt: job.firstAttempt)
+    }
+
+    /// The sessions and hosts with jobs (a place is forgotten with its last job).
+    var placesInUse: Int { places.count - freePlaces.count }
+
+    private mutating func enter(_ session: String, _ host: String) -> Int32 {
+        if let i = placeIndex[session]?[host] {
+            places[Int(i)].uses += 1
+            return i
+        }
+        let place = Place(session: session, host: host, uses: 1)
+        let i: Int32
+        if let free = freePlaces.popLast() {
+            i = free
+            places[Int(i)] = place
+        } else {
+            i = Int32(places.count)
+            places.append(place)
+        }
+        placeIndex[session, default: [:]][host] = i
+        return i
+    }
+
+    private mutating func leave(_ i: Int32) {
+        places[Int(i)].uses -= 1
+        guard places[Int(i)].uses == 0 else { return }
+        let p = places[Int(i)]
+        placeIndex[p.session]?[p.host] = nil
+        if placeIndex[p.session]?.isEmpty == true { placeIndex[p.session] = nil }
+        places[Int(i)] = Place(session: "", host: "", uses: 0)
+        freePlaces.append(i)
+    }
 
     /// The delay before retry number `retries` (1, 2, ...): 1 s, 2 s, 4 s ... at most
     /// 5 minutes, times the jitter factor.
@@ -184,7 +265,7 @@ struct JobScheduler {
         switch event {
         case .add(let ticket, let arrival):
             guard jobs[ticket.id] == nil else { break }
-            jobs[ticket.id] = Job(ticket: ticket, phase: .suspended)
+            jobs[ticket.id] = Job(ticket, place: enter(ticket.session, ticket.host))
             if case .running(let next) = arrival {
                 if let next, next > now {
                     jobs[ticket.id]!.phase = .waitingToRetry(at: next)
@@ -249,7 +330,7 @@ struct JobScheduler {
 
         case .attemptEnded(let id, let number, let outcome):
             guard let job = jobs[id], case let (a, stop)? = job.attempt, a.number == number else { break }
-            release(job.ticket)
+            release(job)
             switch stop {
             case nil:
                 switch outcome {
@@ -261,10 +342,10 @@ struct JobScheduler {
                                             "the server asked for a login that the credential store does not have, and no app answered it in \(Int(policy.challengeWait)) s",
                                             url: error.url)
                     }
-                    if policy.retryable.contains(error.code), now - (job.ticket.firstAttempt ?? now) < policy.resourceTimeout {
-                        let retries = job.ticket.retries + 1
+                    if policy.retryable.contains(error.code), now - (job.firstAttempt ?? now) < policy.resourceTimeout {
+                        let retries = Int(job.retries) + 1
                         let delay = JobScheduler.backoff(retries: retries, jitter: policy.jitter(id, retries))
-                        jobs[id]!.ticket.retries = retries
+                        jobs[id]!.retries = Int32(clamping: retries)
                         jobs[id]!.phase = .waitingToRetry(at: now + delay)
                         out += [.keepBytes(id), .retryLater(id, error: error, retries: retries, at: now + delay, delay: delay),
                                 .scheduleTimer(id, at: now + delay)]
@@ -287,7 +368,7 @@ struct JobScheduler {
 
         case .startFailed(let id, let number, let error):
             guard let job = jobs[id], case let (a, _)? = job.attempt, a.number == number else { break }
-            release(job.ticket)
+            release(job)
             end(id, .failed(error), into: &out)
             admitQueued(now: now, into: &out)
 
@@ -325,10 +406,10 @@ struct JobScheduler {
             }
 
         case .networkChanged:
-            let waitingToRetry = jobs.values.filter {
-                if case .waitingToRetry = $0.phase { return true }
+            let waitingToRetry = jobs.filter {
+                if case .waitingToRetry = $0.value.phase { return true }
                 return false
-            }.map(\.ticket.id).sorted()
+            }.map(\.key).sorted()
             for id in waitingToRetry {
                 out += [.cancelTimer(id), .clearRetry(id)]
                 admit(id, now: now, into: &out)
@@ -336,11 +417,11 @@ struct JobScheduler {
 
         case .reschedule(let id, let priority, let earliestBegin):
             guard var job = jobs[id] else { break }
-            job.ticket.earliestBegin = earliestBegin
-            let moved = job.ticket.priority != priority
-            job.ticket.priority = priority
+            job.earliestBegin = earliestBegin
+            let moved = job.priority != priority
+            job.priority = priority
             jobs[id] = job
-            if moved, job.listed { reposition(job.ticket) }
+            if moved, job.listed { reposition(id, job) }
         }
         return out
     }
@@ -348,7 +429,7 @@ struct JobScheduler {
     /// The job goes to its queue (or waits for its earliest begin), and admission runs.
     private mutating func admit(_ id: Int, now: Double, into out: inout [Action]) {
         guard let job = jobs[id] else { return }
-        if let begin = job.ticket.earliestBegin, begin > now {
+        if let begin = job.earliestBegin, begin > now {
             jobs[id]!.phase = .waitingToBegin(at: begin)
             out.append(.scheduleTimer(id, at: begin))
             return
@@ -356,30 +437,31 @@ struct JobScheduler {
         jobs[id]!.phase = .queued
         if !job.listed {
             jobs[id]!.listed = true
-            let t = job.ticket
+            let p = places[Int(job.place)]
             // Taken out of the tables while it changes, so the insert happens in place.
-            var hosts = waiting.removeValue(forKey: t.session) ?? [:]
-            var queue = hosts.removeValue(forKey: t.host) ?? []
+            var hosts = waiting.removeValue(forKey: p.session) ?? [:]
+            var queue = hosts.removeValue(forKey: p.host) ?? []
             // Behind every entry of its priority or higher: equal priorities keep their order.
             var low = queue.startIndex, high = queue.endIndex
             while low < high {
                 let mid = (low + high) / 2
-                if queue[mid].priority >= t.priority { low = mid + 1 } else { high = mid }
+                if queue[mid].priority >= job.priority { low = mid + 1 } else { high = mid }
             }
-            queue.insert(Entry(id: id, priority: t.priority), at: low)
-            hosts[t.host] = queue
-            waiting[t.session] = hosts
+            queue.insert(Entry(id: id, priority: job.priority), at: low)
+            hosts[p.host] = queue
+            waiting[p.session] = hosts
         }
         admitQueued(now: now, into: &out)
     }
 
     /// A listed job's priority changed: its queue is sorted again (stable).
-    private mutating func reposition(_ t: Ticket) {
-        guard var queue = waiting[t.session]?[t.host] else { return }
-        for i in queue.indices where queue[i].id == t.id { queue[i].priority = t.priority }
+    private mutating func reposition(_ id: Int, _ job: Job) {
+        let p = places[Int(job.place)]
+        guard var queue = waiting[p.session]?[p.host] else { return }
+        for i in queue.indices where queue[i].id == id { queue[i].priority = job.priority }
         queue = queue.enumerated().sorted { $0.element.priority != $1.element.priority
             ? $0.element.priority > $1.element.priority : $0.offset < $1.offset }.map(\.element)
-        waiting[t.session]![t.host] = queue
+        waiting[p.session]![p.host] = queue
     }
 
     /// Starts queued jobs while the limits allow; the work is bounded by the number of
@@ -401,7 +483,7 @@ struct JobScheduler {
                         jobs[entry.id]!.listed = false  // stale: suspended or started since
                         continue
                     }
-                    if job.ticket.discretionary, activeDiscretionary[session, default: 0] > 0 {
+                    if job.discretionary, activeDiscretionary[session, default: 0] > 0 {
                         kept.append(entry)
                         continue
                     }
@@ -419,23 +501,25 @@ struct JobScheduler {
     private mutating func start(_ id: Int, now: Double, into out: inout [Action]) {
         var job = jobs[id]!
         job.attempts += 1
-        let first = job.ticket.firstAttempt ?? now
-        job.ticket.firstAttempt = first
-        job.phase = .running(Attempt(number: job.attempts))
+        let first = job.firstAttempt ?? now
+        job.firstAttempt = first
+        job.phase = .running(Attempt(number: Int(job.attempts)))
         jobs[id] = job
-        activeBySession[job.ticket.session, default: 0] += 1
-        activeByHost[job.ticket.host, default: 0] += 1
-        if job.ticket.discretionary { activeDiscretionary[job.ticket.session, default: 0] += 1 }
-        out.append(.start(id, attempt: job.attempts, firstAttempt: first))
+        let p = places[Int(job.place)]
+        activeBySession[p.session, default: 0] += 1
+        activeByHost[p.host, default: 0] += 1
+        if job.discretionary { activeDiscretionary[p.session, default: 0] += 1 }
+        out.append(.start(id, attempt: Int(job.attempts), firstAttempt: first))
     }
 
     /// The attempt's slot is free again.
-    private mutating func release(_ t: Ticket) {
+    private mutating func release(_ job: Job) {
+        let t = places[Int(job.place)]
         activeBySession[t.session, default: 0] -= 1
         if activeBySession[t.session] == 0 { activeBySession[t.session] = nil }
         activeByHost[t.host, default: 0] -= 1
         if activeByHost[t.host] == 0 { activeByHost[t.host] = nil }
-        if t.discretionary {
+        if job.discretionary {
             activeDiscretionary[t.session, default: 0] -= 1
             if activeDiscretionary[t.session] == 0 { activeDiscretionary[t.session] = nil }
         }
@@ -443,7 +527,7 @@ struct JobScheduler {
 
     /// The job's one end: it is forgotten, so nothing about it happens after.
     private mutating func end(_ id: Int, _ how: End, into out: inout [Action]) {
-        jobs[id] = nil
+        if let job = jobs.removeValue(forKey: id) { leave(job.place) }
         out.append(.end(id, how))
     }
 }

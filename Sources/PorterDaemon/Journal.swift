@@ -19,7 +19,12 @@ final class Journal: @unchecked Sendable {
     struct Task: Sendable {
         var id: Int
         var session: String
-        var spec: BackgroundTaskSpec
+        var spec: BackgroundTaskSpec {
+            didSet { specChanged = true }
+        }
+        /// The spec differs from the journal's (a description or schedule changed): only
+        /// then is it encoded and written again.
+        var specChanged = false
         var state: String
         var received: Int64
         var expected: Int64
@@ -80,6 +85,9 @@ final class Journal: @unchecked Sendable {
 
     let path: String
     private let db: DatabaseQueue
+    /// A second, read-only connection for lists: WAL lets it read while `db` writes, so a
+    /// list of ten thousand tasks is read beside the daemon's work, not queued behind it.
+    private let lists: DatabaseQueue
 
     /// Opens the journal; one that is not a database (damaged, truncated, something
     /// else) is moved aside to `path.corrupt-<time>` and a new one started, with the
@@ -89,6 +97,11 @@ final class Journal: @unchecked Sendable {
         var aside: String?
         db = try Journal.open(path, setAside: &aside)
         setAside = aside
+        var config = Configuration()
+        config.readonly = true
+        config.busyMode = .timeout(5)
+        config.prepareDatabase { db in try db.execute(sql: "PRAGMA cache_size = -512") }
+        lists = try DatabaseQueue(path: path, configuration: config)
     }
 
     /// One that is not a database (damaged, truncated, something else) is moved aside to
@@ -135,8 +148,14 @@ final class Journal: @unchecked Sendable {
     /// crash) at once, and a power cut or reboot loses at most the last commits, never the
     /// journal's consistency (SQLite syncs the log at each checkpoint). A transfer whose
     /// last progress was lost continues from an earlier count: it fetches a little twice.
+    ///
+    /// The page cache is bounded at 512 KiB (SQLite's default is 2 MiB): the journal is
+    /// read a row at a time (an attempt starts, a list goes out), never scanned hot.
     private static func relaxSync(_ db: DatabaseQueue) throws {
-        try db.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = NORMAL") }
+        try db.writeWithoutTransaction { db in
+            try db.execute(sql: "PRAGMA synchronous = NORMAL")
+            try db.execute(sql: "PRAGMA cache_size = -512")
+        }
     }
     let setAside: String?
 
@@ -146,7 +165,7 @@ final class Journal: @unchecked Sendable {
 
     private static func task(_ row: Row) -> Task? {
         guard let spec = spec(row["spec"]) else { return nil }
-        return Task(id: row["id"], session: row["session"], spec: spec, state: row["state"], received: row["received"],
+        return Task(id: row["id"], session: row["session"], spec: spec, specChanged: false, state: row["state"], received: row["received"],
                     expected: row["expected"], sent: row["sent"], validator: row["validator"], partial: row["partial"],
                     retries: row["retries"], nextAttempt: row["next_attempt"], statusCode: row["status"],
                     errorCode: row["error_code"], errorMessage: row["error_message"], created: row["created"],
@@ -157,14 +176,17 @@ final class Journal: @unchecked Sendable {
         var stored = spec
         stored.resumeData = nil
         let text = String(decoding: try JSONEncoder().encode(stored), as: UTF8.self)
+        let created = Date().timeIntervalSince1970
         let t = try db.write { db -> Task in
-            try db.execute(sql: "INSERT INTO tasks(session, spec, state, created) VALUES (?, ?, 'suspended', ?)",
-                           arguments: [session, text, Date().timeIntervalSince1970])
+            try db.cachedStatement(sql: "INSERT INTO tasks(session, spec, state, created) VALUES (?, ?, 'suspended', ?)")
+                .execute(arguments: [session, text, created])
             let id = Int(db.lastInsertedRowID)
-            try db.execute(sql: "UPDATE tasks SET partial = ? WHERE id = ?", arguments: [partial(id), id])
-            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM tasks WHERE id = ?", arguments: [id]),
-                  let t = Journal.task(row) else { throw PorterError(.unknown, "the journal lost task \(id)") }
-            return t
+            let file = partial(id)
+            try db.cachedStatement(sql: "UPDATE tasks SET partial = ? WHERE id = ?").execute(arguments: [file, id])
+            // The row as the columns' defaults make it (not read back).
+            return Task(id: id, session: session, spec: stored, specChanged: false, state: "suspended", received: 0, expected: -1,
+                        sent: 0, validator: nil, partial: file, retries: 0, nextAttempt: nil, statusCode: nil, errorCode: nil,
+                        errorMessage: nil, created: created, firstAttempt: nil)
         }
         return t
     }
@@ -175,15 +197,35 @@ final class Journal: @unchecked Sendable {
     }
 
     private static func update(_ t: Task, in db: GRDB.Database) throws {
-        var stored = t.spec
-        stored.resumeData = nil
-        let text = String(decoding: try JSONEncoder().encode(stored), as: UTF8.self)
-        try db.execute(sql: """
-            UPDATE tasks SET spec = ?, state = ?, received = ?, expected = ?, sent = ?, validator = ?, partial = ?,
+        if t.specChanged {
+            var stored = t.spec
+            stored.resumeData = nil
+            let text = String(decoding: try JSONEncoder().encode(stored), as: UTF8.self)
+            try db.cachedStatement(sql: "UPDATE tasks SET spec = ? WHERE id = ?").execute(arguments: [text, t.id])
+        }
+        // A prepared statement kept for the connection: a transfer saves its row at every
+        // checkpoint, and ten thousand retrying tasks save theirs at each attempt.
+        try db.cachedStatement(sql: """
+            UPDATE tasks SET state = ?, received = ?, expected = ?, sent = ?, validator = ?, partial = ?,
                 retries = ?, next_attempt = ?, status = ?, error_code = ?, error_message = ?, first_attempt = ?
             WHERE id = ?
-            """, arguments: [text, t.state, t.received, t.expected, t.sent, t.validator, t.partial, t.retries,
-                             t.nextAttempt, t.statusCode, t.errorCode, t.errorMessage, t.firstAttempt, t.id])
+            """).execute(arguments: [t.state, t.received, t.expected, t.sent, t.validator, t.partial, t.retries,
+                                     t.nextAttempt, t.statusCode, t.errorCode, t.errorMessage, t.firstAttempt, t.id])
+    }
+
+    /// A waiting task's state (resumed: running; suspended), without reading its row.
+    func setState(_ id: Int, _ state: String) throws {
+        try db.write { db in
+            try db.cachedStatement(sql: "UPDATE tasks SET state = ? WHERE id = ?").execute(arguments: [state, id])
+        }
+    }
+
+    /// A waiting task's retry is due: its last error and next-attempt time are forgotten.
+    func clearRetry(_ id: Int) throws {
+        try db.write { db in
+            try db.cachedStatement(sql: "UPDATE tasks SET next_attempt = NULL, error_code = NULL, error_message = NULL WHERE id = ?")
+                .execute(arguments: [id])
+        }
     }
 
     /// Saves the task's end and queues its events in one transaction (a kill between
@@ -208,7 +250,7 @@ final class Journal: @unchecked Sendable {
     /// (`JobScheduler.Ticket`) and the rows of running attempts; everything else is read
     /// from here when it is needed (an attempt starts, a client lists, a job ends).
     func task(_ id: Int) throws -> Task? {
-        try db.read { db in try Row.fetchOne(db, sql: "SELECT * FROM tasks WHERE id = ?", arguments: [id]).flatMap(Journal.task) }
+        try db.read { db in try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM tasks WHERE id = ?"), arguments: [id]).flatMap(Journal.task) }
     }
 
     /// Changes one task's row (read, changed, written back in one transaction); nil when
@@ -236,6 +278,42 @@ final class Journal: @unchecked Sendable {
             while let row = try rows.next() {
                 if let t = Journal.task(row) { try body(t) }
             }
+        }
+    }
+
+    /// What a list shows of a task, with the spec's parts taken out by SQLite
+    /// (`json_extract`): listing ten thousand tasks decodes no spec.
+    private static let snapshotSQL = """
+        SELECT id, session, state, received, expected, sent, retries, next_attempt, status, error_code, error_message,
+            json_extract(spec, '$.kind') AS kind, json_extract(spec, '$.url') AS url,
+            json_extract(spec, '$.taskDescription') AS description, json_extract(spec, '$.destination') AS destination
+        FROM tasks
+        """
+
+    private static func snapshot(_ row: Row) -> BackgroundTaskSnapshot? {
+        guard let kindText: String = row["kind"], let kind = BackgroundTaskSpec.Kind(rawValue: kindText),
+              let urlText: String = row["url"], let url = URL(string: urlText) else { return nil }
+        return BackgroundTaskSnapshot(id: row["id"], session: row["session"], kind: kind, url: url, taskDescription: row["description"],
+                                      state: row["state"], received: row["received"], expected: row["expected"], sent: row["sent"],
+                                      retries: row["retries"], nextAttempt: row["next_attempt"], statusCode: row["status"],
+                                      errorCode: row["error_code"], errorMessage: row["error_message"], destination: row["destination"])
+    }
+
+    /// Each task of `session` as a list shows it, in order of id, a row at a time. Any
+    /// thread may call it (it reads through its own connection).
+    func forEachSnapshot(session: String, _ body: (BackgroundTaskSnapshot) throws -> Void) throws {
+        try lists.read { db in
+            let rows = try Row.fetchCursor(db.cachedStatement(sql: Journal.snapshotSQL + " WHERE session = ? ORDER BY id"), arguments: [session])
+            while let row = try rows.next() {
+                if let t = Journal.snapshot(row) { try body(t) }
+            }
+        }
+    }
+
+    /// One task as a list shows it.
+    func snapshot(_ id: Int) throws -> BackgroundTaskSnapshot? {
+        try db.read { db in
+            try Row.fetchOne(db.cachedStatement(sql: Journal.snapshotSQL + " WHERE id = ?"), arguments: [id]).flatMap(Journal.snapshot)
         }
     }
 

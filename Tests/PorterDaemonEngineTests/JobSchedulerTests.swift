@@ -306,6 +306,35 @@ final class JobSchedulerTests: XCTestCase {
         XCTAssertEqual(s.phase(of: 1), .running(S.Attempt(number: 2)))
     }
 
+    /// A job the scheduler holds is one compact record (at most 64 bytes; it was 128 with
+    /// the ticket's strings and optionals): its session and host are a place shared with
+    /// the other jobs there, forgotten with the last of them. Its ticket reads back as it
+    /// was given, and as its attempts changed it.
+    func testAJobIsOneCompactRecordAndItsTicketReadsBack() {
+        XCTAssertLessThanOrEqual(MemoryLayout<S.Job>.stride, 64)
+        var s = S(policy: Self.policy())
+        let given = S.Ticket(id: 7, session: "x", host: "h.example", priority: 0.9, discretionary: true,
+                             earliestBegin: 500, retries: 3, firstAttempt: 42)
+        _ = step(&s, .add(given, .suspended))
+        XCTAssertEqual(s.ticket(of: 7), given)
+        XCTAssertEqual(s.session(of: 7), "x")
+        _ = step(&s, .add(Self.ticket(8, session: "x", host: "h.example"), .suspended))
+        _ = step(&s, .add(Self.ticket(9, session: "y", host: "h.example"), .suspended))
+        XCTAssertEqual(s.placesInUse, 2, "x and y at h.example")
+        XCTAssertEqual(step(&s, .resume(9), at: 10), ["recordRunning(9)", "start(9#1)"])
+        _ = step(&s, .attemptEnded(9, attempt: 1, .failure(PorterError(.cannotConnectToHost, "refused"))), at: 11)
+        XCTAssertEqual(s.ticket(of: 9)?.retries, 1)
+        XCTAssertEqual(s.ticket(of: 9)?.firstAttempt, 10)
+        XCTAssertNil(s.ticket(of: 9)?.earliestBegin)
+        for id in [7, 8, 9] { _ = step(&s, .cancel(id, resumeData: false), at: 12) }
+        XCTAssertEqual(s.placesInUse, 0)
+        XCTAssertNil(s.ticket(of: 7))
+        // A place is reused, not grown, by the next jobs.
+        _ = step(&s, .add(Self.ticket(10, session: "z", host: "q.example"), .suspended))
+        XCTAssertEqual(s.placesInUse, 1)
+        XCTAssertEqual(s.session(of: 10), "z")
+    }
+
     func testTheJournalsJobsContinueAfterARestart() {
         var s = S(policy: Self.policy())
         XCTAssertEqual(step(&s, .add(Self.ticket(1), .running(nextAttempt: nil)), at: 100), ["start(1#1)"])

@@ -163,7 +163,7 @@ final class DaemonBoundaryTests: DaemonTestCase {
         var answers: [String] = []
         var listed: [BackgroundTaskSnapshot] = []
         loop: while true {
-            switch try c.receive(BackgroundDaemonMessage.self) {
+            switch try BackgroundProtocol.receive(on: c) {
             case .refused(1, let message): answers.append("refused: \(message)")
             case .tasks(let r, let tasks), .taskPage(let r, let tasks):
                 if r == 1 { answers.append("listed victim's") }
@@ -192,7 +192,7 @@ final class DaemonBoundaryTests: DaemonTestCase {
         try c.send(message: BackgroundClientMessage.list(session: nil, reference: 1))
         var all: [BackgroundTaskSnapshot] = []
         while true {
-            switch try c.receive(BackgroundDaemonMessage.self) {
+            switch try BackgroundProtocol.receive(on: c) {
             case .taskPage(1, let page): all += page
             case .tasks(1, let last): return all + last
             default: continue

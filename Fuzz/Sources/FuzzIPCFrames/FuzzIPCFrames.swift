@@ -1,5 +1,6 @@
 // PorterIPC's decoder (Sources/PorterIPC/Frame.swift: FrameDecoder, Hello(frame:)) and
-// porterd's messages (BackgroundClientMessage / BackgroundDaemonMessage as JSON): bytes
+// porterd's messages (BackgroundClientMessage / BackgroundDaemonMessage as JSON, and lists
+// of tasks in their compact layout, BackgroundTaskList): bytes
 // from a peer process. Whatever arrives, in whatever pieces, the decoder hands out the
 // same frames or one error and stays failed; a frame that decodes encodes to the same
 // bytes; a message that decodes encodes and decodes to the same value.
@@ -37,6 +38,11 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         if frame.kind == .hello, let hello = try? Hello(frame: frame) {
             guard (try? Hello(frame: hello.frame)) == hello else { fatalError("a hello does not survive encoding") }
             _ = try? Hello(service: "porterd", minimumVersion: 1, maximumVersion: 1).agree(with: hello)
+        }
+        if frame.kind == .compact, let m = try? BackgroundTaskList.decode(frame.payload) {
+            guard let encoded = BackgroundTaskList.encode(m), (try? BackgroundTaskList.decode(encoded)) == m else {
+                fatalError("a compact list of tasks changed through encode and decode")
+            }
         }
         if frame.kind == .message {
             if let m = try? Channel.decode(BackgroundClientMessage.self, from: frame.payload) {
