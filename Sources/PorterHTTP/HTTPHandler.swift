@@ -84,6 +84,8 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     var closedSchemes: Set<String> = []
     /// Decodes the current response's body (gzip, deflate, br, zstd); nil: delivered as it came.
     var decoder: ContentDecoder?
+    /// Why the write callback aborted the transfer (a damaged coding, a decoding bomb, the
+    /// caller's `BodyDestination` refusing a write): the load fails with it.
     var decodeError: PorterError?
     /// A response brought an Alt-Svc field for the session's cache (libcurl writes the file
     /// when the handle closes).
@@ -393,13 +395,17 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             prefix = stored.data
         }
         mode = .body
-        // The decoded length is unknown when libcurl decodes a content coding.
-        stager.reset(expectedLength: decoder == nil ? response.expectedContentLength : -1)
         // Only a session with a cache pays for the RFC 9111 decision (this runs per response).
         // A response over a connection the delegate trusted by hand (a server-trust
         // challenge) is never stored: no later load could say it trusts that server too.
         let cacheable = client.context.configuration.responseCache != nil && trustedKeyPin == nil
             && HTTPCacheRules.isStorable(request: request, response: delivered) ? CacheStoragePolicy.allowed : .notAllowed
+        // The caller's BodyDestination takes the body straight from libcurl's buffer, unless
+        // the cache needs it or a stored prefix goes to the client first (order).
+        let destination = cacheable == .notAllowed && prefix == nil
+            ? request.property(forKey: BodyDestination.property) as? BodyDestination : nil
+        // The decoded length is unknown when libcurl decodes a content coding.
+        stager.reset(expectedLength: decoder == nil ? response.expectedContentLength : -1, destination: destination)
         client.didReceive(delivered, cacheStoragePolicy: cacheable)
         if let prefix, !prefix.isEmpty { client.didLoad(prefix) }
     }
@@ -418,11 +424,13 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             }
             guard let transfer else { break }
             guard let decoder else {
-                stager.stage(bytes, transfer: transfer)
+                if !stager.stage(bytes, transfer: transfer) { return failWriting() }
                 break
             }
             do {
-                if try decoder.decode(bytes, { stager.stage($0, transfer: transfer) }) == .budgetSpent {
+                let spent = try decoder.decode(bytes, { _ = stager.stage($0, transfer: transfer) }) == .budgetSpent
+                if stager.writeError != nil { return failWriting() }
+                if spent {
                     // A chunk that decodes to more than the budget (brotli and zstd have no
                     // worst ratio): hand over what is decoded, pause, and let the loop turn
                     // (the consumer's back-pressure gets its say) before going on with the
@@ -456,6 +464,14 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             mode = .challenge(r, kept)
         }
         return .consumed
+    }
+
+    /// Writing the body to the caller's `BodyDestination` failed: the load fails with it.
+    private func failWriting() -> CurlTransfer.WriteResult {
+        var failure = stager.writeError ?? PorterError(.cannotWriteToFile, "cannot write the body")
+        failure.url = request.url
+        decodeError = failure
+        return .abort
     }
 
     func complete(_ code: CURLcode) {
