@@ -62,6 +62,24 @@ public struct MIMEType: Sendable, Equatable, CustomStringConvertible {
     }
 
 
+    /// The essence of `text` when `text` is nothing but a lower-case "type/subtype" of
+    /// token bytes (what `MIMEType(parsing: text)?.essence` gives then, with no
+    /// parameters); nil for anything else, which the full parse handles. Most responses
+    /// carry such a Content-Type, and the parse costs a few thousand instructions.
+    public static func bareEssence(_ text: String) -> String? {
+        var slash = -1, index = 0
+        for b in text.utf8 {
+            if b == UInt8(ascii: "/") {
+                guard slash < 0, index > 0 else { return nil }
+                slash = index
+            } else if !isTokenByte(b) || (b >= UInt8(ascii: "A") && b <= UInt8(ascii: "Z")) {
+                return nil
+            }
+            index += 1
+        }
+        return slash > 0 && slash < index - 1 ? text : nil
+    }
+
     /// Parses `text`; nil when it is not a valid MIME type.
     public init?(parsing text: String) {
         // Every delimiter is ASCII, so the text is walked as UTF-8 bytes and cut only at

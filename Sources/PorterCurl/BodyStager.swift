@@ -1,5 +1,6 @@
 import Foundation
 import PorterCore
+import Synchronization
 
 /// Batches the body bytes libcurl hands a write callback into few, large, recycled
 /// buffers for the client (loop thread only). A full buffer goes at once, a partial one
@@ -196,9 +197,9 @@ public final class BodySource {
 /// upload plumbing (the body, libcurl's read callback, upload progress), so the http and
 /// ftp handlers keep one copy of it.
 public final class CurlLoadState: @unchecked Sendable {
-    private let lock = NSLock()
-    private var stopped = false
-    private var paused = false
+    // Read by the write callback for every chunk (16 KiB): atomics, not a lock.
+    private let stopped = Atomic<Bool>(false)
+    private let paused = Atomic<Bool>(false)
     // Loop thread only:
     /// The transfer in progress, if any.
     public var transfer: CurlTransfer?
@@ -236,10 +237,10 @@ public final class CurlLoadState: @unchecked Sendable {
         loop.enqueue { [self] in transfer?.resume() }
     }
 
-    public var isStopped: Bool { lock.withLock { stopped } }
-    public var wantsPause: Bool { lock.withLock { paused } }
-    public func stop() { lock.withLock { stopped = true } }
-    public func setPaused(_ value: Bool) { lock.withLock { paused = value } }
+    public var isStopped: Bool { stopped.load(ordering: .acquiring) }
+    public var wantsPause: Bool { paused.load(ordering: .acquiring) }
+    public func stop() { stopped.store(true, ordering: .releasing) }
+    public func setPaused(_ value: Bool) { paused.store(value, ordering: .releasing) }
 
     /// A new attempt sends `body` from its start (loop thread). A stream body is read on
     /// a thread of its own, so a slow stream pauses its upload instead of the loop.

@@ -116,8 +116,11 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
         }
 
         t.onData = { [unowned self] bytes in data(bytes) }
-        t.onRead = { [state] buffer in state.read(buffer) }
-        t.onProgress = { [state, client] _, _, ulTotal, ulNow in state.progress(uploadTotal: ulTotal, uploaded: ulNow, client: client) }
+        // Only an upload reads a body and reports its progress.
+        if state.body != nil {
+            t.onRead = { [state] buffer in state.read(buffer) }
+            t.onProgress = { [state, client] _, _, ulTotal, ulNow in state.progress(uploadTotal: ulTotal, uploaded: ulNow, client: client) }
+        }
         t.onFlush = { [unowned self] in stager.handOver() }
         t.onComplete = { [self] code in complete(code) }
         t.start()

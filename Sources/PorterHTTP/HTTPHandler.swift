@@ -255,8 +255,11 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
 
         t.onHeader = { [unowned self] line in header(line) }
         t.onData = { [unowned self] bytes in data(bytes) }
-        t.onRead = { [state] buffer in state.read(buffer) }
-        t.onProgress = { [state, client] _, _, ulTotal, ulNow in state.progress(uploadTotal: ulTotal, uploaded: ulNow, client: client) }
+        // Only a load that sends a body reads one and reports its progress.
+        if state.body != nil {
+            t.onRead = { [state] buffer in state.read(buffer) }
+            t.onProgress = { [state, client] _, _, ulTotal, ulNow in state.progress(uploadTotal: ulTotal, uploaded: ulNow, client: client) }
+        }
         t.onComplete = { [self] code in complete(code) }
         t.onFlush = { [unowned self] in stager.handOver() }
         t.start()
@@ -316,9 +319,12 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         // itself, so almost never): parse it only then.
         let effective = transfer?.info(string: CURLINFO_EFFECTIVE_URL)
         let url = effective.flatMap { $0 == request.url.absoluteString ? nil : URL(string: $0) } ?? request.url
-        let contentType = head.fields.combined(.contentType).flatMap { MIMEType(parsing: $0) }
+        let typeField = head.fields.combined(.contentType)
+        // A bare "type/subtype" (most responses) is its own essence, with no charset.
+        let bare = typeField.flatMap(MIMEType.bareEssence)
+        let contentType = bare == nil ? typeField.flatMap { MIMEType(parsing: $0) } : nil
         let length = head.fields.combined(.contentLength).flatMap { Int64($0) } ?? -1  // values arrive trimmed
-        var r = Response(url: url, mimeType: contentType?.essence, expectedContentLength: length,
+        var r = Response(url: url, mimeType: bare ?? contentType?.essence, expectedContentLength: length,
                          textEncodingName: contentType?.parameter("charset"), statusCode: head.status,
                          headerFields: head.fields)
         r.validator = head.fields.combined(.eTag) ?? head.fields.combined(.lastModified)
