@@ -115,13 +115,14 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
             t.set(CURLOPT_FTP_CREATE_MISSING_DIRS, Int(CURLFTP_CREATE_DIR.rawValue))
         }
 
-        t.onData = { [unowned self] bytes in data(bytes) }
+        // Strong, as onComplete: the transfer drops its closures when it ends (see HTTPHandler.begin).
+        t.onData = { [self] bytes in data(bytes) }
         // Only an upload reads a body and reports its progress.
         if state.body != nil {
             t.onRead = { [state] buffer in state.read(buffer) }
             t.onProgress = { [state, client] _, _, ulTotal, ulNow in state.progress(uploadTotal: ulTotal, uploaded: ulNow, client: client) }
         }
-        t.onFlush = { [unowned self] in stager.handOver() }
+        t.onFlush = { [self] in stager.handOver() }
         t.onComplete = { [self] code in complete(code) }
         t.start()
     }
