@@ -7,12 +7,15 @@ import Synchronization
 public final class Locked<Value>: @unchecked Sendable {
     /// The lock lives in this object (a futex word): an `NSLock` was two more allocations
     /// (the object and its pthread mutex) per `Locked`, and a task makes several.
-    private let mutex = Mutex<Void>(())
+    @usableFromInline let mutex = Mutex<Void>(())
     /// Unchecked by the runtime's exclusivity enforcement (a call per access, and every
     /// lock in Porter goes through here): the lock already makes each access exclusive,
     /// and a nested `withLock` on the same value deadlocks before it could overlap.
-    @exclusivity(unchecked) private var value: Value
+    @usableFromInline @exclusivity(unchecked) var value: Value
     public init(_ value: Value) { self.value = value }
+    /// Inlinable, so each caller gets it specialised for its types: unspecialised, the
+    /// `R?` below asked the runtime for `Optional<R>`'s metadata on every call.
+    @inlinable
     public func withLock<R>(_ body: (inout Value) throws -> R) rethrows -> R {
         // The result leaves through a local: `Mutex.withLock` wants a `sending` result,
         // which a generic one cannot promise; the lock still covers the whole call.
@@ -21,6 +24,7 @@ public final class Locked<Value>: @unchecked Sendable {
         // Set unless `body` threw (and then this line is not reached).
         return result.unsafelyUnwrapped
     }
+    @inlinable
     public var current: Value { withLock { $0 } }
 }
 

@@ -67,17 +67,21 @@ public struct MIMEType: Sendable, Equatable, CustomStringConvertible {
     /// parameters); nil for anything else, which the full parse handles. Most responses
     /// carry such a Content-Type, and the parse costs a few thousand instructions.
     public static func bareEssence(_ text: String) -> String? {
-        var slash = -1, index = 0
-        for b in text.utf8 {
-            if b == UInt8(ascii: "/") {
-                guard slash < 0, index > 0 else { return nil }
-                slash = index
-            } else if !isTokenByte(b) || (b >= UInt8(ascii: "A") && b <= UInt8(ascii: "Z")) {
-                return nil
+        // On the bytes in place (a native string's are contiguous; any other goes to the parse).
+        let bare = text.utf8.withContiguousStorageIfAvailable { bytes -> Bool in
+            var slash = -1
+            for i in 0..<bytes.count {
+                let b = bytes[i]
+                if b == UInt8(ascii: "/") {
+                    guard slash < 0, i > 0 else { return false }
+                    slash = i
+                } else if !isTokenByte(b) || (b >= UInt8(ascii: "A") && b <= UInt8(ascii: "Z")) {
+                    return false
+                }
             }
-            index += 1
+            return slash > 0 && slash < bytes.count - 1
         }
-        return slash > 0 && slash < index - 1 ? text : nil
+        return bare == true ? text : nil
     }
 
     /// Parses `text`; nil when it is not a valid MIME type.
