@@ -378,6 +378,15 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             t.direct = destination
             request.setProperty(destination, forKey: BodyDestination.property)
             task = session.dataTask(with: request)
+        } else if fileOutput == nil, Runner.curlSchemes.contains(scheme), writesThrough(fd: t.fd) {
+            // http(s) and ftp(s) to stdout or -o's device or FIFO: libcurl's write callback
+            // writes each chunk there itself (BodyDestination), as curl does — no copy of the
+            // body and no hand-over to this thread. It comes as data when it cannot (a
+            // response the cache stores).
+            let destination = BodyDestination(fd: t.fd)
+            t.direct = destination
+            request.setProperty(destination, forKey: BodyDestination.property)
+            task = session.dataTask(with: request)
         } else if let file = hot.uploadFile {
             // curl reads the file first: one it cannot read is its exit 26, nothing sent.
             guard access(file, R_OK) == 0, OutputFile.kind(of: file) != .folder else {
@@ -426,6 +435,17 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
               hot.continueAt == nil, hot.retry == 0, !hot.progressBar else { return false }
         if fileOutput != nil { return hot.silent || !stderrIsTTY }
         return !(buffered && fd == 1)
+    }
+
+    /// Whether a libcurl handler may write the body to `fd` itself: as `copiesInKernel`,
+    /// and the CLI must have nothing to say about a response before its body is written,
+    /// nor write anything else where the body goes: no -f (the body of an error is not
+    /// written), -z or --etag-save (decided per response), -D (the head, maybe on the same
+    /// stdout), -v or --trace (their lines must come before the body's, as curl's do).
+    private func writesThrough(fd: Int32) -> Bool {
+        guard copiesInKernel(to: nil, fd: fd), !hot.fail, hot.timeCond == nil, hot.etagSave == nil,
+              dumpFD == nil, !hot.verbose, trace == nil else { return false }
+        return true
     }
 
     /// The schemes whose built-in handlers run on libcurl and honour the curl request

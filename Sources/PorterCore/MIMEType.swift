@@ -62,6 +62,28 @@ public struct MIMEType: Sendable, Equatable, CustomStringConvertible {
     }
 
 
+    /// The essence of `text` when `text` is nothing but a lower-case "type/subtype" of
+    /// token bytes (what `MIMEType(parsing: text)?.essence` gives then, with no
+    /// parameters); nil for anything else, which the full parse handles. Most responses
+    /// carry such a Content-Type, and the parse costs a few thousand instructions.
+    public static func bareEssence(_ text: String) -> String? {
+        // On the bytes in place (a native string's are contiguous; any other goes to the parse).
+        let bare = text.utf8.withContiguousStorageIfAvailable { bytes -> Bool in
+            var slash = -1
+            for i in 0..<bytes.count {
+                let b = bytes[i]
+                if b == UInt8(ascii: "/") {
+                    guard slash < 0, i > 0 else { return false }
+                    slash = i
+                } else if !isTokenByte(b) || (b >= UInt8(ascii: "A") && b <= UInt8(ascii: "Z")) {
+                    return false
+                }
+            }
+            return slash > 0 && slash < bytes.count - 1
+        }
+        return bare == true ? text : nil
+    }
+
     /// Parses `text`; nil when it is not a valid MIME type.
     public init?(parsing text: String) {
         // Every delimiter is ASCII, so the text is walked as UTF-8 bytes and cut only at

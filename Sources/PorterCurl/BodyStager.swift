@@ -1,5 +1,6 @@
 import Foundation
 import PorterCore
+import Synchronization
 
 /// Batches the body bytes libcurl hands a write callback into few, large, recycled
 /// buffers for the client (loop thread only). A full buffer goes at once, a partial one
@@ -7,6 +8,10 @@ import PorterCore
 /// buffer rather than per callback, and no fresh allocation per chunk (a 512 KiB one
 /// would be mmapped and page-faulted each time). A small body of known length gets a
 /// buffer of exactly its size instead.
+///
+/// A body whose caller named a `BodyDestination` (the CLI's stdout) skips all of that:
+/// each chunk is written from libcurl's own buffer straight to the descriptor, on the
+/// loop thread, as curl does — no copy, no buffer, no hand-over, no thread hop.
 public final class BodyStager {
     public static let bufferSize = 512 * 1024
 
@@ -18,6 +23,12 @@ public final class BodyStager {
     private var pooled = true
     private var expected: Int64 = -1
     private var delivered: Int64 = 0
+    /// Where this body is written instead of being handed over (`reset`), and the bytes
+    /// written there not yet added to its count (added per hand-over, not per chunk).
+    private var destination: BodyDestination?
+    private var unreported: Int64 = 0
+    /// Why writing to `destination` failed; the load fails with it (`stage` said false).
+    public private(set) var writeError: PorterError?
 
     /// `loop`: the loop whose buffers the stager fills (one pool per loop, shared by its
     /// transfers, not one per load).
@@ -29,13 +40,22 @@ public final class BodyStager {
     deinit { drop() }
 
     /// A new body begins; `expectedLength` is its length when known (-1 otherwise).
-    public func reset(expectedLength: Int64) {
+    /// `destination`: the descriptor the body goes to instead of the client (the request's
+    /// `BodyDestination`), when the handler delivers nothing else of this body through
+    /// the client (no stored prefix) and no cache needs a copy of it.
+    public func reset(expectedLength: Int64, destination: BodyDestination? = nil) {
         drop()
         expected = expectedLength
         delivered = 0
+        self.destination = destination
+        writeError = nil
     }
 
-    public func stage(_ bytes: UnsafeRawBufferPointer, transfer: CurlTransfer) {
+    /// Takes one chunk of the body. False when writing it to the destination failed
+    /// (`writeError`): the handler aborts the transfer.
+    @discardableResult
+    public func stage(_ bytes: UnsafeRawBufferPointer, transfer: CurlTransfer) -> Bool {
+        if let destination { return write(bytes, to: destination) }
         var offset = 0
         while offset < bytes.count {
             if staging == nil { staging = takeBuffer() }
@@ -46,6 +66,41 @@ public final class BodyStager {
             if staged == capacity { handOver() }
         }
         if staging != nil { transfer.requestFlush() }
+        return true
+    }
+
+    /// Writes all of `bytes` to the destination, waiting when the descriptor is full
+    /// (a pipe whose reader is slow, even one set non-blocking): the transfer waits with
+    /// it, as curl's does.
+    private func write(_ bytes: UnsafeRawBufferPointer, to destination: BodyDestination) -> Bool {
+        guard writeError == nil else { return false }
+        var offset = 0
+        while offset < bytes.count {
+            let n = Foundation.write(destination.fd, bytes.baseAddress! + offset, bytes.count - offset)
+            if n >= 0 {
+                offset += n
+                continue
+            }
+            let code = errno
+            if code == EINTR { continue }
+            if code == EAGAIN || code == EWOULDBLOCK {
+                var p = pollfd(fd: destination.fd, events: Int16(POLLOUT), revents: 0)
+                _ = poll(&p, 1, -1)
+                continue
+            }
+            unreported += Int64(offset)
+            writeError = PorterError(.cannotWriteToFile, "cannot write the body", cause: .errno(code))
+            return false
+        }
+        unreported += Int64(bytes.count)
+        return true
+    }
+
+    /// Adds what was written to the destination to its count.
+    private func report() {
+        guard unreported > 0, let destination else { return }
+        destination.add(unreported)
+        unreported = 0
     }
 
     private func takeBuffer() -> UnsafeMutableRawPointer {
@@ -63,6 +118,7 @@ public final class BodyStager {
 
     /// Gives what is staged to the client now.
     public func handOver() {
+        report()
         guard let buffer = staging else { return }
         staging = nil
         delivered += Int64(staged)
@@ -77,6 +133,7 @@ public final class BodyStager {
 
     /// Forgets what is staged (the load was stopped).
     public func drop() {
+        report()
         if let buffer = staging { release(buffer) }
         staging = nil
         staged = 0
@@ -140,9 +197,9 @@ public final class BodySource {
 /// upload plumbing (the body, libcurl's read callback, upload progress), so the http and
 /// ftp handlers keep one copy of it.
 public final class CurlLoadState: @unchecked Sendable {
-    private let lock = NSLock()
-    private var stopped = false
-    private var paused = false
+    // Read by the write callback for every chunk (16 KiB): atomics, not a lock.
+    private let stopped = Atomic<Bool>(false)
+    private let paused = Atomic<Bool>(false)
     // Loop thread only:
     /// The transfer in progress, if any.
     public var transfer: CurlTransfer?
@@ -180,10 +237,10 @@ public final class CurlLoadState: @unchecked Sendable {
         loop.enqueue { [self] in transfer?.resume() }
     }
 
-    public var isStopped: Bool { lock.withLock { stopped } }
-    public var wantsPause: Bool { lock.withLock { paused } }
-    public func stop() { lock.withLock { stopped = true } }
-    public func setPaused(_ value: Bool) { lock.withLock { paused = value } }
+    public var isStopped: Bool { stopped.load(ordering: .acquiring) }
+    public var wantsPause: Bool { paused.load(ordering: .acquiring) }
+    public func stop() { stopped.store(true, ordering: .releasing) }
+    public func setPaused(_ value: Bool) { paused.store(value, ordering: .releasing) }
 
     /// A new attempt sends `body` from its start (loop thread). A stream body is read on
     /// a thread of its own, so a slow stream pauses its upload instead of the loop.

@@ -43,8 +43,16 @@ public final class CurlTransfer: @unchecked Sendable {
     @exclusivity(unchecked) public var onData: (UnsafeRawBufferPointer) -> WriteResult = { _ in .consumed }
     /// Fill the buffer with upload bytes.
     @exclusivity(unchecked) public var onRead: (UnsafeMutableRawBufferPointer) -> ReadResult = { _ in .end }
-    /// Progress (download total/now, upload total/now). Return false to abort.
-    @exclusivity(unchecked) public var onProgress: (Int64, Int64, Int64, Int64) -> Bool = { _, _, _, _ in true }
+    /// Progress (download total/now, upload total/now). Return false to abort. libcurl
+    /// calls it several times per transfer, so a transfer without it (a load that sends no
+    /// body reports no upload progress) asks libcurl for none (CURLOPT_NOPROGRESS).
+    @exclusivity(unchecked) public var onProgress: ((Int64, Int64, Int64, Int64) -> Bool)? {
+        didSet {
+            if (oldValue == nil) != (onProgress == nil) {
+                _ = porter_easy_setopt_long(easy, CURLOPT_NOPROGRESS, onProgress == nil ? 1 : 0)
+            }
+        }
+    }
     /// The end, exactly once, unless `cancel()` came first.
     @exclusivity(unchecked) public var onComplete: (CURLcode) -> Void = { _ in }
     /// Called before the loop waits, once per `requestFlush()`.
@@ -102,7 +110,7 @@ public final class CurlTransfer: @unchecked Sendable {
         _ = porter_easy_setopt_data_cb(easy, CURLOPT_HEADERFUNCTION, curlHeader)
         _ = porter_easy_setopt_data_cb(easy, CURLOPT_READFUNCTION, curlRead)
         _ = porter_easy_setopt_xferinfo_cb(easy, curlProgress)
-        _ = porter_easy_setopt_long(easy, CURLOPT_NOPROGRESS, 0)
+        _ = porter_easy_setopt_long(easy, CURLOPT_NOPROGRESS, 1)  // until onProgress is set
         _ = porter_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
         errorBuffer.initialize(to: 0)
         _ = porter_easy_setopt_ptr(easy, CURLOPT_ERRORBUFFER, errorBuffer)
@@ -287,7 +295,7 @@ public final class CurlTransfer: @unchecked Sendable {
         onHeader = { _ in false }
         onData = { _ in .abort }
         onRead = { _ in .abort }
-        onProgress = { _, _, _, _ in false }
+        onProgress = nil
         onComplete = { _ in }
         onFlush = {}
         debugSink = nil
@@ -328,7 +336,8 @@ private let curlRead: porter_curl_data_cb = { ptr, size, count, user in
 
 private let curlProgress: porter_curl_xferinfo_cb = { user, dlTotal, dlNow, ulTotal, ulNow in
     guard let t = transfer(user) else { return 1 }
-    return t.onProgress(Int64(dlTotal), Int64(dlNow), Int64(ulTotal), Int64(ulNow)) ? 0 : 1
+    guard let progress = t.onProgress else { return 0 }
+    return progress(Int64(dlTotal), Int64(dlNow), Int64(ulTotal), Int64(ulNow)) ? 0 : 1
 }
 
 private let curlDebug: porter_curl_debug_cb = { _, type, data, size, user in

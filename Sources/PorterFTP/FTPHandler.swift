@@ -115,10 +115,14 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
             t.set(CURLOPT_FTP_CREATE_MISSING_DIRS, Int(CURLFTP_CREATE_DIR.rawValue))
         }
 
-        t.onData = { [unowned self] bytes in data(bytes) }
-        t.onRead = { [state] buffer in state.read(buffer) }
-        t.onProgress = { [state, client] _, _, ulTotal, ulNow in state.progress(uploadTotal: ulTotal, uploaded: ulNow, client: client) }
-        t.onFlush = { [unowned self] in stager.handOver() }
+        // Strong, as onComplete: the transfer drops its closures when it ends (see HTTPHandler.begin).
+        t.onData = { [self] bytes in data(bytes) }
+        // Only an upload reads a body and reports its progress.
+        if state.body != nil {
+            t.onRead = { [state] buffer in state.read(buffer) }
+            t.onProgress = { [state, client] _, _, ulTotal, ulNow in state.progress(uploadTotal: ulTotal, uploaded: ulNow, client: client) }
+        }
+        t.onFlush = { [self] in stager.handOver() }
         t.onComplete = { [self] code in complete(code) }
         t.start()
     }
@@ -139,7 +143,9 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
             total = atEnd && reported == offset ? offset : Response.total(reported, plus: offset)
         }
         if total >= 0 { response.validator = "size:\(total)" }
-        stager.reset(expectedLength: length)
+        // The caller's BodyDestination takes the file straight from libcurl's buffer.
+        stager.reset(expectedLength: length,
+                     destination: request.property(forKey: BodyDestination.property) as? BodyDestination)
         client.didReceive(response, cacheStoragePolicy: .notAllowed)
     }
 
@@ -157,8 +163,7 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
             stager.handOver()
             return .pause
         }
-        stager.stage(bytes, transfer: t)
-        return .consumed
+        return stager.stage(bytes, transfer: t) ? .consumed : .abort
     }
 
     private func complete(_ code: CURLcode) {
@@ -172,6 +177,11 @@ public final class FTPHandler: ProtocolHandler, @unchecked Sendable {
         if listing, code != CURLE_OK, code != CURLE_COULDNT_CONNECT, t.info(CURLINFO_RESPONSE_CODE) >= 500 {
             // No MLSD: fall back to the server's LIST text.
             fallbackToList()
+            return
+        }
+        if code == CURLE_WRITE_ERROR, var failure = stager.writeError {
+            failure.url = request.url
+            client.didFail(with: failure)
             return
         }
         guard code == CURLE_OK else {

@@ -84,6 +84,8 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     var closedSchemes: Set<String> = []
     /// Decodes the current response's body (gzip, deflate, br, zstd); nil: delivered as it came.
     var decoder: ContentDecoder?
+    /// Why the write callback aborted the transfer (a damaged coding, a decoding bomb, the
+    /// caller's `BodyDestination` refusing a write): the load fails with it.
     var decodeError: PorterError?
     /// A response brought an Alt-Svc field for the session's cache (libcurl writes the file
     /// when the handle closes).
@@ -263,12 +265,20 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
                                       decodes: config.decodesContentEncoding)
         t.set(CURLOPT_HTTPHEADER, list: lines)
 
-        t.onHeader = { [unowned self] line in header(line) }
-        t.onData = { [unowned self] bytes in data(bytes) }
-        t.onRead = { [state] buffer in state.read(buffer) }
-        t.onProgress = { [state, client] _, _, ulTotal, ulNow in state.progress(uploadTotal: ulTotal, uploaded: ulNow, client: client) }
+        // Each closure holds the handler strongly, as onComplete always did: the transfer
+        // drops them all when it ends (finish or cancel), so the cycle lasts as long as
+        // the transfer. A closure of one strong reference needs no box (an unowned one
+        // did: an allocation per closure per load) and no unowned-to-strong retain on
+        // each call (every header line and body chunk).
+        t.onHeader = { [self] line in header(line) }
+        t.onData = { [self] bytes in data(bytes) }
+        // Only a load that sends a body reads one and reports its progress.
+        if state.body != nil {
+            t.onRead = { [state] buffer in state.read(buffer) }
+            t.onProgress = { [state, client] _, _, ulTotal, ulNow in state.progress(uploadTotal: ulTotal, uploaded: ulNow, client: client) }
+        }
         t.onComplete = { [self] code in complete(code) }
-        t.onFlush = { [unowned self] in stager.handOver() }
+        t.onFlush = { [self] in stager.handOver() }
         t.start()
     }
 
@@ -326,9 +336,12 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         // itself, so almost never): parse it only then.
         let effective = transfer?.info(string: CURLINFO_EFFECTIVE_URL)
         let url = effective.flatMap { $0 == request.url.absoluteString ? nil : URL(string: $0) } ?? request.url
-        let contentType = head.fields.combined(.contentType).flatMap { MIMEType(parsing: $0) }
+        let typeField = head.fields.combined(.contentType)
+        // A bare "type/subtype" (most responses) is its own essence, with no charset.
+        let bare = typeField.flatMap(MIMEType.bareEssence)
+        let contentType = bare == nil ? typeField.flatMap { MIMEType(parsing: $0) } : nil
         let length = head.fields.combined(.contentLength).flatMap { Int64($0) } ?? -1  // values arrive trimmed
-        var r = Response(url: url, mimeType: contentType?.essence, expectedContentLength: length,
+        var r = Response(url: url, mimeType: bare ?? contentType?.essence, expectedContentLength: length,
                          textEncodingName: contentType?.parameter("charset"), statusCode: head.status,
                          headerFields: head.fields)
         r.validator = head.fields.combined(.eTag) ?? head.fields.combined(.lastModified)
@@ -405,13 +418,17 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             prefix = stored.data
         }
         mode = .body
-        // The decoded length is unknown when libcurl decodes a content coding.
-        stager.reset(expectedLength: decoder == nil ? response.expectedContentLength : -1)
         // Only a session with a cache pays for the RFC 9111 decision (this runs per response).
         // A response over a connection the delegate trusted by hand (a server-trust
         // challenge) is never stored: no later load could say it trusts that server too.
         let cacheable = client.context.configuration.responseCache != nil && trustedKeyPin == nil
             && HTTPCacheRules.isStorable(request: request, response: delivered) ? CacheStoragePolicy.allowed : .notAllowed
+        // The caller's BodyDestination takes the body straight from libcurl's buffer, unless
+        // the cache needs it or a stored prefix goes to the client first (order).
+        let destination = cacheable == .notAllowed && prefix == nil
+            ? request.property(forKey: BodyDestination.property) as? BodyDestination : nil
+        // The decoded length is unknown when libcurl decodes a content coding.
+        stager.reset(expectedLength: decoder == nil ? response.expectedContentLength : -1, destination: destination)
         client.didReceive(delivered, cacheStoragePolicy: cacheable)
         if let prefix, !prefix.isEmpty { client.didLoad(prefix) }
     }
@@ -430,11 +447,13 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             }
             guard let transfer else { break }
             guard let decoder else {
-                stager.stage(bytes, transfer: transfer)
+                if !stager.stage(bytes, transfer: transfer) { return failWriting() }
                 break
             }
             do {
-                if try decoder.decode(bytes, { stager.stage($0, transfer: transfer) }) == .budgetSpent {
+                let spent = try decoder.decode(bytes, { _ = stager.stage($0, transfer: transfer) }) == .budgetSpent
+                if stager.writeError != nil { return failWriting() }
+                if spent {
                     // A chunk that decodes to more than the budget (brotli and zstd have no
                     // worst ratio): hand over what is decoded, pause, and let the loop turn
                     // (the consumer's back-pressure gets its say) before going on with the
@@ -468,6 +487,14 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
             mode = .challenge(r, kept)
         }
         return .consumed
+    }
+
+    /// Writing the body to the caller's `BodyDestination` failed: the load fails with it.
+    private func failWriting() -> CurlTransfer.WriteResult {
+        var failure = stager.writeError ?? PorterError(.cannotWriteToFile, "cannot write the body")
+        failure.url = request.url
+        decodeError = failure
+        return .abort
     }
 
     func complete(_ code: CURLcode) {

@@ -1,6 +1,7 @@
 import Foundation
 import PorterCore
 import PorterEngine
+import Synchronization
 
 /// What a handler's client hands the driver, in the order it was said: life-cycle
 /// reports go through the state machine; metrics and upload progress do not, but keep
@@ -73,29 +74,32 @@ final class HandlerClient: ProtocolClient, @unchecked Sendable {
 
 /// Reports from threads other than the executor wait here; one drain per batch, so
 /// reports that arrive together (response, data, finish) cost one hop.
-final class Inbox: @unchecked Sendable {
-    private let lock = NSLock()
-    private var items: [(UInt64, InboxItem)] = []
-    private var scheduled = false
+final class Inbox: Sendable {
+    private struct State {
+        var items: [(UInt64, InboxItem)] = []
+        var scheduled = false
+    }
+    /// A futex word in this object: one allocation per task (an NSLock was two more).
+    private let state = Mutex(State())
 
     /// Queues an item; true when the caller must schedule a drain.
     func put(_ generation: UInt64, _ item: InboxItem) -> Bool {
-        lock.lock()
-        items.append((generation, item))
-        let schedule = !scheduled
-        scheduled = true
-        lock.unlock()
-        return schedule
+        state.withLock { s in
+            s.items.append((generation, item))
+            let schedule = !s.scheduled
+            s.scheduled = true
+            return schedule
+        }
     }
 
     /// Everything queued, in order; an empty batch ends the drain.
     func take() -> [(UInt64, InboxItem)] {
-        lock.lock()
-        let batch = items
-        items.removeAll(keepingCapacity: true)
-        if batch.isEmpty { scheduled = false }
-        lock.unlock()
-        return batch
+        state.withLock { s in
+            let batch = s.items
+            s.items.removeAll(keepingCapacity: true)
+            if batch.isEmpty { s.scheduled = false }
+            return batch
+        }
     }
 }
 
