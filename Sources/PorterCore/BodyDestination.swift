@@ -4,7 +4,11 @@
 /// hands the task no body data: the bytes it wrote are `written`. A handler that does
 /// not honour it delivers data as usual, so the caller must handle both.
 /// The caller keeps the descriptor open until the task completes, and must not write to
-/// it itself meanwhile.
+/// it itself meanwhile. The handler writes as the bytes come, on its own thread, and waits
+/// for a descriptor that does not take them (as curl's write callback does): for the
+/// libcurl handlers (http, https, ftp) that thread is their loop's, so a destination read
+/// slowly also holds back the other transfers of that loop. Name one that is read as fast
+/// as the body comes (a file, a terminal, a pipe to a program that keeps up).
 public final class BodyDestination: Sendable {
     public static let property = "porter.bodyDestination"
     public let fd: Int32
