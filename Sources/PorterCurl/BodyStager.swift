@@ -23,10 +23,10 @@ public final class BodyStager {
     private var pooled = true
     private var expected: Int64 = -1
     private var delivered: Int64 = 0
-    /// Where this body is written instead of being handed over (`reset`), and the bytes
-    /// written there not yet added to its count (added per hand-over, not per chunk).
+    /// Where this body is written instead of being handed over (`reset`). Its count grows
+    /// with each write, so a task that ends early (a timeout, a cancel) reports what was
+    /// written before its completion is delivered.
     private var destination: BodyDestination?
-    private var unreported: Int64 = 0
     /// Why writing to `destination` failed; the load fails with it (`stage` said false).
     public private(set) var writeError: PorterError?
 
@@ -88,19 +88,12 @@ public final class BodyStager {
                 _ = poll(&p, 1, -1)
                 continue
             }
-            unreported += Int64(offset)
+            destination.add(Int64(offset))
             writeError = PorterError(.cannotWriteToFile, "cannot write the body", cause: .errno(code))
             return false
         }
-        unreported += Int64(bytes.count)
+        destination.add(Int64(bytes.count))
         return true
-    }
-
-    /// Adds what was written to the destination to its count.
-    private func report() {
-        guard unreported > 0, let destination else { return }
-        destination.add(unreported)
-        unreported = 0
     }
 
     private func takeBuffer() -> UnsafeMutableRawPointer {
@@ -118,7 +111,6 @@ public final class BodyStager {
 
     /// Gives what is staged to the client now.
     public func handOver() {
-        report()
         guard let buffer = staging else { return }
         staging = nil
         delivered += Int64(staged)
@@ -133,7 +125,6 @@ public final class BodyStager {
 
     /// Forgets what is staged (the load was stopped).
     public func drop() {
-        report()
         if let buffer = staging { release(buffer) }
         staging = nil
         staged = 0

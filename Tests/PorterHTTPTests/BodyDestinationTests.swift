@@ -108,6 +108,33 @@ final class BodyDestinationTests: NginxTestCase {
         }
     }
 
+    /// A load that ends early (here cancelled mid-body) has counted what it wrote when its
+    /// completion comes: the CLI's -w size_download reads that count (it read 0 when the
+    /// count was only added at hand-overs, which a destination load never makes).
+    func testWhatWasWrittenIsCountedWhenTheLoadEndsEarly() async throws {
+        let path = dir + "/early-\(UUID().uuidString).bin"
+        defer { unlink(path) }
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        defer { close(fd) }
+        let destination = BodyDestination(fd: fd)
+        var request = Request(url: URL(string: nginx.http + "/slow/medium.bin")!)
+        request.setProperty(destination, forKey: BodyDestination.property)
+        let s = session()
+        let load = Task { try await s.data(for: request) }
+        let size = { (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0 }
+        let started = await eventuallyAsync { size() > 0 }
+        XCTAssertTrue(started, "no body bytes came")
+        load.cancel()
+        do {
+            _ = try await load.value
+            XCTFail("the slow load finished before its cancel")
+        } catch {}
+        let counted = destination.written
+        XCTAssertGreaterThan(counted, 0, "the bytes written before the cancel are counted by its completion")
+        XCTAssertLessThanOrEqual(counted, Int64(size()))
+    }
+
     /// The CLI: a body to stdout (written by the handler) is byte-exact, with the size
     /// -w reports; a stdout that refuses writes is curl's exit 23.
     func testCLIBodyToStdoutIsByteExact() throws {
