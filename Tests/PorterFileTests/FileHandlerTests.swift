@@ -263,25 +263,6 @@ final class FileHandlerTests: XCTestCase {
         return Data(bytes)
     }
 
-    /// Reads `fd` to its end on a thread of its own (the other end of a pipe).
-    private func drain(_ fd: Int32) -> () -> Data {
-        let result = Locked(Data())
-        let done = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
-            var buffer = [UInt8](repeating: 0, count: 1 << 16)
-            while true {
-                let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress!, $0.count) }
-                if n < 0, errno == EINTR { continue }
-                if n <= 0 { break }
-                result.withLock { $0.append(contentsOf: buffer[0..<n]) }
-            }
-            done.signal()
-        }
-        return {
-            done.wait()
-            return result.withLock { $0 }
-        }
-    }
 
     /// A request carrying a `BodyDestination` gets the file written there whole and
     /// byte-exact — into a regular file and into a pipe, for a file of several copy
@@ -306,7 +287,7 @@ final class FileHandlerTests: XCTestCase {
 
         var ends: [Int32] = [0, 0]
         XCTAssertEqual(pipe(&ends), 0)
-        let received = drain(ends[0])
+        let received = drainPipe(ends[0])
         let toPipe = BodyDestination(fd: ends[1])
         var piped = Request(url: url)
         piped.setProperty(toPipe, forKey: BodyDestination.property)

@@ -47,7 +47,7 @@ final class BodyDestinationTests: NginxTestCase {
     func testLargeAndSmallBodiesGoToTheDestinationByteExact() async throws {
         var ends: [Int32] = [0, 0]
         XCTAssertEqual(pipe(&ends), 0)
-        let received = drain(ends[0])
+        let received = drainPipe(ends[0])
         let toPipe = BodyDestination(fd: ends[1])
         var request = Request(url: URL(string: nginx.http + "/big.bin")!)
         request.setProperty(toPipe, forKey: BodyDestination.property)
@@ -151,23 +151,4 @@ final class BodyDestinationTests: NginxTestCase {
         XCTAssertEqual(refused.status, 23, refused.stderr)
     }
 
-    /// Reads `fd` to its end on a thread of its own (the other end of a pipe).
-    private func drain(_ fd: Int32) -> () -> Data {
-        let result = Locked(Data())
-        let done = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
-            var buffer = [UInt8](repeating: 0, count: 1 << 16)
-            while true {
-                let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress!, $0.count) }
-                if n < 0, errno == EINTR { continue }
-                if n <= 0 { break }
-                result.withLock { $0.append(contentsOf: buffer[0..<n]) }
-            }
-            done.signal()
-        }
-        return {
-            done.wait()
-            return result.withLock { $0 }
-        }
-    }
 }

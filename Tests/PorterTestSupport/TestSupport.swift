@@ -315,3 +315,24 @@ public func eventuallyAsync(_ seconds: Double = 60, _ condition: () async throws
     }
     return try await condition()
 }
+
+/// Reads `fd` to its end on a thread of its own (the other end of a pipe); the closure
+/// returned waits for the end and gives every byte read.
+public func drainPipe(_ fd: Int32) -> () -> Data {
+    let result = Locked(Data())
+    let done = DispatchSemaphore(value: 0)
+    Thread.detachNewThread {
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress!, $0.count) }
+            if n < 0, errno == EINTR { continue }
+            if n <= 0 { break }
+            result.withLock { $0.append(contentsOf: buffer[0..<n]) }
+        }
+        done.signal()
+    }
+    return {
+        done.wait()
+        return result.withLock { $0 }
+    }
+}
