@@ -136,27 +136,38 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
     /// unless the request is one HSTS upgrades: what `startLoading` would serve, asked
     /// before any handler is made.
     public static func freshAnswer(for request: Request, cached: CachedResponse, configuration: SessionConfiguration) -> Response? {
-        if configuration.hstsStore?.upgradedURL(for: request.url) != nil { return nil }
-        let policy = request.cachePolicy == .useProtocolCachePolicy ? configuration.requestCachePolicy : request.cachePolicy
-        guard case .stored(let served) = HTTPCacheRules.answer(for: request, cached: cached, policy: policy, now: Date()) else {
+        guard case .cache(.stored(let served)) = firstStep(for: request, cached: cached, configuration: configuration) else {
             return nil
         }
         return served
     }
 
+    /// What a load does before anything else, decided once for `startLoading` and for
+    /// `freshAnswer`: RFC 6797 §8.3 — a known HSTS host is never loaded over plain http,
+    /// not even from the cache, so the load becomes https first; else RFC 9111 §4 — what
+    /// is stored answers, or says what to ask the server (`HTTPCacheRules.answer`).
+    enum FirstStep {
+        case upgrade(URL)
+        case cache(HTTPCacheRules.Answer)
+    }
+
+    static func firstStep(for request: Request, cached: CachedResponse?, configuration: SessionConfiguration) -> FirstStep {
+        if let upgraded = configuration.hstsStore?.upgradedURL(for: request.url) { return .upgrade(upgraded) }
+        let policy = request.cachePolicy == .useProtocolCachePolicy ? configuration.requestCachePolicy : request.cachePolicy
+        return .cache(HTTPCacheRules.answer(for: request, cached: cached, policy: policy, now: Date()))
+    }
+
     public func startLoading() {
-        // RFC 6797 §8.3: a known HSTS host is never loaded over plain http, not even from
-        // the cache: the load becomes https before anything else happens.
-        if let upgraded = client.context.configuration.hstsStore?.upgradedURL(for: request.url) {
+        // `firstStep` decides (HSTS, then the cache); this carries it out.
+        let answer: HTTPCacheRules.Answer
+        switch Self.firstStep(for: request, cached: cached, configuration: client.context.configuration) {
+        case .upgrade(let upgraded):
             upgradeForHSTS(to: upgraded)
             return
+        case .cache(let a):
+            answer = a
         }
-        // RFC 9111 §4: what is stored answers, or says what to ask the server
-        // (HTTPCacheRules.answer decides; this carries it out).
-        let now = Date()
-        let policy = request.cachePolicy == .useProtocolCachePolicy
-            ? client.context.configuration.requestCachePolicy : request.cachePolicy
-        switch HTTPCacheRules.answer(for: request, cached: cached, policy: policy, now: now) {
+        switch answer {
         case .stored(let served):
             client.cachedResponseIsValid(serving: served, revalidated: false)
         case .made(let response, let body):
