@@ -6,7 +6,7 @@
 SWIFT ?= swift
 PORTER := .build/debug/porter
 
-.PHONY: deps build demo test bench fuzz clean install uninstall install-build docs deb
+.PHONY: deps build demo test bench fuzz clean install uninstall install-build docs deb link-order
 FUZZ_SECONDS ?= 60
 
 deps:
@@ -50,7 +50,9 @@ docs:
 # with the Swift runtime linked statically (scripts/link-static.py: SwiftPM's own link
 # command plus -static-stdlib, from the same objects, into $(BUILT)/static; a few seconds,
 # where `swift build --static-swift-stdlib` would recompile the package): they load no
-# Swift library at start. The worker and the plugins keep the shared runtime, which the
+# Swift library at start; with the toolchain's lld, packed relative relocations and the
+# functions of ordinary use placed together (scripts/static-link.order, made by
+# `make link-order`) keep what a start maps small. The worker and the plugins keep the shared runtime, which the
 # Swift plugins it loads need anyway (one runtime per worker). Then it installs:
 #   PREFIX/bin/{porter,porterd,porter-plugin-worker}   (porter finds the other two beside it)
 #   PREFIX/lib/porter/plugins/*.so                       (porter in PREFIX/bin scans it)
@@ -128,6 +130,12 @@ uninstall:
 DEB_DIR ?= .build
 DEB_COMPRESSION ?= xz
 DEB_STAGE = .build/deb-$(CONFIG)
+# `make link-order`: writes scripts/static-link.order again from what the release build's
+# porter and porterd run (callgrind and perf; see scripts/link-order.py). Commit the result.
+link-order: deps
+	$(MAKE) install PREFIX=$(CURDIR)/.build/link-order CONFIG=release
+	$(PYTHON) scripts/link-order.py $(CURDIR)/.build/link-order
+
 deb: deps
 	rm -rf $(DEB_STAGE)
 	$(MAKE) --no-print-directory install DESTDIR=$(abspath $(DEB_STAGE)) PREFIX=/usr CONFIG=$(CONFIG)

@@ -76,6 +76,11 @@ if ! apt install -y -qq "$deb" >"$tmp/apt.log" 2>&1; then
 fi
 dpkg-query -W -f='${Status} ${Version}' porter | grep -qx "install ok installed $version" && ok \
     || bad "dpkg does not list porter $version as installed"
+# A program with packed relative relocations needs glibc 2.36: the package must say so.
+if readelf -V /usr/bin/porter | grep -q GLIBC_ABI_DT_RELR; then
+    depends=$(dpkg-query -W -f='${Depends}' porter)
+    grep -q 'libc6 (>= 2.36)' <<<"$depends" && ok || bad "porter needs glibc 2.36 (DT_RELR); Depends: $depends"
+fi
 [ "$(dpkg -L porter | grep -v '^/\.$' | LC_ALL=C sort)" = "$(cat "$tmp/contents")" ] && ok \
     || bad "dpkg -L porter differs from the package's contents"
 
@@ -114,8 +119,11 @@ for program in porter porterd; do
     dyn=$(readelf -d "/usr/bin/$program" | grep -E '\((NEEDED|RUNPATH|RPATH)\)' | grep -E 'swift|Foundation|dispatch|BlocksRuntime|RUNPATH|RPATH')
     [ -z "$dyn" ] && ok || bad "/usr/bin/$program names the shared Swift runtime or a RUNPATH: $dyn"
 done
-ldd /usr/bin/porter-plugin-worker | grep -q 'lib/porter/swift/libswiftCore.so' && ok \
-    || bad "porter-plugin-worker does not load the package's shared runtime: $(ldd /usr/bin/porter-plugin-worker | grep swiftCore)"
+# (ldd's output taken whole first: under pipefail, `ldd | grep -q` fails when grep stops
+# reading at its match before ldd has written the rest.)
+worker_libs=$(ldd /usr/bin/porter-plugin-worker)
+grep -q 'lib/porter/swift/libswiftCore.so' <<<"$worker_libs" && ok \
+    || bad "porter-plugin-worker does not load the package's shared runtime: $(grep swiftCore <<<"$worker_libs")"
 inproc=$(run unshare -m sh -c 'mount -t tmpfs none "$0" && PORTER_PLUGINS_IN_PROCESS=1 porter plugins' "$runtime" 2>&1)
 contains "$inproc" "loaded  /usr/lib/porter/plugins/libPorterSFTPPlugin.so" && contains "$inproc" "mode: in-process" && ok \
     || bad "the sftp plugin in process in the installed porter, toolchain hidden: $inproc"

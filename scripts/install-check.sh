@@ -108,7 +108,14 @@ for program in porter porterd; do
     exported=$(nm -D --defined-only "$usr/bin/$program" 2>&1 | awk '$3 !~ /^(_end|_edata|__bss_start|_IO_stdin_used)$/ { print $3 }' | head -n 5 | paste -sd' ')
     [ -z "$exported" ] && ok || bad "the installed $program exports symbols: $exported ..."
 done
-needed "$usr/bin/porter-plugin-worker" | grep -qx libswiftCore.so && needed "$usr/lib/porter/plugins/libPorterSFTPPlugin.so" | grep -qx libswiftCore.so \
+# Linked by lld with packed relative relocations (scripts/link-static.py), when the toolchain
+# has lld: a fall-back to gold would quietly cost every start 2 MB of relocations.
+if [ -x "$(dirname "$(readlink -f "$(command -v swiftc)")")/ld.lld" ]; then
+    for program in porter porterd; do
+        readelf -SW "$usr/bin/$program" | grep -q '\.relr\.dyn' && ok || bad "the installed $program has no packed relative relocations"
+    done
+fi
+grep -qx libswiftCore.so <<<"$(needed "$usr/bin/porter-plugin-worker")" && grep -qx libswiftCore.so <<<"$(needed "$usr/lib/porter/plugins/libPorterSFTPPlugin.so")" \
     && ok || bad "the worker and the sftp plugin do not share the shared Swift runtime"
 
 # The same Swift plugin in process, in the static porter: a second Swift runtime (the

@@ -92,6 +92,14 @@ depends=$(for f in "${elves[@]}" "$private"/*.so; do needed_paths "$f"; done | g
     echo "${owner%%:*}" | cut -d, -f1
 done | sed 's/:.*//' | sort -u | paste -sd, | sed 's/,/, /g')
 [ -n "$depends" ] || { echo "make-deb: no dependencies found" >&2; exit 1; }
+# porter and porterd are linked with packed relative relocations (scripts/link-static.py),
+# which only glibc 2.36 and later can load (they name the version GLIBC_ABI_DT_RELR).
+for f in "${elves[@]}"; do
+    if readelf -V "$f" 2>/dev/null | grep -q 'GLIBC_ABI_DT_RELR'; then
+        depends=$(sed -E 's/(^|, )libc6(,|$)/\1libc6 (>= 2.36)\2/' <<<"$depends")
+        break
+    fi
+done
 
 install -d -m 755 "$stage/DEBIAN"
 cat >"$stage/DEBIAN/control" <<EOF
