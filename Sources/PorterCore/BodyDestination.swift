@@ -9,6 +9,9 @@
 /// libcurl handlers (http, https, ftp) that thread is their loop's, so a destination read
 /// slowly also holds back the other transfers of that loop. Name one that is read as fast
 /// as the body comes (a file, a terminal, a pipe to a program that keeps up).
+/// The bytes go there as they come, before the delegate has answered the response: a
+/// caller whose delegate may refuse the response (`.cancel`) or make the task a download
+/// must not name a destination (the CLI names one only when it will take any response).
 public final class BodyDestination: Sendable {
     public static let property = "porter.bodyDestination"
     public let fd: Int32
