@@ -26,7 +26,7 @@ P=$PORTER_PREFIX/bin/porter
 swift build -c release --product porter-bench >/dev/null
 B=$(swift build -c release --show-bin-path)/porter-bench
 
-echo "building the peers (AsyncHTTPClient, Foundation)..." >&2
+echo "building the peers (AsyncHTTPClient, Foundation, swift-websocket)..." >&2
 swift build -c release --package-path Benchmarks/Peers >/dev/null
 PEERS=$(swift build -c release --package-path Benchmarks/Peers --show-bin-path)
 
@@ -216,6 +216,8 @@ for run in $(seq "$runs"); do
     isolation=$(bash Benchmarks/isolation.sh)
     echo "run $run of $runs: background sessions (porterd)..." >&2
     background=$(bash Benchmarks/background.sh)
+    echo "run $run of $runs: WebSocket 16 MiB echo..." >&2
+    websocket=$(B=$B PEERS=$PEERS bash Benchmarks/websocket.sh)
     {
         echo "# Run $run of $runs"
         echo
@@ -231,6 +233,12 @@ for run in $(seq "$runs"); do
         echo "| measure | figure |"
         echo "|---|---|"
         echo "$background"
+        echo
+        echo "## WebSocket: one 16 MiB message echoed"
+        echo
+        echo "\`Benchmarks/websocket.sh\`: one 16 MiB binary message of random bytes sent to the test suite's echo server (\`wsserver.py\`, Python websockets, loopback) and taken back, by Porter's WebSocket task (\`porter-bench ws-echo\`, the library an app links), swift-websocket's client and Foundation's URLSessionWebSocketTask (\`Benchmarks/Peers\`). Baseline: the process's resident set with the message made, before it is sent; peak: the highest until the echo is back (reset first). Goal (issue 23): at most twice the message above the baseline."
+        echo
+        echo "$websocket"
         echo
     } >> "$work/runs.md"
 done

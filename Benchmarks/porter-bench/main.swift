@@ -4,6 +4,8 @@
 //   porter-bench registry N        handler lookup with N handlers registered
 //   porter-bench measure CMD...    run CMD, print "elapsed_s peak_rss_kib exit"
 //   porter-bench foundation-file URL OUT   copy a file: URL with Foundation's URLSession
+//   porter-bench ws-echo URL BYTES send one BYTES binary message to a WebSocket echo server
+//                                  and take it back: "baseline_kib peak_kib"
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -168,6 +170,48 @@ func backgroundList(_ identifier: String) {
     session.finishTasksAndInvalidate()
 }
 
+/// The process's resident set now and its peak (VmRSS, VmHWM), KiB.
+func residentKiB() -> (now: Int, peak: Int) {
+    let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+    func field(_ name: String) -> Int {
+        guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix(name + ":") }) else { return -1 }
+        return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") ?? -1
+    }
+    return (field("VmRSS"), field("VmHWM"))
+}
+
+/// One BYTES message of random bytes (deflate cannot shrink them) echoed by a Porter
+/// WebSocket task: the resident set before it is sent (the message already made) and the
+/// peak until it is back (the peak is reset first: Linux's clear_refs 5).
+func wsEcho(_ url: String, _ bytes: Int) async throws {
+    guard let target = URL(string: url) else { fatalError("bad URL \(url)") }
+    Porter.bootstrap()
+    var configuration = SessionConfiguration.ephemeral
+    configuration.proxies = .none
+    let session = Session(configuration: configuration)
+    let task = session.webSocketTask(with: target)
+    task.maximumMessageSize = 2 * bytes
+    task.resume()
+    try await task.send(.string("warm up"))
+    _ = try await task.receive()
+    var generator = SystemRandomNumberGenerator()
+    var message = Data(count: bytes)
+    message.withUnsafeMutableBytes { raw in
+        for i in stride(from: 0, to: bytes - 7, by: 8) { raw.storeBytes(of: generator.next() as UInt64, toByteOffset: i, as: UInt64.self) }
+    }
+    let baseline = residentKiB().now
+    try "5".write(toFile: "/proc/self/clear_refs", atomically: false, encoding: .utf8)
+    try await task.send(.data(message))
+    let back = try await task.receive()
+    let peak = residentKiB().peak
+    guard case .data(let echoed) = back, echoed == message else {
+        FileHandle.standardError.write(Data("ws-echo: the echo differs from the message\n".utf8))
+        exit(1)
+    }
+    print(baseline, peak)
+    task.cancel(with: .normalClosure, reason: nil)
+}
+
 let args = Array(CommandLine.arguments.dropFirst())
 switch args.first {
 case "data": try dataBench(megabytes: Int(args.dropFirst().first ?? "100") ?? 100)
@@ -176,7 +220,8 @@ case "cookies": cookieBench()
 case "measure": measure(Array(args.dropFirst()))
 case "foundation-file": foundationFile(args[1], args[2])
 case "background-list": backgroundList(args.count > 1 ? args[1] : "scale")
+case "ws-echo": try await wsEcho(args[1], Int(args[2]) ?? (16 << 20))
 default:
-    print("usage: porter-bench data MB | registry N | cookies | measure CMD... | foundation-file URL OUT")
+    print("usage: porter-bench data MB | registry N | cookies | measure CMD... | foundation-file URL OUT | ws-echo URL BYTES")
     exit(64)
 }

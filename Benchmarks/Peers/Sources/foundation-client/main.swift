@@ -1,5 +1,7 @@
 // foundation-client get URL            stream one body through a data delegate, count bytes
 // foundation-client many URL N COUNT   COUNT GETs of URL, N in flight, one session
+// foundation-client ws-echo URL BYTES  one BYTES binary message to a WebSocket echo server
+//                                      and back: prints "baseline_kib peak_kib"
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -19,8 +21,50 @@ final class Counter: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     }
 }
 
+/// The process's resident set now and its peak (VmRSS, VmHWM), KiB.
+func residentKiB() -> (now: Int, peak: Int) {
+    let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+    func field(_ name: String) -> Int {
+        guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix(name + ":") }) else { return -1 }
+        return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") ?? -1
+    }
+    return (field("VmRSS"), field("VmHWM"))
+}
+
+func wsEcho(_ url: URL, _ bytes: Int) async throws {
+    let task = URLSession.shared.webSocketTask(with: url)
+    task.maximumMessageSize = 2 * bytes
+    task.resume()
+    try await task.send(.string("warm up"))
+    _ = try await task.receive()
+    var generator = SystemRandomNumberGenerator()
+    var message = Data(count: bytes)
+    message.withUnsafeMutableBytes { raw in
+        for i in stride(from: 0, to: bytes - 7, by: 8) { raw.storeBytes(of: generator.next() as UInt64, toByteOffset: i, as: UInt64.self) }
+    }
+    let baseline = residentKiB().now
+    try "5".write(toFile: "/proc/self/clear_refs", atomically: false, encoding: .utf8)
+    try await task.send(.data(message))
+    let back = try await task.receive()
+    let peak = residentKiB().peak
+    guard case .data(let echoed) = back, echoed == message else {
+        FileHandle.standardError.write(Data("foundation: the echo differs from the message\n".utf8))
+        exit(1)
+    }
+    print(baseline, peak)
+    task.cancel(with: .normalClosure, reason: nil)
+}
+
 let args = CommandLine.arguments
 switch args[1] {
+case "ws-echo":
+    do {
+        try await wsEcho(URL(string: args[2])!, Int(args[3])!)
+        exit(0)
+    } catch {
+        FileHandle.standardError.write(Data("foundation: \(error)\n".utf8))
+        exit(1)
+    }
 case "get":
     let c = Counter()
     let s = URLSession(configuration: .default, delegate: c, delegateQueue: nil)
