@@ -97,7 +97,7 @@ struct HotOptions {
     /// -z and --etag-save, read for every response (`noteResponse`).
     let timeCond: String?, etagSave: String?
 
-    init(_ o: Fetch) {
+    init(_ o: FetchOptions) {
         head = o.head
         header = o.header
         request = o.request
