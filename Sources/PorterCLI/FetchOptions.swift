@@ -253,11 +253,11 @@ extension FetchOptions {
         }
         if urls.isEmpty && urlList == nil { throw ValidationError("give at least one URL (or --url-list FILE)") }
 
-        if concurrency < 1 || concurrency > Fetch.maximumConcurrency {
-            throw ValidationError("--concurrency must be between 1 and \(Fetch.maximumConcurrency)")
+        if concurrency < 1 || concurrency > FetchOptions.maximumConcurrency {
+            throw ValidationError("--concurrency must be between 1 and \(FetchOptions.maximumConcurrency)")
         }
-        if let t = maxTime, !(t.isFinite && t > 0 && t <= Fetch.maximumSeconds) {
-            throw ValidationError("--max-time wants a number of seconds above 0 and at most \(Int(Fetch.maximumSeconds)), not \(t)")
+        if let t = maxTime, !(t.isFinite && t > 0 && t <= FetchOptions.maximumSeconds) {
+            throw ValidationError("--max-time wants a number of seconds above 0 and at most \(Int(FetchOptions.maximumSeconds)), not \(t)")
         }
         if let r = maxRedirs, r < -1 || r > 100_000 {
             throw ValidationError("--max-redirs wants -1 (no limit) or 0 to 100000, not \(r)")
@@ -274,21 +274,21 @@ extension FetchOptions {
             throw ValidationError("-C takes '-' (continue from the size of the -o file) or a byte offset")
         }
         if continueAt == "-" && output.isEmpty && !remoteName { throw ValidationError("-C - needs -o FILE or -O") }
-        if let t = maxTimeShort, !(t.isFinite && t > 0 && t <= Fetch.maximumSeconds) {
-            throw ValidationError("-m wants a number of seconds above 0 and at most \(Int(Fetch.maximumSeconds)), not \(t)")
+        if let t = maxTimeShort, !(t.isFinite && t > 0 && t <= FetchOptions.maximumSeconds) {
+            throw ValidationError("-m wants a number of seconds above 0 and at most \(Int(FetchOptions.maximumSeconds)), not \(t)")
         }
-        if let t = connectTimeout, !(t.isFinite && t > 0 && t <= Fetch.maximumSeconds) {
+        if let t = connectTimeout, !(t.isFinite && t > 0 && t <= FetchOptions.maximumSeconds) {
             throw ValidationError("--connect-timeout wants a number of seconds above 0, not \(t)")
         }
         if retry < 0 || retry > 1000 { throw ValidationError("--retry wants 0 to 1000, not \(retry)") }
-        if let r = limitRate, Fetch.rate(r) == nil { throw ValidationError("--limit-rate wants a number with an optional k, m or g, not \(r)") }
+        if let r = limitRate, FetchOptions.rate(r) == nil { throw ValidationError("--limit-rate wants a number with an optional k, m or g, not \(r)") }
         if [digest, basic, anyauth, ntlm, negotiate].filter({ $0 }).count > 1 {
             throw ValidationError("--basic, --digest, --ntlm, --negotiate and --anyauth exclude each other")
         }
         if !form.isEmpty && (!data.isEmpty || dataBinary != nil || !json.isEmpty || !dataUrlencode.isEmpty || !curl.dataRaw.isEmpty) {
             throw ValidationError("-F and -d / --data-binary / --json / --data-urlencode exclude each other")
         }
-        if let r = range, !Fetch.isRange(r) { throw ValidationError("-r wants ranges like 0-499, 500- or -100, not \(r)") }
+        if let r = range, !FetchOptions.isRange(r) { throw ValidationError("-r wants ranges like 0-499, 500- or -100, not \(r)") }
         for f in form where !f.contains("=") { throw ValidationError("-F wants name=value, name=@FILE or name=<FILE: \(f)") }
         if http11 && http2 { throw ValidationError("--http1.1 and --http2 exclude each other") }
         if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
