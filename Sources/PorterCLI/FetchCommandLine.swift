@@ -141,7 +141,7 @@ enum FetchCommandLine {
     /// The root's subcommand names and `help`: a word equal to one of them anywhere goes to
     /// the root's parse (the root would take it as a command). Checked against
     /// `PorterCommand.configuration` by the tests.
-    static let commandWords: Set<String> = ["fetch", "handlers", "plugins", "plugin", "cache", "jobs", "credentials", "help"]
+    static let commandWords: [String] = ["fetch", "handlers", "plugins", "plugin", "cache", "jobs", "credentials", "help"]
 
     static func option(long name: Substring) -> Spec? {
         options.first { $0.long.map { $0[...] == name } ?? false }

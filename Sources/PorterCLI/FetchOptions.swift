@@ -390,9 +390,10 @@ struct PluginChoice: Equatable, Sendable {
     /// so nothing it could do changes such a run). A URL list read from a file, a
     /// --plugin-path, -v (which reports refused plugins) or any other URL loads them.
     func bootstrap(forURLs urls: [String], fromList: Bool, verbose: Bool) {
-        Porter.bootstrap(pluginPaths: pluginPath,
-                         loadPlugins: PluginOptions.needsPlugins(urls: urls, fromList: fromList, verbose: verbose,
-                                                                 pluginPath: pluginPath),
-                         pluginIsolation: isolation)
+        let load = PluginOptions.needsPlugins(urls: urls, fromList: fromList, verbose: verbose, pluginPath: pluginPath)
+        // The isolation settings only matter to plugins: reading them copies the whole
+        // environment into a dictionary (~0.4 M instructions), which a run without plugins
+        // does not need.
+        Porter.bootstrap(pluginPaths: pluginPath, loadPlugins: load, pluginIsolation: load ? isolation : PluginIsolation())
     }
 }
