@@ -90,6 +90,48 @@ final class FetchCommandLineTests: XCTestCase {
         }
     }
 
+    /// The built program behaves the same whichever parser reads its command line: each
+    /// line runs once as typed (the start-up parse where it accepts the line) and once
+    /// after the word `fetch` (which always sends it through ArgumentParser), against the
+    /// real data: and file: handlers; exit status, stdout and stderr must match, error
+    /// messages included.
+    func testTheProgramRunsTheSameThroughEitherParser() throws {
+        let text = NSTemporaryDirectory() + "porter-fcl-\(UUID().uuidString).txt"
+        XCTAssertTrue(FileManager.default.createFile(atPath: text, contents: Data("file body\n".utf8)))
+        defer { try? FileManager.default.removeItem(atPath: text) }
+        let lines: [([String], accepted: Bool)] = [
+            (["data:,hello"], true), (["-s", "-o", "-", "data:,a", "file://" + text], true),
+            (["-i", "-w", "%{size_download} %{content_type}\n", "data:,hello"], true), (["-D", "-", "data:,x"], true),
+            (["-sSw=%{http_code}", "data:,x"], false), (["-Z", "--parallel-max", "2", "data:,a"], true), (["--url", "data:,u", "-I"], true),
+            (["-r", "0-3", "file://" + text], true), (["-r=-3", "file://" + text], true),
+            (["--retry", "5000", "data:,x"], true), (["-sS", "--max-time", "0", "data:,x"], true), (["-H", "bad", "data:,x"], true),
+            (["--nope", "data:,x"], false), (["-o"], false), (["-r", "-100", "data:,x"], false), (["--max-time", "x", "data:,x"], false),
+            (["-s=1", "data:,x"], false), (["--silent=yes", "data:,x"], false), (["-ofile", "data:,x"], false),
+        ]
+        for (line, accepted) in lines {
+            XCTAssertEqual(FetchCommandLine.parse(line) != nil, accepted, "\(line)")
+            let direct = try runPorter(line), viaArgumentParser = try runPorter(["fetch"] + line)
+            XCTAssertEqual(direct.status, viaArgumentParser.status, "\(line)")
+            XCTAssertEqual(direct.stdout, viaArgumentParser.stdout, "\(line)")
+            XCTAssertEqual(direct.stderr, viaArgumentParser.stderr, "\(line)")
+        }
+    }
+
+    private func runPorter(_ args: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: CLITests.porter)
+        p.arguments = args
+        let out = Pipe(), err = Pipe()
+        p.standardOutput = out
+        p.standardError = err
+        p.standardInput = FileHandle.nullDevice
+        try p.run()
+        let o = out.fileHandleForReading.readDataToEndOfFile()
+        let e = err.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+    }
+
     /// A generated corpus: command lines built from the option table (long and short
     /// names, attached and separate values, clusters of short options, values that start
     /// with '-', hold '=' or are empty, repeated options, words ArgumentParser refuses,
