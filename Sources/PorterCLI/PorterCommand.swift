@@ -403,6 +403,8 @@ struct Fetch: ParsableCommand {
 
     @OptionGroup(title: "curl options") var curl: CurlFlags
 
+    /// ArgumentParser's path: the parsed command becomes the same `FetchOptions` the
+    /// start-up parser makes, and both run the same checks and the same run.
     func validate() throws {
         var options = FetchOptions(self)
         try options.validate()

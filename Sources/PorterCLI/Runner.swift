@@ -457,8 +457,6 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
     func configureCurl(_ request: inout Request, scheme: String) {
         guard Runner.curlSchemes.contains(scheme) else { return }
         if !hot.follows { request.setProperty(true, forKey: HTTPHandler.deliversRedirectsProperty) }
-        // From HotOptions: `options.curl` would read every flag through ArgumentParser's
-        // property wrappers again, per URL (~5,000 instructions).
         if let ip = hot.ipResolve { request.setProperty(ip, forKey: HTTPHandler.ipResolveProperty) }
         if !hot.connectTo.isEmpty { request.setProperty(hot.connectTo, forKey: HTTPHandler.connectToProperty) }
         if let tls = hot.ftpTLS { request.setProperty(tls, forKey: FTPHandler.tlsProperty) }
