@@ -25,7 +25,7 @@ enum BackgroundCLI {
         guard !urls.isEmpty else { throw ValidationError("--background needs a URL") }
         var destinations: [String] = []
         for (i, text) in urls.enumerated() {
-            guard let url = Fetch.guessURL(text, knownSchemes: Runner.knownSchemes), url.scheme != nil else {
+            guard let url = FetchOptions.guessURL(text, knownSchemes: Runner.knownSchemes), url.scheme != nil else {
                 note("porter: not a valid URL: \(text)")
                 throw ExitCode(PorterExit.unsupportedProtocol.rawValue)
             }
@@ -47,7 +47,7 @@ enum BackgroundCLI {
         for h in headers {
             if let parsed = HeaderOption(h), case .add(let value) = parsed.action { pairs.append([parsed.name, value]) }
         }
-        let resolved = urls.map { Fetch.guessURL($0, knownSchemes: Runner.knownSchemes)! }
+        let resolved = urls.map { FetchOptions.guessURL($0, knownSchemes: Runner.knownSchemes)! }
         var refused = false
         let window = 128
         try ipc { () throws(IPCError) in

@@ -84,26 +84,6 @@ struct CurlFlags: ParsableArguments {
     @Flag(name: .customLong("remote-name-all"), help: "-O for every URL (porter's -O already is).")
     var remoteNameAll = false
 
-    func validate() throws {
-        if ssl && sslReqd { throw ValidationError("--ssl and --ssl-reqd exclude each other") }
-        if ipv4 && ipv6 { throw ValidationError("-4 and -6 exclude each other") }
-        if let m = parallelMax, m < 1 || m > 300 { throw ValidationError("--parallel-max wants 1 to 300, not \(m)") }
-        if let t = tlsMax, CurlFlags.tlsVersion(t) == nil, t != "default" {
-            throw ValidationError("--tls-max wants 1.0, 1.1, 1.2, 1.3 or default, not \(t)")
-        }
-        if tlsv12 && tlsv13 { throw ValidationError("--tlsv1.2 and --tlsv1.3 exclude each other") }
-        for c in connectTo where c.split(separator: ":", omittingEmptySubsequences: false).count < 4 {
-            throw ValidationError("--connect-to wants HOST1:PORT1:HOST2:PORT2, not \(c)")
-        }
-        if let u = proxyUser, !u.contains(":") { throw ValidationError("--proxy-user needs USER:PASSWORD") }
-        for list in [proto, protoRedir].compactMap({ $0 }) where CurlFlags.protocols(list, base: []) == nil {
-            throw ValidationError("--proto wants a list like '=https', '-all,+https' or 'https,ftps', not \(list)")
-        }
-        if let t = timeCond, CurlFlags.timeCondition(t) == nil {
-            throw ValidationError("-z wants an HTTP date or a file, not \(t)")
-        }
-    }
-
     static func tlsVersion(_ text: String) -> TLSVersion? {
         switch text {
         case "1.0", "1": return .tls1_0

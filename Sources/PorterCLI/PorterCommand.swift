@@ -45,6 +45,13 @@ extension PorterCommand {
     /// or malformed value) exits with 2, curl's code for it, where ArgumentParser says 64.
     public static func main(_ arguments: [String]?) {
         do {
+            // The common path: a command line the start-up parser reads in full, and that
+            // passes fetch's checks, runs without ArgumentParser (whose parse reflects over
+            // every option of `fetch`: about half of the instructions of `porter data:,x`).
+            if let arguments, var options = FetchCommandLine.parse(arguments), (try? options.validate()) != nil {
+                try options.run()
+                return
+            }
             var command: any ParsableCommand
             if let arguments, parsesAsFetch(arguments), let fetch = try? Fetch.parseAsRoot(arguments) {
                 command = fetch
@@ -75,9 +82,8 @@ extension PorterCommand {
     /// command line this refuses goes through the root, which is always right.
     static func parsesAsFetch(_ arguments: [String]) -> Bool {
         guard let first = arguments.first, !first.isEmpty else { return false }
-        let names = Set(configuration.subcommands.map { $0._commandName }).union(["help"])
         return !arguments.contains { a in
-            names.contains(a) || a == "--" || a == "--version" || a.hasPrefix("--help") || a.hasPrefix("--generate-completion")
+            FetchCommandLine.commandWords.contains(a) || a == "--" || a == "--version" || a.hasPrefix("--help") || a.hasPrefix("--generate-completion")
                 || a.hasPrefix("--experimental") || (a.hasPrefix("-") && !a.hasPrefix("--") && a.contains("h"))
         }
     }
@@ -92,31 +98,14 @@ struct PluginOptions: ParsableArguments {
     @Flag(name: .long, help: "Run plugins inside this process instead of each in a sandboxed worker process (faster; a crashing plugin then takes porter down).")
     var pluginsInProcess = false
 
-    var isolation: PluginIsolation {
-        var i = PluginIsolation.default
-        if pluginsInProcess { i.defaultMode = .inProcess }
-        return i
-    }
+    /// The two options as a plain value (what `FetchOptions` carries).
+    var choice: PluginChoice { PluginChoice(pluginPath: pluginPath, pluginsInProcess: pluginsInProcess) }
 
-    func bootstrap() {
-        Porter.bootstrap(pluginPaths: pluginPath, pluginIsolation: isolation)
-    }
+    func bootstrap() { choice.bootstrap() }
 
     /// The schemes built into Porter, which no plugin may take over.
     static let builtInSchemes: Set<String> = DataHandler.schemes.union(FileHandler.schemes)
         .union(HTTPHandler.schemes).union(FTPHandler.schemes)
-
-    /// Loads the plugins only when `urls` may need one: a run whose every URL names a
-    /// built-in scheme outright ("https://...", "data:...") starts without scanning,
-    /// opening and checking the plugin folders (a plugin never takes a built-in scheme,
-    /// so nothing it could do changes such a run). A URL list read from a file, a
-    /// --plugin-path, -v (which reports refused plugins) or any other URL loads them.
-    func bootstrap(forURLs urls: [String], fromList: Bool, verbose: Bool) {
-        Porter.bootstrap(pluginPaths: pluginPath,
-                         loadPlugins: PluginOptions.needsPlugins(urls: urls, fromList: fromList, verbose: verbose,
-                                                                 pluginPath: pluginPath),
-                         pluginIsolation: isolation)
-    }
 
     static func needsPlugins(urls: [String], fromList: Bool, verbose: Bool, pluginPath: [String]) -> Bool {
         if fromList || verbose || !pluginPath.isEmpty || urls.isEmpty { return true }
@@ -394,18 +383,6 @@ struct Fetch: ParsableCommand {
     @Flag(name: .long, help: "Negotiate (SPNEGO) with your Kerberos tickets; curl's '--negotiate -u :' (challenge-driven).")
     var negotiate = false
 
-    /// The server authentication methods the CLI answers, as curl's -u options choose
-    /// them: Basic unless one of --digest, --ntlm, --negotiate or --anyauth says
-    /// otherwise (nil: every method). A challenge for another method is not answered: the
-    /// 401 is the response, as curl prints it.
-    var serverAuthMethods: Set<AuthenticationMethod>? {
-        if anyauth { return nil }
-        if digest { return [.httpDigest] }
-        if ntlm { return [.ntlm] }
-        if negotiate { return [.negotiate] }
-        return [.httpBasic]
-    }
-
     @Option(name: .long, help: "Retry transient failures (timeouts, connection failures, 408, 429, 500, 502, 503, 504) up to N times.")
     var retry: Int = 0
 
@@ -426,134 +403,18 @@ struct Fetch: ParsableCommand {
 
     @OptionGroup(title: "curl options") var curl: CurlFlags
 
-    /// Redirects are followed (-L and not --no-location).
-    var followsRedirects: Bool { location && !noLocation }
-
-    mutating func validate() throws {
-        // curl's spellings of what porter already has.
-        urls += curl.url
-        if curl.parallel { concurrency = curl.parallelMax ?? 50 }
-        if curl.remoteNameAll { remoteName = true }
-        if let dir = curl.outputDir {
-            output = output.map { $0 == "-" || $0.hasPrefix("/") ? $0 : dir + "/" + $0 }
-        }
-        if urls.isEmpty && urlList == nil { throw ValidationError("give at least one URL (or --url-list FILE)") }
-
-        if concurrency < 1 || concurrency > Fetch.maximumConcurrency {
-            throw ValidationError("--concurrency must be between 1 and \(Fetch.maximumConcurrency)")
-        }
-        if let t = maxTime, !(t.isFinite && t > 0 && t <= Fetch.maximumSeconds) {
-            throw ValidationError("--max-time wants a number of seconds above 0 and at most \(Int(Fetch.maximumSeconds)), not \(t)")
-        }
-        if let r = maxRedirs, r < -1 || r > 100_000 {
-            throw ValidationError("--max-redirs wants -1 (no limit) or 0 to 100000, not \(r)")
-        }
-        if let m = request, !Request.isValidMethod(m) {
-            throw ValidationError("-X wants a method name (letters, digits and !#$%&'*+-.^_`|~), not \(m.debugDescription)")
-        }
-        for h in header where h.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) {
-            throw ValidationError("a header cannot contain CR, LF or NUL: \(h.debugDescription)")
-        }
-        for h in header where HeaderOption(h) == nil { throw ValidationError("a header needs 'Name: value', 'Name:' or 'Name;': \(h)") }
-        if let u = user, !u.contains(":") { throw ValidationError("--user needs USER:PASSWORD") }
-        if let c = continueAt, c != "-", Int64(c).map({ $0 < 0 }) ?? true {
-            throw ValidationError("-C takes '-' (continue from the size of the -o file) or a byte offset")
-        }
-        if continueAt == "-" && output.isEmpty && !remoteName { throw ValidationError("-C - needs -o FILE or -O") }
-        if let t = maxTimeShort, !(t.isFinite && t > 0 && t <= Fetch.maximumSeconds) {
-            throw ValidationError("-m wants a number of seconds above 0 and at most \(Int(Fetch.maximumSeconds)), not \(t)")
-        }
-        if let t = connectTimeout, !(t.isFinite && t > 0 && t <= Fetch.maximumSeconds) {
-            throw ValidationError("--connect-timeout wants a number of seconds above 0, not \(t)")
-        }
-        if retry < 0 || retry > 1000 { throw ValidationError("--retry wants 0 to 1000, not \(retry)") }
-        if let r = limitRate, Fetch.rate(r) == nil { throw ValidationError("--limit-rate wants a number with an optional k, m or g, not \(r)") }
-        if [digest, basic, anyauth, ntlm, negotiate].filter({ $0 }).count > 1 {
-            throw ValidationError("--basic, --digest, --ntlm, --negotiate and --anyauth exclude each other")
-        }
-        if !form.isEmpty && (!data.isEmpty || dataBinary != nil || !json.isEmpty || !dataUrlencode.isEmpty || !curl.dataRaw.isEmpty) {
-            throw ValidationError("-F and -d / --data-binary / --json / --data-urlencode exclude each other")
-        }
-        if let r = range, !Fetch.isRange(r) { throw ValidationError("-r wants ranges like 0-499, 500- or -100, not \(r)") }
-        for f in form where !f.contains("=") { throw ValidationError("-F wants name=value, name=@FILE or name=<FILE: \(f)") }
-        if http11 && http2 { throw ValidationError("--http1.1 and --http2 exclude each other") }
-        if (cert == nil) != (key == nil) { throw ValidationError("--cert and --key go together") }
-        for r in resolve where HostOverride(parsing: r) == nil {
-            throw ValidationError("--resolve wants HOST:PORT:ADDRESS[,ADDRESS], not \(r)")
-        }
-        if let p = proxy, URL(string: p.contains("://") ? p : "http://" + p)?.host == nil {
-            throw ValidationError("not a proxy URL: \(p)")
-        }
-    }
-
-    /// -C N: the byte offset to continue from (nil for -C - or no -C).
-    var continueOffset: Int64? { continueAt.flatMap { $0 == "-" ? nil : Int64($0) } }
-
-    /// curl caps --parallel-max at 300; more than this many at once is a typing error.
-    static let maximumConcurrency = 1024
-    /// About 31 years: any longer is a typing error (and overflows the timers' arithmetic).
-    static let maximumSeconds: Double = 1e9
-
-    /// "100k" → 102400; nil when not a rate.
-    static func rate(_ text: String) -> Int64? {
-        let t = text.lowercased()
-        let unit: Int64
-        var digits = Substring(t)
-        switch t.last {
-        case "k": unit = 1 << 10; digits = digits.dropLast()
-        case "m": unit = 1 << 20; digits = digits.dropLast()
-        case "g": unit = 1 << 30; digits = digits.dropLast()
-        default: unit = 1
-        }
-        guard let n = Int64(digits), n > 0, n <= Int64.max / unit else { return nil }
-        return n * unit
-    }
-
-    /// curl's -r: "a-b", "a-", "-n", comma-separated.
-    static func isRange(_ text: String) -> Bool {
-        !text.isEmpty && text.split(separator: ",", omittingEmptySubsequences: false).allSatisfy { part in
-            let pieces = part.split(separator: "-", maxSplits: 1, omittingEmptySubsequences: false)
-            guard pieces.count == 2, !(pieces[0].isEmpty && pieces[1].isEmpty) else { return false }
-            return pieces.allSatisfy { $0.isEmpty || $0.allSatisfy(\.isASCII) && UInt64($0) != nil }
-        }
+    /// ArgumentParser's path: the parsed command becomes the same `FetchOptions` the
+    /// start-up parser makes, and both run the same checks and the same run.
+    func validate() throws {
+        var options = FetchOptions(self)
+        try options.validate()
     }
 
     @OptionGroup var plugins: PluginOptions
 
     func run() throws {
-        if let background {
-            var all = urls
-            if let urlList {
-                // A list names files by their URLs (-O): one -o per URL does not scale to it.
-                guard remoteName else { throw ValidationError("--background with --url-list writes each file by its URL's name: add -O") }
-                do {
-                    let source = try URLSource(arguments: [], listPath: urlList)
-                    while let u = source.next() { all.append(u) }
-                } catch let e as PorterError {
-                    note("porter: \(e.message)")
-                    throw ExitCode(PorterExit.readError.rawValue)
-                }
-            }
-            return try BackgroundCLI.enqueue(session: background, urls: all, outputs: output, remoteName: remoteName, headers: header)
-        }
-        plugins.bootstrap(forURLs: urls, fromList: urlList != nil, verbose: verbose)
-        let refused = Porter.pluginVerdicts.compactMap(\.diagnostic)
-        if verbose { for d in refused { note("* plugin \(d)") } }
-        let source: URLSource
-        do {
-            source = try URLSource(arguments: urls, listPath: urlList)
-        } catch let e as PorterError {
-            note("porter: \(e.message)")
-            throw ExitCode(PorterExit.readError.rawValue)
-        }
-        let runner = try Runner(options: self)
-        var code = runner.run(source)
-        if !runner.writeCookieJar(), code == .success { code = .writeError }
-        if let sig = runner.fatalSignal.current {
-            // Everything is cleaned up: end the way the signal would have ended us.
-            signal(sig, SIG_DFL)
-            raise(sig)
-        }
-        if code != .success { throw ExitCode(code.rawValue) }
+        var options = FetchOptions(self)
+        try options.validate()
+        try options.run()
     }
 }

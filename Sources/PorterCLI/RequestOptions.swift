@@ -4,7 +4,7 @@ import PorterStorage
 
 /// How the command line becomes a `Request`: curl's URL guessing, bodies (-d, --data-binary,
 /// --data-urlencode, --json, -F, -G) and header options (-A, -e, -r, -u).
-extension Fetch {
+extension FetchOptions {
     /// curl's rule for a URL without "scheme://": http, or ftp for a host that starts
     /// with "ftp." ("localhost:8080/x" is a host and port, not the scheme "localhost").
     /// A "scheme:" this program has a handler for (data:, file:, a plugin's) stays as it is.
@@ -78,14 +78,14 @@ extension Fetch {
     /// The -d / --data-binary / --data-urlencode pieces, joined with "&" as curl does.
     func formData() throws -> Data? {
         var pieces: [Data] = []
-        if let raw = dataBinary { pieces.append(try Fetch.contents(raw)) }
+        if let raw = dataBinary { pieces.append(try FetchOptions.contents(raw)) }
         for d in data {
-            var chunk = try Fetch.contents(d)
+            var chunk = try FetchOptions.contents(d)
             if d.hasPrefix("@") { chunk.removeAll { $0 == 0x0A || $0 == 0x0D } }
             pieces.append(chunk)
         }
         for r in curl.dataRaw { pieces.append(Data(r.utf8)) }
-        for u in dataUrlencode { pieces.append(Data(try Fetch.urlencodedPart(u).utf8)) }
+        for u in dataUrlencode { pieces.append(Data(try FetchOptions.urlencodedPart(u).utf8)) }
         guard !pieces.isEmpty else { return nil }
         var out = Data()
         for (i, p) in pieces.enumerated() {
@@ -120,7 +120,7 @@ extension Fetch {
             let quotedName = name.replacingOccurrences(of: "\"", with: "%22")
             if rest.hasPrefix("@") {
                 let path = String(rest.dropFirst())
-                let data = try Fetch.fileContents(path)
+                let data = try FetchOptions.fileContents(path)
                 let shown = (filename ?? PathText.lastComponent(of: path)).replacingOccurrences(of: "\"", with: "%22")
                 line("Content-Disposition: form-data; name=\"\(quotedName)\"; filename=\"\(shown)\"")
                 line("Content-Type: " + (type ?? MediaTypes.mimeType(forPath: path)))
@@ -128,7 +128,7 @@ extension Fetch {
                 body.append(data)
                 line("")
             } else {
-                let value = rest.hasPrefix("<") ? try Fetch.fileContents(String(rest.dropFirst())) : Data(rest.utf8)
+                let value = rest.hasPrefix("<") ? try FetchOptions.fileContents(String(rest.dropFirst())) : Data(rest.utf8)
                 line("Content-Disposition: form-data; name=\"\(quotedName)\"")
                 if let type { line("Content-Type: " + type) }
                 line("")
@@ -151,7 +151,7 @@ extension Fetch {
         }
         if !json.isEmpty {
             var body = Data()
-            for j in json { body.append(try Fetch.contents(j)) }
+            for j in json { body.append(try FetchOptions.contents(j)) }
             request.method = "POST"
             request.body = .data(body)
             if request.value(forHeader: "Content-Type") == nil { request.setValue("application/json", forHeader: "Content-Type") }
@@ -213,7 +213,7 @@ extension Fetch {
 /// HTTP state and content codings as curl has them: no HSTS and no alt-svc cache unless
 /// `--hsts FILE` / `--alt-svc FILE`; a request that sets its own Accept-Encoding (-H)
 /// gets the body as the server sent it, unless `--compressed` asks for decoding.
-extension Fetch {
+extension FetchOptions {
     /// The run's HSTS store: `--hsts FILE` (curl's format, read now, written through as
     /// it changes), `--hsts ''` (memory), or none.
     func openHSTSStore() throws -> HSTSStore? {

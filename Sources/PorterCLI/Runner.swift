@@ -7,7 +7,7 @@ import PorterStorage
 /// Runs the transfers of one `porter` invocation. Delegate calls arrive on the
 /// session's serial queue, so the per-task state needs no further locking.
 final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
-    let options: Fetch
+    let options: FetchOptions
     let hot: HotOptions
     let lock = NSLock()
     /// Held while a finished body is copied to the output, and for -w lines.
@@ -34,7 +34,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         response.value(forHeader: "Content-Disposition").flatMap(Response.filename(fromContentDisposition:))
     }
 
-    init(options: Fetch) throws {
+    init(options: FetchOptions) throws {
         self.options = options
         self.hot = HotOptions(options)
         if let d = options.dumpHeader {
@@ -138,7 +138,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             if let t = options.maxTime ?? options.maxTimeShort { config.timeoutIntervalForResource = t; config.timeoutIntervalForRequest = t }
             if let c = options.connectTimeout { config.connectionTimeout = c }
             config.waitsForConnectivity = options.waitForConnectivity
-            if let r = options.limitRate { config.maximumBytesPerSecond = Fetch.rate(r) }
+            if let r = options.limitRate { config.maximumBytesPerSecond = FetchOptions.rate(r) }
             // Without -L no redirect is followed (each 3xx is the answer); with it, curl's
             // default limit is 50.
             if hot.follows { config.maximumRedirects = options.maxRedirs.map { $0 < 0 ? 100_000 : $0 } ?? 50 }
@@ -291,7 +291,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
 
     /// Makes and starts the task; returns an error when it cannot even be made.
     func start(_ t: Transfer) -> PorterError? {
-        guard let url = Fetch.guessURL(t.urlText, knownSchemes: Runner.knownSchemes), url.scheme != nil else {
+        guard let url = FetchOptions.guessURL(t.urlText, knownSchemes: Runner.knownSchemes), url.scheme != nil else {
             return PorterError(.badURL, "not a valid URL: \(t.urlText)")
         }
         let scheme = url.scheme?.lowercased() ?? ""
@@ -457,8 +457,6 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
     func configureCurl(_ request: inout Request, scheme: String) {
         guard Runner.curlSchemes.contains(scheme) else { return }
         if !hot.follows { request.setProperty(true, forKey: HTTPHandler.deliversRedirectsProperty) }
-        // From HotOptions: `options.curl` would read every flag through ArgumentParser's
-        // property wrappers again, per URL (~5,000 instructions).
         if let ip = hot.ipResolve { request.setProperty(ip, forKey: HTTPHandler.ipResolveProperty) }
         if !hot.connectTo.isEmpty { request.setProperty(hot.connectTo, forKey: HTTPHandler.connectToProperty) }
         if let tls = hot.ftpTLS { request.setProperty(tls, forKey: FTPHandler.tlsProperty) }

@@ -74,9 +74,8 @@ func copySpool(_ spool: Int32, to fd: Int32) -> Bool {
     return (try? FileCopy.copy(from: spool, to: fd)) != nil
 }
 
-/// The options read for every transfer, copied once: reading an ArgumentParser property
-/// goes through its property wrapper (~600 instructions), and a URL list reads a dozen
-/// per URL.
+/// The options read for every transfer, worked out once (--proto's sets, -f with
+/// --fail-with-body, ...): a URL list reads a dozen per URL.
 struct HotOptions {
     let head: Bool, header: [String], request: String?, remoteName: Bool, continueOffset: Int64?
     let createDirs: Bool, uploadFile: String?, silent: Bool, verbose: Bool, writeOut: String?
@@ -97,7 +96,7 @@ struct HotOptions {
     /// -z and --etag-save, read for every response (`noteResponse`).
     let timeCond: String?, etagSave: String?
 
-    init(_ o: Fetch) {
+    init(_ o: FetchOptions) {
         head = o.head
         header = o.header
         request = o.request
