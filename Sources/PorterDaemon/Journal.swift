@@ -163,13 +163,22 @@ final class Journal: @unchecked Sendable {
         try? JSONDecoder().decode(BackgroundTaskSpec.self, from: Data(text.utf8))
     }
 
+    /// A task's row, read by column position (`task(_:)`): a name is looked up
+    /// case-insensitively for every field of every row, and each attempt of ten thousand
+    /// retrying tasks reads its row.
+    private static let taskSQL = """
+        SELECT id, session, spec, state, received, expected, sent, validator, partial, retries, next_attempt, status,
+            error_code, error_message, created, first_attempt
+        FROM tasks
+        """
+
     private static func task(_ row: Row) -> Task? {
-        guard let spec = spec(row["spec"]) else { return nil }
-        return Task(id: row["id"], session: row["session"], spec: spec, specChanged: false, state: row["state"], received: row["received"],
-                    expected: row["expected"], sent: row["sent"], validator: row["validator"], partial: row["partial"],
-                    retries: row["retries"], nextAttempt: row["next_attempt"], statusCode: row["status"],
-                    errorCode: row["error_code"], errorMessage: row["error_message"], created: row["created"],
-                    firstAttempt: row["first_attempt"])
+        guard let spec = spec(row[2]) else { return nil }
+        return Task(id: row[0], session: row[1], spec: spec, specChanged: false, state: row[3], received: row[4],
+                    expected: row[5], sent: row[6], validator: row[7], partial: row[8],
+                    retries: row[9], nextAttempt: row[10], statusCode: row[11],
+                    errorCode: row[12], errorMessage: row[13], created: row[14],
+                    firstAttempt: row[15])
     }
 
     func insert(session: String, spec: BackgroundTaskSpec, partial: (Int) -> String) throws -> Task {
@@ -250,7 +259,7 @@ final class Journal: @unchecked Sendable {
     /// (`JobScheduler.Ticket`) and the rows of running attempts; everything else is read
     /// from here when it is needed (an attempt starts, a client lists, a job ends).
     func task(_ id: Int) throws -> Task? {
-        try db.read { db in try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM tasks WHERE id = ?"), arguments: [id]).flatMap(Journal.task) }
+        try db.read { db in try Row.fetchOne(db.cachedStatement(sql: Journal.taskSQL + " WHERE id = ?"), arguments: [id]).flatMap(Journal.task) }
     }
 
     /// Changes one task's row (read, changed, written back in one transaction); nil when
@@ -258,7 +267,7 @@ final class Journal: @unchecked Sendable {
     @discardableResult
     func change(_ id: Int, _ body: (inout Task) -> Void) throws -> Task? {
         try db.write { db -> Task? in
-            guard var t = try Row.fetchOne(db, sql: "SELECT * FROM tasks WHERE id = ?", arguments: [id]).flatMap(Journal.task) else { return nil }
+            guard var t = try Row.fetchOne(db.cachedStatement(sql: Journal.taskSQL + " WHERE id = ?"), arguments: [id]).flatMap(Journal.task) else { return nil }
             body(&t)
             try Journal.update(t, in: db)
             return t
@@ -271,9 +280,9 @@ final class Journal: @unchecked Sendable {
         try db.read { db in
             let rows: RowCursor
             if let session {
-                rows = try Row.fetchCursor(db, sql: "SELECT * FROM tasks WHERE session = ? ORDER BY id", arguments: [session])
+                rows = try Row.fetchCursor(db, sql: Journal.taskSQL + " WHERE session = ? ORDER BY id", arguments: [session])
             } else {
-                rows = try Row.fetchCursor(db, sql: "SELECT * FROM tasks ORDER BY id")
+                rows = try Row.fetchCursor(db, sql: Journal.taskSQL + " ORDER BY id")
             }
             while let row = try rows.next() {
                 if let t = Journal.task(row) { try body(t) }
