@@ -162,6 +162,15 @@ final class DaemonQueueTests: DaemonTestCase {
             XCTAssertEqual(fields[5], "http://127.0.0.1:\(port)/f\(i + 1) -> \(out)/f\(i + 1)", "line \(i)")
             if fields[5] != "http://127.0.0.1:\(port)/f\(i + 1) -> \(out)/f\(i + 1)" { break }
         }
+        // The host refuses: its queue waits with a back-off of its own and then tries one
+        // task at a time, so porterd has made a handful of attempts (the six that ran when
+        // the first failed, then one per wait: 1 s, 2 s, 4 s ...), not one per task as
+        // fast as it could start them (before: every task failed in turn, 10,000 attempts
+        // and more, a retry storm that kept porterd busy through every list).
+        let log = (try? String(contentsOfFile: home + "/state/porter/porterd.log", encoding: .utf8)) ?? ""
+        let attempts = log.split(separator: "\n").filter { $0.contains("Couldn't connect") }.count
+        XCTAssertGreaterThan(attempts, 0, "the host refused")
+        XCTAssertLessThan(attempts, 100, "porterd tried a refusing host \(attempts) times")
     }
 
     /// Lists go out compact to a client of protocol version 2, and as JSON to one of
