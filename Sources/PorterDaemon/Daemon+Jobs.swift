@@ -34,9 +34,17 @@ extension Daemon {
 
     // MARK: - the scheduler's shell
 
+    /// The server a job's attempts go to, as the scheduler groups them: the URL's host,
+    /// and its port when it names one (a port that refuses says nothing of another
+    /// service on the same host, whose queue must not wait for it).
+    static func server(of url: URL) -> String {
+        let host = url.host ?? ""
+        return url.port.map { "\(host):\($0)" } ?? host
+    }
+
     /// What the scheduler knows of a job.
     static func ticket(_ row: Journal.Task) -> JobScheduler.Ticket {
-        JobScheduler.Ticket(id: row.id, session: row.session, host: row.spec.url.host ?? "", priority: row.spec.priority ?? 0.5,
+        JobScheduler.Ticket(id: row.id, session: row.session, host: Daemon.server(of: row.spec.url), priority: row.spec.priority ?? 0.5,
                             discretionary: row.spec.isDiscretionary == true, earliestBegin: row.spec.earliestBegin,
                             retries: row.retries, firstAttempt: row.firstAttempt)
     }

@@ -37,6 +37,7 @@ struct JobScheduler {
     struct Ticket: Sendable, Equatable {
         var id: Int
         var session: String
+        /// The server: the URL's host, and its port when it names one (`Daemon.server(of:)`).
         var host: String
         var priority: Float = 0.5
         var discretionary = false

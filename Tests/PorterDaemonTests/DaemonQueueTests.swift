@@ -173,6 +173,32 @@ final class DaemonQueueTests: DaemonTestCase {
         XCTAssertLessThan(attempts, 100, "porterd tried a refusing host \(attempts) times")
     }
 
+    /// A port that refuses holds up only its own queue: tasks for another service on the
+    /// same host (nginx on another port of 127.0.0.1), queued behind twenty for the
+    /// refusing port, run at once. (Grouped by host alone, they waited behind the refusing
+    /// port's tasks, tried one at a time with a growing wait.)
+    func testARefusingPortHoldsUpNoOtherPortOfTheSameHost() throws {
+        let dead = try XCTUnwrap(freeLoopbackPort())
+        let out = home + "/out", list = home + "/dead.txt"
+        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
+        try Data((1...20).map { "http://127.0.0.1:\(dead)/d\($0)\n" }.joined().utf8).write(to: URL(fileURLWithPath: list))
+        let queued = try runProcess(porterBinary, ["--background", "mixed", "-O", "--url-list", list], currentDirectory: out)
+        XCTAssertEqual(queued.status, 0, queued.stderr)
+        let logPath = home + "/state/porter/porterd.log"
+        XCTAssertTrue(eventually(120) {
+            ((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "").contains("Couldn't connect")
+        }, "the refusing port failed")
+        let live = try runProcess(porterBinary, ["--background", "mixed", "-o", out + "/medium.bin", nginx.http + "/medium.bin"])
+        XCTAssertEqual(live.status, 0, live.stderr)
+        let id = try XCTUnwrap(live.stdout.split(separator: "\t").first.map(String.init))
+        var row = ""
+        XCTAssertTrue(eventually(120) {
+            let jobs = (try? runProcess(porterBinary, ["jobs", "mixed"]))?.stdout ?? ""
+            row = jobs.split(separator: "\n").first { $0.hasPrefix(id + "\t") }.map(String.init) ?? ""
+            return row.contains("\tcompleted\t")
+        }, "the task for nginx: \(row)")
+    }
+
     /// Lists go out compact to a client of protocol version 2, and as JSON to one of
     /// version 1 (a client from before compact lists), the same tasks either way.
     func testListsAreCompactFromVersion2AndJSONForVersion1() throws {
