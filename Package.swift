@@ -92,7 +92,7 @@ let package = Package(
         // family every shell performs; today the isolated plugin load's).
         .target(name: "PorterEngine", dependencies: ["PorterCore"], swiftSettings: strict),
         .target(name: "PorterDaemon", dependencies: ["Porter", "PorterBackground", "PorterIPC", "CPorterIPC", "CPorterNetlink", "PorterStorage", "PorterDatabase", .product(name: "GRDB", package: "GRDB.swift")], swiftSettings: strict),
-        .executableTarget(name: "porterd", dependencies: ["PorterDaemon", "PorterPlugins"], swiftSettings: strict),
+        .executableTarget(name: "porterd", dependencies: ["PorterDaemon", "PorterPlugins", "CPorterHost"], swiftSettings: strict),
         .executableTarget(name: "porter-plugin-worker", dependencies: ["PorterPlugins"], swiftSettings: strict),
         // The stores behind the protocols of PorterCore.
         // Private files, output files, the umask, the media-types table: the file I/O the

@@ -25,6 +25,10 @@ int porter_fix_mmap_threshold(int bytes) {
     return mallopt(M_MMAP_THRESHOLD, bytes);
 }
 
+int porter_limit_malloc_arenas(int count) {
+    return mallopt(M_ARENA_MAX, count);
+}
+
 const void *porter_image_base(const void *address, const char **path) {
     Dl_info info;
     if (path) *path = NULL;

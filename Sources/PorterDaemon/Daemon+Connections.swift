@@ -28,7 +28,8 @@ extension Daemon {
         private let backlog = Atomic<Int>(0)
         static let updateLimit = 64
         static let dropLimit = 50_000
-        /// Messages read from a client and not yet handled, at most.
+        /// Messages read from a client whose handling and answers are not yet done, at
+        /// most (`serve`).
         static let inFlight = 64
         init(_ channel: Channel) { self.channel = channel }
 
@@ -54,6 +55,12 @@ extension Daemon {
                 work { m in try? BackgroundProtocol.send(m, on: channel) }
                 backlog.subtract(1, ordering: .relaxed)
             }
+        }
+
+        /// Runs `done` on the writer once everything sent before it has been written to the
+        /// client (not a message: it does not count in the backlog).
+        func afterWrites(_ done: @escaping @Sendable () -> Void) {
+            writer.async(execute: done)
         }
     }
 
@@ -95,10 +102,12 @@ extension Daemon {
                 channel.close()
                 return forget()
             }
-            // At most `Connection.inFlight` of its messages wait for the daemon's queue: a
+            // At most `Connection.inFlight` of its messages are in porterd at once, each
+            // from when it is read until it is handled and its answers are written: a
             // client that sends ten thousand tasks at once is read as fast as porterd
-            // handles them (the rest wait in the socket, then in the client), not decoded
-            // into a backlog in porterd's memory.
+            // handles them and the client takes the answers (the rest wait in the socket,
+            // then in the client), never decoded into a backlog of requests, nor of
+            // answers it does not read, in porterd's memory.
             let slots = DispatchSemaphore(value: Connection.inFlight)
             while true {
                 do {
@@ -106,7 +115,7 @@ extension Daemon {
                     slots.wait()
                     queue.async {
                         self.handle(m, from: c)
-                        slots.signal()
+                        c.afterWrites { slots.signal() }
                     }
                 } catch {
                     if (error as? IPCError)?.code != .closed { note("pid \(peer.pid): \(error); closing its connection") }
@@ -209,10 +218,10 @@ extension Daemon {
     }
 
     /// Sends `session`'s tasks to `c`: `taskPage`s, then `last` with the last page. The
-    /// running ones as their transfers have them now; the rest read from the journal a
-    /// row at a time on the client's writer (through the journal's own reading
-    /// connection), so a long list costs the daemon's queue only this call, and never
-    /// sits in memory whole.
+    /// running ones as their transfers have them now; the rest read from the journal on
+    /// the client's writer (through the journal's own reading connection), a short read
+    /// per page, so a long list costs the daemon's queue only this call, never sits in
+    /// memory whole, and holds no read transaction while the client takes its pages.
     func sendTasks(of session: String, reference: Int, to c: Connection,
                    last: @escaping @Sendable ([BackgroundTaskSnapshot]) -> BackgroundDaemonMessage) {
         var running: [Int: BackgroundTaskSnapshot] = [:]
@@ -226,7 +235,13 @@ extension Daemon {
         }
     }
 
-    /// Sends all but the last page of `session`'s tasks as `taskPage`s; returns the last page.
+    /// Tasks read from the journal at a time for a list (one short read each).
+    static let listBatch = 256
+
+    /// Sends all but the last page of `session`'s tasks as `taskPage`s; returns the last
+    /// page. The journal is read in batches by id (`Journal.snapshots`), each read over
+    /// before a page is written: a write to a client that does not read blocks only here,
+    /// with no transaction open.
     static func paged(session: String, reference: Int, journal: Journal, running: [Int: BackgroundTaskSnapshot],
                       send: (BackgroundDaemonMessage) -> Void, failed: (Error) -> Void) -> [BackgroundTaskSnapshot] {
         // Pages of at most ~256 KiB of JSON (a snapshot is its strings plus ~400 bytes;
@@ -234,18 +249,24 @@ extension Daemon {
         // (a compact page is smaller still).
         var page: [BackgroundTaskSnapshot] = []
         var size = 0
+        var after = 0
         do {
-            try journal.forEachSnapshot(session: session) { listed in
-                let t = running[listed.id] ?? listed
-                let cost = 400 + t.url.absoluteString.utf8.count * 2 + (t.taskDescription?.utf8.count ?? 0) * 2
-                    + (t.destination?.utf8.count ?? 0) * 2 + (t.errorMessage?.utf8.count ?? 0) * 2
-                if size + cost > 256 << 10, !page.isEmpty {
-                    send(.taskPage(reference: reference, page))
-                    page.removeAll()
-                    size = 0
+            while true {
+                let (batch, last) = try journal.snapshots(session: session, after: after, limit: listBatch)
+                guard let last else { break }
+                after = last
+                for listed in batch {
+                    let t = running[listed.id] ?? listed
+                    let cost = 400 + t.url.absoluteString.utf8.count * 2 + (t.taskDescription?.utf8.count ?? 0) * 2
+                        + (t.destination?.utf8.count ?? 0) * 2 + (t.errorMessage?.utf8.count ?? 0) * 2
+                    if size + cost > 256 << 10, !page.isEmpty {
+                        send(.taskPage(reference: reference, page))
+                        page.removeAll(keepingCapacity: true)
+                        size = 0
+                    }
+                    page.append(t)
+                    size += cost
                 }
-                page.append(t)
-                size += cost
             }
         } catch {
             failed(error)

@@ -34,9 +34,17 @@ extension Daemon {
 
     // MARK: - the scheduler's shell
 
+    /// The server a job's attempts go to, as the scheduler groups them: the URL's host,
+    /// and its port when it names one (a port that refuses says nothing of another
+    /// service on the same host, whose queue must not wait for it).
+    static func server(of url: URL) -> String {
+        let host = url.host ?? ""
+        return url.port.map { "\(host):\($0)" } ?? host
+    }
+
     /// What the scheduler knows of a job.
     static func ticket(_ row: Journal.Task) -> JobScheduler.Ticket {
-        JobScheduler.Ticket(id: row.id, session: row.session, host: row.spec.url.host ?? "", priority: row.spec.priority ?? 0.5,
+        JobScheduler.Ticket(id: row.id, session: row.session, host: Daemon.server(of: row.spec.url), priority: row.spec.priority ?? 0.5,
                             discretionary: row.spec.isDiscretionary == true, earliestBegin: row.spec.earliestBegin,
                             retries: row.retries, firstAttempt: row.firstAttempt)
     }
@@ -58,7 +66,18 @@ extension Daemon {
                 let woken = actions.filter { if case .clearRetry = $0 { return true } else { return false } }.count
                 if woken > 0 { note("the network changed: \(woken) waiting task(s) try again now") }
             }
-            for a in actions { perform(a) }
+            // An attempt that ends to retry keeps its bytes, then journals its whole row with
+            // the retry: one write for both (ten thousand failing tasks retry at once).
+            var retrying: Set<Int> = []
+            for a in actions { if case .retryLater(let id, _, _, _, _) = a { retrying.insert(id) } }
+            for a in actions {
+                if case .keepBytes(let id) = a, retrying.contains(id), let t = transfers[id] {
+                    syncFile(t)
+                    closeFile(t)
+                    continue
+                }
+                perform(a)
+            }
             for a in actions { if case .keepBytes(let id) = a { release(id) } }
         }
         pendingEvents.removeAll(keepingCapacity: true)
@@ -123,11 +142,13 @@ extension Daemon {
             guard let row = row(id) else {
                 return send(.startFailed(id, attempt: attempt, PorterError(.unknown, "the journal has no task \(id)")))
             }
+            // A transfer kept from an earlier attempt may hold changes not yet journaled.
+            let journaled = transfers[id] == nil ? row : nil
             let t = transfers[id] ?? Transfer(row)
             transfers[id] = t
             t.attempt = attempt
             t.row.firstAttempt = firstAttempt
-            start(t)
+            start(t, journaled: journaled)
         case .cancelAttempt(let id):
             transfers[id]?.task?.cancel()  // didCompleteWithError reports the attempt's end
         case .scheduleTimer(let id, let at):
@@ -204,7 +225,8 @@ extension Daemon {
     }
 
     /// Opens the partial file and starts the engine's task for the scheduler's attempt.
-    func start(_ t: Transfer) {
+    /// `journaled`: the journal's row, when `t` was made from it for this attempt.
+    func start(_ t: Transfer, journaled: Journal.Task?) {
         var request = Request(url: t.row.spec.url, method: t.row.spec.method)
         for pair in t.row.spec.headers where pair.count == 2 { _ = request.addValue(pair[1], forHeader: pair[0]) }
         for (key, value) in t.row.spec.properties ?? [:] { request.setProperty(value, forKey: key) }
@@ -234,9 +256,16 @@ extension Daemon {
             if t.row.received > 0 { request.resumeRange = ResumeRange(offset: t.row.received, validator: t.row.validator) }
             t.writebackFrom = t.row.received
         }
-        t.row.state = "running"
-        t.row.nextAttempt = nil
-        try? journal.save(t.row)
+        // Journaled only when it changes the row (a retry's row already says running,
+        // with no next attempt since the wait ended, and its first attempt).
+        let unchanged = journaled.map {
+            $0.state == "running" && $0.nextAttempt == nil && $0.received == t.row.received && $0.firstAttempt == t.row.firstAttempt
+        } ?? false
+        if !unchanged {
+            t.row.state = "running"
+            t.row.nextAttempt = nil
+            try? journal.save(t.row)
+        }
         let task = engine(for: t.row.spec.maximumBytesPerSecond).dataTask(with: request)
         t.task = task
         byTask[ObjectIdentifier(task)] = t
@@ -285,10 +314,16 @@ extension Daemon {
 
     /// Syncs the partial file, then records how much of it is good.
     func checkpoint(_ t: Transfer) {
-        if t.fd >= 0 { fsync(t.fd) }
+        syncFile(t)
+        try? journal.save(t.row)
+    }
+
+    /// Syncs the partial file's bytes (none to sync when it is empty: a journal that says
+    /// 0 bytes is always true).
+    func syncFile(_ t: Transfer) {
+        if t.fd >= 0, t.row.received > 0 { fsync(t.fd) }
         t.sinceCheckpoint = 0
         t.lastCheckpoint = Date()
-        try? journal.save(t.row)
     }
 
     func update(_ t: Transfer, force: Bool = false) {

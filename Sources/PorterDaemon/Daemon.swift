@@ -42,7 +42,22 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
     let queue = DispatchQueue(label: "porterd")
     let journal: Journal
     var listener: Listener?
-    var engine: Session!
+    /// The session that runs the transfers, made by the first attempt (`engine`).
+    private var engineSession: Session?
+    /// The transfers' settings (`engine`; a capped session copies them).
+    static let resourceTimeout: Double = 7 * 24 * 3600
+    /// The session that runs the transfers (on `queue`). Made when the first attempt
+    /// starts, with the handlers, plugins and stores it needs: a porterd that only lists,
+    /// or whose tasks all wait, never loads them (the stores' databases, the registry).
+    var engine: Session {
+        if let engineSession { return engineSession }
+        Porter.bootstrap()
+        var config = SessionConfiguration.default
+        config.timeoutIntervalForResource = Daemon.resourceTimeout
+        let s = Session(configuration: config, delegate: self, delegateQueue: queue)
+        engineSession = s
+        return s
+    }
     // On `queue`:
     /// Every job's queue, limits, back-off and life cycle (`JobScheduler`); the shell
     /// below only performs its actions.
@@ -115,12 +130,8 @@ public final class Daemon: DataDelegate, @unchecked Sendable {
     /// Listens, resumes the journal's transfers, and serves until idle. Returns when the
     /// daemon should exit.
     public func run() throws {
-        Porter.bootstrap()
-        var config = SessionConfiguration.default
-        config.timeoutIntervalForResource = 7 * 24 * 3600
-        engine = Session(configuration: config, delegate: self, delegateQueue: queue)
         var policy = JobScheduler.Policy()
-        policy.resourceTimeout = config.timeoutIntervalForResource
+        policy.resourceTimeout = Daemon.resourceTimeout
         policy.challengeWait = challengeWait
         scheduler = JobScheduler(policy: policy)
         let socket = options.runtimeFolder + "/porterd.sock"

@@ -25,6 +25,10 @@ struct JobScheduler {
         var challengeWait: Double = 300
         /// Errors retried: the network's, not the resource's.
         var retryable: Set<PorterError.Code> = [.timedOut, .cannotFindHost, .cannotConnectToHost, .networkConnectionLost]
+        /// Errors that say a host is down (nothing answered): its queue waits with a back-off
+        /// of its own, then tries one job at a time until something answers, instead of
+        /// every job of the host failing in turn as fast as the daemon can start them.
+        var hostDown: Set<PorterError.Code> = [.cannotConnectToHost, .cannotFindHost]
         /// The jitter factor (0.8 ... 1.2) of a job's nth retry; injected so tests are exact.
         var jitter: @Sendable (_ job: Int, _ retry: Int) -> Double = { _, _ in Double.random(in: 0.8...1.2) }
     }
@@ -33,6 +37,7 @@ struct JobScheduler {
     struct Ticket: Sendable, Equatable {
         var id: Int
         var session: String
+        /// The server: the URL's host, and its port when it names one (`Daemon.server(of:)`).
         var host: String
         var priority: Float = 0.5
         var discretionary = false
@@ -196,8 +201,21 @@ struct JobScheduler {
         var priority: Float
     }
 
+    /// A host that is down (`Policy.hostDown`): no attempt starts there before `until`,
+    /// then one at a time, until an attempt there gets an answer.
+    struct HostWait: Sendable, Equatable {
+        var until: Double
+        var failures: Int
+    }
+
+    /// The id of the scheduler's own timer (a down host's wait ends), never a job's.
+    static let admissionTimer = -1
+
     let policy: Policy
     private(set) var jobs: [Int: Job] = [:]
+    private(set) var downHosts: [String: HostWait] = [:]
+    /// When the admission timer is set for (nil: not set).
+    private var admissionAt: Double?
     private var places: [Place] = []
     private var placeIndex: [String: [String: Int32]] = [:]
     /// Places no job uses any more, for reuse.
@@ -331,6 +349,7 @@ struct JobScheduler {
         case .attemptEnded(let id, let number, let outcome):
             guard let job = jobs[id], case let (a, stop)? = job.attempt, a.number == number else { break }
             release(job)
+            hostAnswered(places[Int(job.place)].host, outcome, now: now)
             switch stop {
             case nil:
                 switch outcome {
@@ -396,6 +415,11 @@ struct JobScheduler {
             jobs[id]!.phase = stop.map { .stopping(timedOut, for: $0) } ?? .running(timedOut)
 
         case .timerFired(let id, let at):
+            if id == JobScheduler.admissionTimer {
+                admissionAt = nil
+                admitQueued(now: now, into: &out)
+                break
+            }
             guard let job = jobs[id] else { break }
             switch job.phase {
             case .waitingToBegin(at), .waitingToRetry(at):
@@ -406,6 +430,7 @@ struct JobScheduler {
             }
 
         case .networkChanged:
+            downHosts.removeAll()
             let waitingToRetry = jobs.filter {
                 if case .waitingToRetry = $0.value.phase { return true }
                 return false
@@ -414,6 +439,7 @@ struct JobScheduler {
                 out += [.cancelTimer(id), .clearRetry(id)]
                 admit(id, now: now, into: &out)
             }
+            admitQueued(now: now, into: &out)
 
         case .reschedule(let id, let priority, let earliestBegin):
             guard var job = jobs[id] else { break }
@@ -468,14 +494,23 @@ struct JobScheduler {
     /// sessions and hosts with jobs waiting, not by the number of jobs (it stops at the
     /// first full limit: a long queue costs nothing while it waits).
     private mutating func admitQueued(now: Double, into out: inout [Action]) {
+        var wake: Double?
         for session in Array(waiting.keys) {
             guard var hosts = waiting[session] else { continue }
             for host in Array(hosts.keys) {
                 guard let entries = hosts[host], !entries.isEmpty else { continue }
+                var perHost = policy.perHost
+                if let down = downHosts[host] {
+                    if now < down.until {
+                        wake = min(wake ?? down.until, down.until)
+                        continue
+                    }
+                    perHost = 1
+                }
                 var kept: [Entry] = []
                 var i = 0
                 while i < entries.count, activeBySession[session, default: 0] < policy.perSession,
-                      activeByHost[host, default: 0] < policy.perHost {
+                      activeByHost[host, default: 0] < perHost {
                     let entry = entries[i]
                     i += 1
                     guard let job = jobs[entry.id] else { continue }  // ended
@@ -495,6 +530,33 @@ struct JobScheduler {
                 hosts[host] = kept.isEmpty ? nil : kept
             }
             waiting[session] = hosts.isEmpty ? nil : hosts
+        }
+        // A down host's queue goes on when its wait ends.
+        if let wake, admissionAt.map({ wake < $0 }) ?? true {
+            admissionAt = wake
+            out.append(.scheduleTimer(JobScheduler.admissionTimer, at: wake))
+        }
+    }
+
+    /// An attempt at `host` ended: a failure that says the host is down makes the host's
+    /// queue wait (once per wait: the attempts that ran beside it fail alike), with the
+    /// retries' back-off; an answer (success, or an error from the server or the resource)
+    /// ends the wait. A cancelled attempt says nothing.
+    private mutating func hostAnswered(_ host: String, _ outcome: Outcome, now: Double) {
+        switch outcome {
+        case .success:
+            downHosts[host] = nil
+        case .failure(let error) where policy.hostDown.contains(error.code):
+            var down = downHosts[host] ?? HostWait(until: now, failures: 0)
+            guard now >= down.until else { return }
+            down.failures += 1
+            down.until = now + JobScheduler.backoff(retries: down.failures, jitter: 1)
+            downHosts[host] = down
+        case .failure(let error) where policy.retryable.contains(error.code) || error.code == .cancelled
+            || error.code == .userCancelledAuthentication:
+            break
+        case .failure:
+            downHosts[host] = nil
         }
     }
 

@@ -163,13 +163,22 @@ final class Journal: @unchecked Sendable {
         try? JSONDecoder().decode(BackgroundTaskSpec.self, from: Data(text.utf8))
     }
 
+    /// A task's row, read by column position (`task(_:)`): a name is looked up
+    /// case-insensitively for every field of every row, and each attempt of ten thousand
+    /// retrying tasks reads its row.
+    private static let taskSQL = """
+        SELECT id, session, spec, state, received, expected, sent, validator, partial, retries, next_attempt, status,
+            error_code, error_message, created, first_attempt
+        FROM tasks
+        """
+
     private static func task(_ row: Row) -> Task? {
-        guard let spec = spec(row["spec"]) else { return nil }
-        return Task(id: row["id"], session: row["session"], spec: spec, specChanged: false, state: row["state"], received: row["received"],
-                    expected: row["expected"], sent: row["sent"], validator: row["validator"], partial: row["partial"],
-                    retries: row["retries"], nextAttempt: row["next_attempt"], statusCode: row["status"],
-                    errorCode: row["error_code"], errorMessage: row["error_message"], created: row["created"],
-                    firstAttempt: row["first_attempt"])
+        guard let spec = spec(row[2]) else { return nil }
+        return Task(id: row[0], session: row[1], spec: spec, specChanged: false, state: row[3], received: row[4],
+                    expected: row[5], sent: row[6], validator: row[7], partial: row[8],
+                    retries: row[9], nextAttempt: row[10], statusCode: row[11],
+                    errorCode: row[12], errorMessage: row[13], created: row[14],
+                    firstAttempt: row[15])
     }
 
     func insert(session: String, spec: BackgroundTaskSpec, partial: (Int) -> String) throws -> Task {
@@ -250,7 +259,7 @@ final class Journal: @unchecked Sendable {
     /// (`JobScheduler.Ticket`) and the rows of running attempts; everything else is read
     /// from here when it is needed (an attempt starts, a client lists, a job ends).
     func task(_ id: Int) throws -> Task? {
-        try db.read { db in try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM tasks WHERE id = ?"), arguments: [id]).flatMap(Journal.task) }
+        try db.read { db in try Row.fetchOne(db.cachedStatement(sql: Journal.taskSQL + " WHERE id = ?"), arguments: [id]).flatMap(Journal.task) }
     }
 
     /// Changes one task's row (read, changed, written back in one transaction); nil when
@@ -258,7 +267,7 @@ final class Journal: @unchecked Sendable {
     @discardableResult
     func change(_ id: Int, _ body: (inout Task) -> Void) throws -> Task? {
         try db.write { db -> Task? in
-            guard var t = try Row.fetchOne(db, sql: "SELECT * FROM tasks WHERE id = ?", arguments: [id]).flatMap(Journal.task) else { return nil }
+            guard var t = try Row.fetchOne(db.cachedStatement(sql: Journal.taskSQL + " WHERE id = ?"), arguments: [id]).flatMap(Journal.task) else { return nil }
             body(&t)
             try Journal.update(t, in: db)
             return t
@@ -271,9 +280,9 @@ final class Journal: @unchecked Sendable {
         try db.read { db in
             let rows: RowCursor
             if let session {
-                rows = try Row.fetchCursor(db, sql: "SELECT * FROM tasks WHERE session = ? ORDER BY id", arguments: [session])
+                rows = try Row.fetchCursor(db, sql: Journal.taskSQL + " WHERE session = ? ORDER BY id", arguments: [session])
             } else {
-                rows = try Row.fetchCursor(db, sql: "SELECT * FROM tasks ORDER BY id")
+                rows = try Row.fetchCursor(db, sql: Journal.taskSQL + " ORDER BY id")
             }
             while let row = try rows.next() {
                 if let t = Journal.task(row) { try body(t) }
@@ -282,7 +291,9 @@ final class Journal: @unchecked Sendable {
     }
 
     /// What a list shows of a task, with the spec's parts taken out by SQLite
-    /// (`json_extract`): listing ten thousand tasks decodes no spec.
+    /// (`json_extract`): listing ten thousand tasks decodes no spec. Read by column
+    /// position (`snapshot(_:)`), not by name: a name is looked up case-insensitively
+    /// for every field of every row.
     private static let snapshotSQL = """
         SELECT id, session, state, received, expected, sent, retries, next_attempt, status, error_code, error_message,
             json_extract(spec, '$.kind') AS kind, json_extract(spec, '$.url') AS url,
@@ -291,22 +302,30 @@ final class Journal: @unchecked Sendable {
         """
 
     private static func snapshot(_ row: Row) -> BackgroundTaskSnapshot? {
-        guard let kindText: String = row["kind"], let kind = BackgroundTaskSpec.Kind(rawValue: kindText),
-              let urlText: String = row["url"], let url = URL(string: urlText) else { return nil }
-        return BackgroundTaskSnapshot(id: row["id"], session: row["session"], kind: kind, url: url, taskDescription: row["description"],
-                                      state: row["state"], received: row["received"], expected: row["expected"], sent: row["sent"],
-                                      retries: row["retries"], nextAttempt: row["next_attempt"], statusCode: row["status"],
-                                      errorCode: row["error_code"], errorMessage: row["error_message"], destination: row["destination"])
+        guard let kindText: String = row[11], let kind = BackgroundTaskSpec.Kind(rawValue: kindText),
+              let urlText: String = row[12], let url = URL(string: urlText) else { return nil }
+        return BackgroundTaskSnapshot(id: row[0], session: row[1], kind: kind, url: url, taskDescription: row[13],
+                                      state: row[2], received: row[3], expected: row[4], sent: row[5],
+                                      retries: row[6], nextAttempt: row[7], statusCode: row[8],
+                                      errorCode: row[9], errorMessage: row[10], destination: row[14])
     }
 
-    /// Each task of `session` as a list shows it, in order of id, a row at a time. Any
-    /// thread may call it (it reads through its own connection).
-    func forEachSnapshot(session: String, _ body: (BackgroundTaskSnapshot) throws -> Void) throws {
+    /// At most `limit` tasks of `session` with ids above `after`, as a list shows them, in
+    /// order of id, and the last id read (nil: none left). One short read per call (keyset
+    /// paging): no read transaction is held while a page goes out to a client, so a client
+    /// that stops reading holds up neither other clients' lists nor the WAL checkpoint.
+    /// Any thread may call it (it reads through its own connection).
+    func snapshots(session: String, after: Int, limit: Int) throws -> (tasks: [BackgroundTaskSnapshot], last: Int?) {
         try lists.read { db in
-            let rows = try Row.fetchCursor(db.cachedStatement(sql: Journal.snapshotSQL + " WHERE session = ? ORDER BY id"), arguments: [session])
+            let rows = try Row.fetchCursor(db.cachedStatement(sql: Journal.snapshotSQL + " WHERE session = ? AND id > ? ORDER BY id LIMIT ?"),
+                                           arguments: [session, after, limit])
+            var tasks: [BackgroundTaskSnapshot] = []
+            var last: Int?
             while let row = try rows.next() {
-                if let t = Journal.snapshot(row) { try body(t) }
+                last = row[0]
+                if let t = Journal.snapshot(row) { tasks.append(t) }
             }
+            return (tasks, last)
         }
     }
 

@@ -335,6 +335,44 @@ final class JobSchedulerTests: XCTestCase {
         XCTAssertEqual(s.session(of: 10), "z")
     }
 
+    /// A host that refuses (or cannot be found) is down: its queue waits with a back-off
+    /// of its own (1 s, 2 s, ...; the attempts that failed beside the first do not add to
+    /// it), then tries one job at a time, and is up again at the first answer. Ten thousand
+    /// tasks for a dead host no longer fail in turn as fast as porterd can start them (a
+    /// retry storm that kept porterd busy and slowed every list); each job still keeps its
+    /// own retries and back-off, and the queue its order.
+    func testADownHostsQueueWaitsWithItsOwnBackoffThenTriesOneJobAtATime() {
+        var s = S(policy: Self.policy())
+        let refused = PorterError(.cannotConnectToHost, "refused")
+        for id in 1...10 { _ = step(&s, .add(Self.ticket(id), .suspended)) }
+        var starts: [String] = []
+        for id in 1...10 { starts += started(step(&s, .resume(id), at: 0)) }
+        XCTAssertEqual(starts, (1...6).map { "start(\($0)#1)" })
+        XCTAssertEqual(step(&s, .attemptEnded(1, attempt: 1, .failure(refused)), at: 0.5),
+                       ["keepBytes(1)", "retryLater(1,cannotConnectToHost,#1@1.5)", "timer(1@1.5)", "timer(-1@1.5)"],
+                       "its own retry, and the host's wait: job 7 does not start")
+        for id in 2...6 { XCTAssertEqual(started(step(&s, .attemptEnded(id, attempt: 1, .failure(refused)), at: 0.5)), []) }
+        XCTAssertEqual(s.downHosts["a.example"], S.HostWait(until: 1.5, failures: 1), "once for the six that failed together")
+        // The wait ends: one job, the queue's first.
+        XCTAssertEqual(step(&s, .timerFired(S.admissionTimer, at: 1.5), at: 1.5), ["start(7#1)"])
+        for id in 1...6 { XCTAssertEqual(started(step(&s, .timerFired(id, at: 1.5), at: 1.5)), [], "job \(id)'s retry waits its turn") }
+        XCTAssertEqual(step(&s, .attemptEnded(7, attempt: 1, .failure(refused)), at: 2),
+                       ["keepBytes(7)", "retryLater(7,cannotConnectToHost,#1@3)", "timer(7@3)", "timer(-1@4)"], "the host waits 2 s now")
+        XCTAssertEqual(started(step(&s, .timerFired(7, at: 3), at: 3)), [])
+        XCTAssertEqual(step(&s, .timerFired(S.admissionTimer, at: 4), at: 4), ["start(8#1)"])
+        // An answer: the host is up, its queue goes on in order, six at a time.
+        XCTAssertEqual(started(step(&s, .attemptEnded(8, attempt: 1, .success), at: 5)),
+                       ["start(9#1)", "start(10#1)", "start(1#2)", "start(2#2)", "start(3#2)", "start(4#2)"])
+        XCTAssertNil(s.downHosts["a.example"])
+        // Another host is not held up by a down one; a network change ends every wait.
+        _ = step(&s, .add(Self.ticket(20, host: "b.example"), .suspended))
+        _ = step(&s, .attemptEnded(9, attempt: 1, .failure(refused)), at: 6)
+        XCTAssertNotNil(s.downHosts["a.example"])
+        XCTAssertEqual(started(step(&s, .resume(20), at: 6)), ["start(20#1)"])
+        _ = step(&s, .networkChanged, at: 6.5)
+        XCTAssertNil(s.downHosts["a.example"])
+    }
+
     func testTheJournalsJobsContinueAfterARestart() {
         var s = S(policy: Self.policy())
         XCTAssertEqual(step(&s, .add(Self.ticket(1), .running(nextAttempt: nil)), at: 100), ["start(1#1)"])

@@ -25,13 +25,13 @@ final class DaemonQueueTests: DaemonTestCase {
     /// Queues `count` downloads held back by an earliest begin a day away, in batches (the
     /// client reads every answer before the next batch, so no backlog of replies sits in
     /// porterd), and resumes each; returns when porterd has handled all of it.
-    private func queue(_ count: Int, on c: Channel, from first: Int) throws {
+    private func queue(_ count: Int, on c: Channel, from first: Int, padding: Int = 0) throws {
         let later = Date().timeIntervalSince1970 + 24 * 3600
         var done = 0
         while done < count {
             let batch = min(100, count - done)
             for i in 0..<batch {
-                var spec = BackgroundTaskSpec(kind: .download, url: URL(string: "http://127.0.0.1:9/file-\(first + done + i).bin")!,
+                var spec = BackgroundTaskSpec(kind: .download, url: URL(string: "http://127.0.0.1:9/file-\(first + done + i).bin" + (padding > 0 ? "?" + String(repeating: "p", count: padding) : ""))!,
                                               headers: [["Accept", "*/*"]], taskDescription: "held back")
                 spec.earliestBegin = later
                 try c.send(message: BackgroundClientMessage.enqueue(reference: first + done + i, spec: spec))
@@ -162,6 +162,41 @@ final class DaemonQueueTests: DaemonTestCase {
             XCTAssertEqual(fields[5], "http://127.0.0.1:\(port)/f\(i + 1) -> \(out)/f\(i + 1)", "line \(i)")
             if fields[5] != "http://127.0.0.1:\(port)/f\(i + 1) -> \(out)/f\(i + 1)" { break }
         }
+        // The host refuses: its queue waits with a back-off of its own and then tries one
+        // task at a time, so porterd has made a handful of attempts (the six that ran when
+        // the first failed, then one per wait: 1 s, 2 s, 4 s ...), not one per task as
+        // fast as it could start them (before: every task failed in turn, 10,000 attempts
+        // and more, a retry storm that kept porterd busy through every list).
+        let log = (try? String(contentsOfFile: home + "/state/porter/porterd.log", encoding: .utf8)) ?? ""
+        let attempts = log.split(separator: "\n").filter { $0.contains("Couldn't connect") }.count
+        XCTAssertGreaterThan(attempts, 0, "the host refused")
+        XCTAssertLessThan(attempts, 100, "porterd tried a refusing host \(attempts) times")
+    }
+
+    /// A port that refuses holds up only its own queue: tasks for another service on the
+    /// same host (nginx on another port of 127.0.0.1), queued behind twenty for the
+    /// refusing port, run at once. (Grouped by host alone, they waited behind the refusing
+    /// port's tasks, tried one at a time with a growing wait.)
+    func testARefusingPortHoldsUpNoOtherPortOfTheSameHost() throws {
+        let dead = try XCTUnwrap(freeLoopbackPort())
+        let out = home + "/out", list = home + "/dead.txt"
+        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
+        try Data((1...20).map { "http://127.0.0.1:\(dead)/d\($0)\n" }.joined().utf8).write(to: URL(fileURLWithPath: list))
+        let queued = try runProcess(porterBinary, ["--background", "mixed", "-O", "--url-list", list], currentDirectory: out)
+        XCTAssertEqual(queued.status, 0, queued.stderr)
+        let logPath = home + "/state/porter/porterd.log"
+        XCTAssertTrue(eventually(120) {
+            ((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "").contains("Couldn't connect")
+        }, "the refusing port failed")
+        let live = try runProcess(porterBinary, ["--background", "mixed", "-o", out + "/medium.bin", nginx.http + "/medium.bin"])
+        XCTAssertEqual(live.status, 0, live.stderr)
+        let id = try XCTUnwrap(live.stdout.split(separator: "\t").first.map(String.init))
+        var row = ""
+        XCTAssertTrue(eventually(120) {
+            let jobs = (try? runProcess(porterBinary, ["jobs", "mixed"]))?.stdout ?? ""
+            row = jobs.split(separator: "\n").first { $0.hasPrefix(id + "\t") }.map(String.init) ?? ""
+            return row.contains("\tcompleted\t")
+        }, "the task for nginx: \(row)")
     }
 
     /// Lists go out compact to a client of protocol version 2, and as JSON to one of
@@ -197,7 +232,124 @@ final class DaemonQueueTests: DaemonTestCase {
         XCTAssertEqual(compact.count, 3)
     }
 
-    private func list(_ session: String, on c: Channel) throws -> [BackgroundTaskSnapshot] {
+    /// A connection that watches `session`, greeted.
+    private func watcher(_ session: String) throws -> Channel {
+        let c = try Channel.connect(path: home + "/run/porter/porterd.sock")
+        _ = try c.greet(BackgroundProtocol.hello)
+        try c.send(message: BackgroundClientMessage.watch(session: session))
+        return c
+    }
+
+    /// Runs `body` on a thread of its own; the flag says when it has returned.
+    private func background(_ body: @escaping @Sendable () -> Void) -> Locked<Bool> {
+        let done = Locked(false)
+        Thread {
+            body()
+            done.withLock { $0 = true }
+        }.start()
+        return done
+    }
+
+    /// A client that asks for a long list, takes its first page and stops reading holds
+    /// up neither another client's list nor the journal's WAL checkpoint: porterd reads a
+    /// list a page at a time, each read over before the page is written. (It held one read
+    /// transaction through the whole list, blocking writes to the stalled client included:
+    /// the other list waited on the journal's reading connection and the checkpoint for
+    /// the reader, both for as long as the client did not read.)
+    func testAClientThatStopsReadingAListHoldsUpNoOtherListNorTheCheckpoint() throws {
+        let starter = Session(configuration: .background(identifier: "starter"))
+        defer { starter.finishTasksAndInvalidate() }
+        let c = try Channel.connect(path: home + "/run/porter/porterd.sock")
+        defer { c.close() }
+        _ = try c.greet(BackgroundProtocol.hello)
+        try c.send(message: BackgroundClientMessage.attach(session: "long", launchCommand: nil))
+        // ~4 MiB of list (1 KiB URLs): far more than the sockets between hold.
+        try queue(3000, on: c, from: 0, padding: 1024)
+
+        let stalled = try watcher("long")
+        defer { stalled.close() }
+        try stalled.send(message: BackgroundClientMessage.list(session: nil, reference: 1))
+        firstPage: while true {
+            if case .taskPage(1, _) = try BackgroundProtocol.receive(on: stalled) { break firstPage }
+        }
+        // It reads no more. A write to the journal after its list began (one more task)...
+        try queue(1, on: c, from: 3000)
+
+        // ... another client's list still comes, whole,
+        let other = try watcher("long")
+        defer { other.close() }
+        let listed = Locked<[BackgroundTaskSnapshot]?>(nil)
+        let listing = background {
+            let tasks = try? DaemonQueueTests.list(on: other)
+            listed.withLock { $0 = tasks }
+        }
+        XCTAssertTrue(eventually(120) { listing.withLock { $0 } }, "another client's list did not come while one client does not read its own")
+        XCTAssertEqual(listed.withLock { $0?.count }, 3001)
+
+        // ... and a checkpoint moves the whole log into the database (no reader holds an
+        // older snapshot). SQLite waits for readers up to its busy timeout, then says busy.
+        let checkpoint = try runProcess("/usr/bin/env", ["python3", "-c", """
+            import sqlite3, sys
+            db = sqlite3.connect(sys.argv[1], timeout=60)
+            print("%d %d %d" % tuple(db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()))
+            """, home + "/state/porter/porterd.sqlite"])
+        XCTAssertEqual(checkpoint.status, 0, checkpoint.stderr)
+        XCTAssertEqual(checkpoint.stdout.trimmingCharacters(in: .whitespacesAndNewlines), "0 0 0",
+                       "busy, log frames, checkpointed frames: a reader held the log")
+    }
+
+    /// porterd reads at most 64 messages of a client ahead of handling them and writing
+    /// their answers: a client that floods ten thousand tasks and reads no answer is read
+    /// no further once porterd holds that many (it waits in its own send), porterd's memory
+    /// stays near where it was, and another client is served all the while. (The answers
+    /// a client did not read piled up in porterd: ~60 MiB for ten thousand 6 KiB URLs.)
+    func testAClientThatFloodsWithoutReadingIsReadNoFurtherThanItsAnswersGo() throws {
+        let starter = Session(configuration: .background(identifier: "starter"))
+        defer { starter.finishTasksAndInvalidate() }
+        let pid = try XCTUnwrap(daemonHome.daemonPID, "porterd runs")
+        let flooder = try Channel.connect(path: home + "/run/porter/porterd.sock")
+        defer { flooder.close() }
+        _ = try flooder.greet(BackgroundProtocol.hello)
+        try flooder.send(message: BackgroundClientMessage.attach(session: "flood", launchCommand: nil))
+        let watching = try watcher("flood")
+        defer { watching.close() }
+        _ = try list("flood", on: watching)
+        let before = try XCTUnwrap(residentKiB(pid, "VmHWM:"))
+
+        let count = 10_000
+        let sent = Locked(0)
+        let later = Date().timeIntervalSince1970 + 24 * 3600
+        let flood = background {
+            for i in 0..<count {
+                var spec = BackgroundTaskSpec(kind: .download, url: URL(string: "http://127.0.0.1:9/f\(i)?" + String(repeating: "q", count: 6 << 10))!)
+                spec.earliestBegin = later
+                guard (try? flooder.send(message: BackgroundClientMessage.enqueue(reference: i, spec: spec))) != nil else { return }
+                sent.withLock { $0 += 1 }
+            }
+        }
+        // Served while the flood goes on: each list answers, and the flood's tasks it
+        // shows stop growing once porterd has stopped reading the flooder (its queue
+        // takes a list only after the flood messages read before it).
+        var counts: [Int] = []
+        XCTAssertTrue(eventually(300) {
+            guard let tasks = try? list("flood", on: watching) else { return false }
+            counts.append(tasks.count)
+            return counts.count >= 2 && counts[counts.count - 1] == counts[counts.count - 2] && tasks.count > 0
+        }, "lists while a client floods: \(counts.suffix(5))")
+        let held = counts.last ?? 0
+        let peak = try XCTUnwrap(residentKiB(pid, "VmHWM:"))
+        print("porterd: peak \(before) KiB before, \(peak) KiB with a client flooding; it took \(held) of \(sent.withLock { $0 }) sent")
+        XCTAssertFalse(flood.withLock { $0 }, "the flooder sent all \(count) tasks: porterd kept reading it")
+        XCTAssertLessThan(held, 1000, "porterd took \(held) tasks from a client that reads none of its answers")
+        XCTAssertLessThan(peak - before, 24 << 10, "porterd's peak grew from \(before) KiB to \(peak) KiB")
+        // Closed, its blocked send fails and the flooding thread ends.
+        flooder.close()
+        XCTAssertTrue(eventually(120) { flood.withLock { $0 } })
+    }
+
+    private func list(_ session: String, on c: Channel) throws -> [BackgroundTaskSnapshot] { try Self.list(on: c) }
+
+    private static func list(on c: Channel) throws -> [BackgroundTaskSnapshot] {
         try c.send(message: BackgroundClientMessage.list(session: nil, reference: -1))
         var all: [BackgroundTaskSnapshot] = []
         while true {

@@ -15,6 +15,11 @@ int porter_secure_exec(void);
  * glibc from raising it on its own. For programs (the porter CLI), not libraries. */
 int porter_fix_mmap_threshold(int bytes);
 
+/* At most `count` malloc arenas (mallopt M_ARENA_MAX): glibc otherwise gives each thread
+ * that allocates an arena of its own (up to 8 per core), each with its own free lists and
+ * fragmentation. For long-running programs with many threads (porterd), not libraries. */
+int porter_limit_malloc_arenas(int count);
+
 /* The load address of the image (shared object or program) that holds `address`, and
  * its path in `*path` (static, or NULL); NULL when dladdr knows none. Event hooks are
  * queued per image: one queue per plugin. */
