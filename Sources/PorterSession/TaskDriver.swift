@@ -66,7 +66,7 @@ final class TaskDriver: @unchecked Sendable {
     /// The handler's canonical form of the current request: the cache key.
     var cacheKeyRequest: Request?
     /// The application set its own Cookie header: the store stays out of this task.
-    lazy var cookiesAutomatic: Bool = currentRequest.value(forHeader: "Cookie") == nil
+    lazy var cookiesAutomatic: Bool = currentRequest.headerFields[.cookie] == nil
     var idleLimit: TimeInterval = 60
     var totalLimit: TimeInterval = 7 * 24 * 3600
     let inbox = Inbox()
