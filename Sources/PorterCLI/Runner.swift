@@ -291,10 +291,11 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
 
     /// Makes and starts the task; returns an error when it cannot even be made.
     func start(_ t: Transfer) -> PorterError? {
-        guard let url = Fetch.guessURL(t.urlText, knownSchemes: Runner.knownSchemes), url.scheme != nil else {
+        // URL.scheme parses the scheme out again on each call: asked once.
+        guard let url = Fetch.guessURL(t.urlText, knownSchemes: Runner.knownSchemes), let urlScheme = url.scheme else {
             return PorterError(.badURL, "not a valid URL: \(t.urlText)")
         }
-        let scheme = url.scheme?.lowercased() ?? ""
+        let scheme = urlScheme.lowercased()
         if let allowed = hot.protocols, !allowed.contains(scheme) {
             return PorterError(.unsupportedURL, "--proto does not allow \(scheme): \(t.urlText)", url: url)
         }
