@@ -96,7 +96,9 @@ extension TaskDriver {
                                    context: SessionContext(configuration: session.configuration, sessionIdentifier: session.identifier,
                                                            executor: executor))
         let made = factory.makeHandler(request: request, cachedResponse: cachedResponse, client: client)
+        handlerClient?.detach()   // a handler this one replaces (its own was let go of already)
         handler = made
+        handlerClient = client
         client.attach(made)
         made.startLoading()
         if paused { made.pauseDelivery() }
