@@ -184,6 +184,7 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
             // where each transfer runs, with no hop to a delegate queue.
             let s = Session(configuration: config, delegateOnLoadingThread: self)
             sessions[key] = s
+            madeSessions.withLock { $0.append(s) }
             return s
         }
     }
@@ -262,6 +263,11 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
 
     /// Set by SIGINT, SIGTERM or SIGHUP: no new transfer starts.
     let stopping = Locked(false)
+    /// Every session made, for the signal handlers: they hold this, `stopping` and
+    /// `fatalSignal`, not the runner. A weak reference to the runner gave it a side table,
+    /// and every retain of it (each delegate call of each transfer) took the runtime's slow
+    /// path.
+    let madeSessions = Locked<[Session]>([])
     /// The terminating signal received (SIGTERM / SIGHUP), re-raised after clean-up.
     let fatalSignal = Locked<Int32?>(nil)
 
@@ -271,13 +277,13 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
         [SIGINT, SIGTERM, SIGHUP].map { sig in
             signal(sig, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-            source.setEventHandler { [weak self] in
-                guard let self else { return }
-                self.stopping.withLock { $0 = true }
+            let stopping = self.stopping, fatalSignal = self.fatalSignal, made = self.madeSessions
+            source.setEventHandler {
+                stopping.withLock { $0 = true }
                 // Clean up, then end by the signal, as curl (killed by it) does: a script's
                 // shell sees 128+N and a Ctrl-C stops a loop of porter calls.
-                self.fatalSignal.withLock { $0 = sig }
-                let all = self.lock.withLock { Array(self.sessions.values) }
+                fatalSignal.withLock { $0 = sig }
+                let all = made.withLock { $0 }
                 for s in all { for t in s.allTasks { t.cancel() } }
             }
             source.resume()
@@ -291,10 +297,11 @@ final class Runner: DataDelegate, DownloadDelegate, @unchecked Sendable {
 
     /// Makes and starts the task; returns an error when it cannot even be made.
     func start(_ t: Transfer) -> PorterError? {
-        guard let url = FetchOptions.guessURL(t.urlText, knownSchemes: Runner.knownSchemes), url.scheme != nil else {
+        // URL.scheme parses the scheme out again on each call: asked once.
+        guard let url = FetchOptions.guessURL(t.urlText, knownSchemes: Runner.knownSchemes), let urlScheme = url.scheme else {
             return PorterError(.badURL, "not a valid URL: \(t.urlText)")
         }
-        let scheme = url.scheme?.lowercased() ?? ""
+        let scheme = urlScheme.lowercased()
         if let allowed = hot.protocols, !allowed.contains(scheme) {
             return PorterError(.unsupportedURL, "--proto does not allow \(scheme): \(t.urlText)", url: url)
         }

@@ -194,7 +194,18 @@ public struct Request: Sendable, CustomStringConvertible {
                           cachePartition: "", suppressedHeaders: [], priority: 0.5))
     }
 
-    public func property(forKey key: String) -> (any Sendable)? { properties[key] }
+    public func property(forKey key: String) -> (any Sendable)? {
+        let all = storage.f.properties
+        if all.isEmpty { return nil }
+        // A request carries a handful at most, and handlers ask for several on every
+        // load: comparing a few keys (mostly the same static strings) costs less than
+        // hashing the one asked for.
+        if all.count <= 4 {
+            for (name, value) in all where name == key { return value }
+            return nil
+        }
+        return all[key]
+    }
     public mutating func setProperty(_ value: any Sendable, forKey key: String) { properties[key] = value }
     public mutating func removeProperty(forKey key: String) { properties.removeValue(forKey: key) }
 

@@ -183,6 +183,12 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
     /// Streams waiting for their socket, with the poll events they wait for.
     private var watched: [ObjectIdentifier: (stream: CurlStream, events: Int16)] = [:]
     private var flushes: [CurlTransfer] = []
+    /// The other halves of `commands` and `flushes`: a batch is swapped out and run from
+    /// here, then emptied in place, so neither array is reallocated per batch (copying
+    /// one out and emptying it "keeping capacity" made a new buffer each time, as the
+    /// copy still shared the old one).
+    private var runningCommands: [() -> Void] = []
+    private var dueFlushes: [CurlTransfer] = []
     /// Loads admitted per host and the order of those waiting (`HostQueue`), with the
     /// transfers that wait (not yet in the multi handle).
     private var hostQueue: HostQueue<ObjectIdentifier>
@@ -320,10 +326,10 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
         var idleSince: ContinuousClock.Instant?
         while true {
             lock.lock()
-            let work = commands
-            commands.removeAll(keepingCapacity: true)
+            swap(&commands, &runningCommands)
             lock.unlock()
-            for w in work { w() }
+            for w in runningCommands { w() }
+            runningCommands.removeAll(keepingCapacity: true)
 
             curl_multi_perform(multi, &running)
             var left: Int32 = 0
@@ -347,9 +353,9 @@ public final class CurlLoop: TaskExecutor, @unchecked Sendable {
                 var ready: Int32 = 0
                 curl_multi_poll(multi, nil, 0, 0, &ready)
                 if ready > 0 { continue }
-                let due = flushes
-                flushes.removeAll(keepingCapacity: true)
-                for t in due { t.flush() }
+                swap(&flushes, &dueFlushes)
+                for t in dueFlushes { t.flush() }
+                dueFlushes.removeAll(keepingCapacity: true)
             }
             let limit = CurlLoop.idleExitMilliseconds.load(ordering: .relaxed)
             if active.isEmpty && flushes.isEmpty && kept.isEmpty && watched.isEmpty && waiting.isEmpty {

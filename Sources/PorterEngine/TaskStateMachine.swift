@@ -5,15 +5,17 @@ import HTTPTypes
 /// What a handler said, with what it said it with. Kept by the state machine until
 /// the machine lets it through.
 package enum HandlerReport: @unchecked Sendable {
-    indirect case response(Response, CacheStoragePolicy)
+    // Request and Response are one reference each (copy-on-write boxes): payloads no
+    // larger than `data`'s are stored inline, with no box allocated per report.
+    case response(Response, CacheStoragePolicy)
     case data(Data)
-    indirect case redirect(Request, Response)
+    case redirect(Request, Response)
     case finish
     indirect case fail(PorterError)
     indirect case challenge(AuthenticationChallenge)
     indirect case challengeWithdrawn(AuthenticationChallenge)
     /// `cachedResponseIsValid()`, or its variant with the head to serve.
-    indirect case cachedResponseValid(serving: Response?, revalidated: Bool)
+    case cachedResponseValid(serving: Response?, revalidated: Bool)
 }
 
 /// The whole life cycle of one task as a value: an event goes in, one action with
@@ -76,7 +78,7 @@ package struct TaskStateMachine: Sendable {
         case handler(generation: UInt64, HandlerReport)
         case responseDecision(ResponseDisposition)
         /// The delegate's choice: the request to load next, or nil to stop here.
-        indirect case redirectDecision(Request?)
+        case redirectDecision(Request?)
         indirect case challengeDecision(UInt64, ChallengeDisposition)
         /// The consumer holds more received bytes than the flow limit.
         case backlog
@@ -99,7 +101,9 @@ package struct TaskStateMachine: Sendable {
         case none
         /// Prepare `request` (headers, cookies, a body stream) and look it up in the cache,
         /// then report `loadPlanned`.
-        indirect case start(Request)
+        // A payload of a Request or a Response or two (one reference each) is stored
+        // inline, as `deliverData`'s is: a box per action was an allocation per step.
+        case start(Request)
         /// Make a handler for `request` (generation is current) and start it; pause it at
         /// once when `paused`.
         indirect case load(Request, cachedResponse: CachedResponse?, paused: Bool, generation: UInt64)
@@ -109,11 +113,11 @@ package struct TaskStateMachine: Sendable {
         case pauseHandler
         case resumeHandler
         /// Hand the response to the task without asking.
-        indirect case deliverResponse(Response, CacheStoragePolicy)
-        indirect case askResponseDisposition(Response, CacheStoragePolicy)
+        case deliverResponse(Response, CacheStoragePolicy)
+        case askResponseDisposition(Response, CacheStoragePolicy)
         /// The delegate allowed the response: hand it to the task.
-        indirect case continueAfterDecision(Response)
-        indirect case becomeDownload(Response)
+        case continueAfterDecision(Response)
+        case becomeDownload(Response)
         case deliverData(Data)
         /// Bytes the consumer will never see (a replaced handler's, or reported after the
         /// end, or kept and then dropped): give their flow credit back.
@@ -126,9 +130,9 @@ package struct TaskStateMachine: Sendable {
         case restartIdleClock
         /// Ask the delegate about `request` (already stripped of credentials when it
         /// leaves the origin).
-        indirect case askRedirect(Request, Response)
+        case askRedirect(Request, Response)
         /// Stop the handler; start loading `request` (generation already bumped).
-        indirect case followRedirect(Request)
+        case followRedirect(Request)
         /// Stop the handler; `response` (a redirect) is the task's final response.
         indirect case completeWithRedirectResponse(Response, Ending = .unset)
         indirect case askChallenge(UInt64, AuthenticationChallenge)
@@ -141,12 +145,12 @@ package struct TaskStateMachine: Sendable {
         case resumeDataUnavailable
         /// Stop the handler (it failed for want of a connection) and find out whether
         /// there is a route to `request`'s host; report `connectivityChecked`.
-        indirect case checkConnectivity(Request)
+        case checkConnectivity(Request)
         /// Watch the network and report `networkChanged`; tell the delegate the task is
         /// waiting when `notify` (the first wait of the task).
         case waitForConnectivity(notify: Bool)
         /// Load `request` again from the start (the network came back).
-        indirect case retryLoad(Request)
+        case retryLoad(Request)
     }
 
     package private(set) var lifecycle: TaskState = .suspended

@@ -272,9 +272,10 @@ public final class HTTPHandler: ProtocolHandler, @unchecked Sendable {
         t.set(CURLOPT_EXPECT_100_TIMEOUT_MS, 250)
 
         let bodyLength: Int64? = state.body.map { $0.length ?? -1 }.map { $0 < 0 ? Int64.max : $0 }
-        let lines = RequestHead.lines(for: request, bodyLength: bodyLength, userAgent: HTTPHandler.defaultUserAgent,
-                                      decodes: config.decodesContentEncoding)
-        t.set(CURLOPT_HTTPHEADER, list: lines)
+        let plan = RequestHead.plan(for: request, bodyLength: bodyLength, userAgent: HTTPHandler.defaultUserAgent,
+                                    decodes: config.decodesContentEncoding)
+        if let agent = plan.userAgent { t.set(CURLOPT_USERAGENT, agent) }
+        if !plan.lines.isEmpty { t.set(CURLOPT_HTTPHEADER, list: plan.lines) }
 
         // Each closure holds the handler strongly, as onComplete always did: the transfer
         // drops them all when it ends (finish or cancel), so the cycle lasts as long as

@@ -13,7 +13,22 @@ enum RequestHead {
     /// curl does; smaller ones never wait for a "100 Continue".
     static let expectThreshold: Int64 = 1 << 20
 
-    static func lines(for request: Request, bodyLength: Int64?, userAgent: String, decodes: Bool = true) -> [String] {
+    /// What a request's head asks of libcurl: the custom lines (CURLOPT_HTTPHEADER) and
+    /// the User-Agent libcurl writes itself (CURLOPT_USERAGENT, nil: none).
+    struct Plan: Equatable {
+        var lines: [String] = []
+        var userAgent: String?
+    }
+
+    /// The default User-Agent goes through CURLOPT_USERAGENT, not as a custom line: libcurl
+    /// then writes it where curl's own goes (after Host, before Accept), and a plain GET
+    /// carries one custom line (Accept-Encoding) instead of two — each custom line costs
+    /// a formatted copy and a scan per header libcurl considers adding. Accept-Encoding
+    /// stays a line: CURLOPT_ACCEPT_ENCODING would also make libcurl parse Content-Encoding
+    /// itself (and refuse a response that stacks more than five codings), which Porter's
+    /// ContentDecoder does.
+    static func plan(for request: Request, bodyLength: Int64?, userAgent: String, decodes: Bool = true) -> Plan {
+        var plan = Plan()
         var lines: [String] = []
         if let range = request.resumeRange, range.offset > 0 {
             // Resume: ask for the rest, only if the resource is unchanged. A 200 instead of
@@ -21,14 +36,16 @@ enum RequestHead {
             lines.append("Range: bytes=\(range.offset)-")
             if let validator = range.validator { lines.append("If-Range: \(validator)") }
         }
-        let suppressed = Set(request.suppressedHeaders.map { $0.lowercased() })
+        let suppressedSet = request.suppressedHeaders
+        let suppressed = suppressedSet.isEmpty ? suppressedSet : Set(suppressedSet.map { $0.lowercased() })
         // RFC 6265 §5.4: one Cookie field on HTTP/1.1. HTTPFields keeps one field per
         // cookie pair (HTTP/2's way); they are joined back here, in their order.
         var cookies: [String] = []
         var cookieLine: Int?
-        for field in request.headerFields {
+        let fields = request.headerFields
+        for field in fields {
             // A value cannot carry CR, LF or NUL: drop such a field rather than let it split the request.
-            if field.value.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) { continue }
+            if field.value.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) { continue }
             if field.name == .cookie {
                 if field.value.isEmpty { continue }
                 if cookieLine == nil { cookieLine = lines.count; lines.append("") }
@@ -38,17 +55,23 @@ enum RequestHead {
             lines.append(field.value.isEmpty ? "\(field.name.rawName);" : "\(field.name.rawName): \(field.value)")
         }
         if let cookieLine { lines[cookieLine] = "Cookie: " + cookies.joined(separator: "; ") }
-        func present(_ name: HTTPField.Name) -> Bool { request.headerFields[name] != nil }
-        if !present(.userAgent), !suppressed.contains("user-agent") { lines.append("User-Agent: \(userAgent)") }
+        let hasFields = !fields.isEmpty
+        func present(_ name: HTTPField.Name) -> Bool { hasFields && fields[name] != nil }
+        if !present(.userAgent), !suppressed.contains("user-agent") { plan.userAgent = userAgent }
         // Offered only when Porter decodes what comes back (decodesContentEncoding).
         if !present(.acceptEncoding), !suppressed.contains("accept-encoding"), decodes {
-            lines.append("Accept-Encoding: \(defaultAcceptEncoding)")
+            lines.append(acceptEncodingLine)
         }
         // A small body never waits on a server that ignores Expect (curl: only large uploads ask).
         if let bodyLength, bodyLength < expectThreshold, !present(.expect) { lines.append("Expect:") }
-        for name in suppressed.sorted() where !lines.contains(where: { $0.lowercased().hasPrefix(name + ":") }) {
-            lines.append("\(name):")
+        if !suppressed.isEmpty {
+            for name in suppressed.sorted() where !lines.contains(where: { $0.lowercased().hasPrefix(name + ":") }) {
+                lines.append("\(name):")
+            }
         }
-        return lines
+        plan.lines = lines
+        return plan
     }
+
+    private static let acceptEncodingLine = "Accept-Encoding: \(defaultAcceptEncoding)"
 }

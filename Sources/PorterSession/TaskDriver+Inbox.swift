@@ -17,17 +17,19 @@ enum InboxItem: @unchecked Sendable {
 /// any other thread is queued and run on the executor, in order. Calls from a handler
 /// that was replaced (after a redirect) or whose task ended are dropped by the machine.
 final class HandlerClient: ProtocolClient, @unchecked Sendable {
-    private weak var driver: TaskDriver?
+    /// Strong: the driver lives at least as long as the handler that reports to it (a
+    /// report after the task ended, or from a replaced handler, is dropped by the
+    /// machine). Not weak: see `TaskDriver.handler`.
+    private let driver: TaskDriver?
     private let generation: UInt64
     let context: SessionContext
-    /// The handler this client serves (for the eager pause in `didLoad`).
-    private let handler = Locked(WeakHandler())
+    /// The handler this client serves (for the eager pause in `didLoad`), until the
+    /// driver lets go of it (`detach`): held strongly, the cycle is broken there.
+    private let handler = Locked<(any ProtocolHandler)?>(nil)
 
-    struct WeakHandler {
-        weak var value: (any ProtocolHandler)?
-    }
-
-    func attach(_ made: any ProtocolHandler) { handler.withLock { $0.value = made } }
+    func attach(_ made: any ProtocolHandler) { handler.withLock { $0 = made } }
+    /// The driver let go of the handler (its load ended or was replaced).
+    func detach() { _ = handler.withLock { h in defer { h = nil }; return h } }
 
     init(driver: TaskDriver, generation: UInt64, context: SessionContext) {
         self.driver = driver
@@ -49,7 +51,7 @@ final class HandlerClient: ProtocolClient, @unchecked Sendable {
         // for good (the transfer then stalled until its timeout, 1 run in 12).
         let onExecutor = driver.executor.isCurrent
         driver.hold(data.count) {
-            if !onExecutor { handler.withLock { $0.value }?.pauseDelivery() }
+            if !onExecutor { handler.withLock { $0 }?.pauseDelivery() }
         }
         post(.data(data))
     }

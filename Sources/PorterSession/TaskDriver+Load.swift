@@ -96,7 +96,9 @@ extension TaskDriver {
                                    context: SessionContext(configuration: session.configuration, sessionIdentifier: session.identifier,
                                                            executor: executor))
         let made = factory.makeHandler(request: request, cachedResponse: cachedResponse, client: client)
+        handlerClient?.detach()   // a handler this one replaces (its own was let go of already)
         handler = made
+        handlerClient = client
         client.attach(made)
         made.startLoading()
         if paused { made.pauseDelivery() }
@@ -142,22 +144,27 @@ extension TaskDriver {
     }
 
     /// As the handlers of the URL's scheme declare (`ProtocolHandler.carriesCookies`).
-    private func carriesCookies(_ url: URL) -> Bool {
-        url.scheme.map { session.configuration.carriesCookies(forScheme: $0) } ?? false
+    /// Takes the scheme, not the URL: `URL.scheme` parses it out again on every call.
+    private func carriesCookies(scheme: String?) -> Bool {
+        guard let scheme, !scheme.isEmpty else { return false }
+        return session.configuration.carriesCookies(forScheme: scheme)
     }
 
     /// Each hop (the first request, every redirect) gets the cookies for its own URL.
     private func applyCookies(to request: inout Request) {
-        guard cookiesAutomatic, let store = cookieStore, carriesCookies(request.url) else { return }
-        _ = request.setValue(store.cookieHeader(for: request.url, mainDocumentURL: request.mainDocumentURL),
-                             forHeader: "Cookie")
+        guard cookiesAutomatic, let store = cookieStore, carriesCookies(scheme: request.scheme) else { return }
+        let header = store.cookieHeader(for: request.url, mainDocumentURL: request.mainDocumentURL)
+        // No cookie for the URL and no Cookie field to take away: nothing to write (a
+        // write would copy the request's storage).
+        if header == nil, request.headerFields[.cookie] == nil { return }
+        _ = request.setValue(header, forHeader: "Cookie")
     }
 
     /// Set-Cookie of every response, the redirects' included.
     func storeCookies(from response: Response) {
-        guard let store = cookieStore, carriesCookies(response.url) else { return }
+        guard let store = cookieStore else { return }
         let headers = response.headerFields[values: .setCookie]
-        guard !headers.isEmpty else { return }
+        guard !headers.isEmpty, carriesCookies(scheme: response.url.scheme) else { return }
         store.storeCookies(fromHeaders: headers, for: response.url, mainDocumentURL: currentRequest.mainDocumentURL)
     }
 

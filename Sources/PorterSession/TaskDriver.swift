@@ -43,7 +43,15 @@ final class TaskDriver: @unchecked Sendable {
     // runs — the machine is a pure value whose methods call nothing back, and the others
     // are read or assigned whole — so no two accesses can overlap.
     @exclusivity(unchecked) var machine: TaskStateMachine
-    var handler: (any ProtocolHandler)?
+    /// The current handler, and the client it reports to. The client holds the driver
+    /// and the handler strongly (a weak reference gives its object a side table, and every
+    /// retain and release of it then takes the runtime's slow path: ~5,000 instructions a
+    /// load in W2's profile); the cycle is broken here, whenever the driver lets go of a
+    /// handler (`detach`).
+    var handler: (any ProtocolHandler)? {
+        didSet { if handler == nil { handlerClient?.detach(); handlerClient = nil } }
+    }
+    var handlerClient: HandlerClient?
     private(set) var owner: SessionTask?
     /// The request being loaded, as prepared (headers, cookies); the cache key's source.
     var currentRequest: Request
@@ -66,7 +74,7 @@ final class TaskDriver: @unchecked Sendable {
     /// The handler's canonical form of the current request: the cache key.
     var cacheKeyRequest: Request?
     /// The application set its own Cookie header: the store stays out of this task.
-    lazy var cookiesAutomatic: Bool = currentRequest.value(forHeader: "Cookie") == nil
+    lazy var cookiesAutomatic: Bool = currentRequest.headerFields[.cookie] == nil
     var idleLimit: TimeInterval = 60
     var totalLimit: TimeInterval = 7 * 24 * 3600
     let inbox = Inbox()

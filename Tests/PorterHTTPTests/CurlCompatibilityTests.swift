@@ -234,6 +234,30 @@ extension MisbehavingServerTests {
         XCTAssertEqual(own.stdout.components(separatedBy: "\r\n").filter { $0.lowercased().hasPrefix("cookie:") }, ["Cookie: x=1; y=2"])
     }
 
+    /// A plain GET's head on the wire has curl --compressed's fields in curl's order (Host,
+    /// User-Agent, Accept, Accept-Encoding): the User-Agent is libcurl's own, not a custom
+    /// line after Accept. -A replaces it and -H 'User-Agent:' removes it, as in curl.
+    func testPlainGetHeadHasCurlsFieldsInCurlsOrder() throws {
+        func fields(_ head: String) -> [(name: String, value: String)] {
+            head.components(separatedBy: "\r\n").dropFirst().compactMap { line in
+                guard let colon = line.firstIndex(of: ":") else { return nil }
+                return (String(line[..<colon]), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces))
+            }
+        }
+        let porter = try runProcess(porterBinary, ["-s", base + "/echo-head"], environment: ["http_proxy": nil])
+        XCTAssertEqual(porter.status, 0, porter.stderr)
+        let curl = try runProcess("/usr/bin/curl", ["-s", "--compressed", base + "/echo-head"], environment: ["http_proxy": nil])
+        XCTAssertEqual(fields(porter.stdout).map(\.name), fields(curl.stdout).map(\.name), porter.stdout + "\n" + curl.stdout)
+        XCTAssertEqual(fields(porter.stdout).map(\.name), ["Host", "User-Agent", "Accept", "Accept-Encoding"], porter.stdout)
+        XCTAssertEqual(fields(porter.stdout).first { $0.name == "User-Agent" }?.value, "Porter/\(porterVersion)")
+        XCTAssertEqual(fields(porter.stdout).first { $0.name == "Accept-Encoding" }?.value, "gzip, deflate, br, zstd")
+
+        let agent = try runProcess(porterBinary, ["-s", "-A", "mine/1", base + "/echo-head"], environment: ["http_proxy": nil])
+        XCTAssertEqual(fields(agent.stdout).filter { $0.name.lowercased() == "user-agent" }.map(\.value), ["mine/1"], agent.stdout)
+        let none = try runProcess(porterBinary, ["-s", "-H", "User-Agent:", base + "/echo-head"], environment: ["http_proxy": nil])
+        XCTAssertFalse(none.stdout.lowercased().contains("user-agent"), none.stdout)
+    }
+
     /// -T asks "Expect: 100-continue" as curl does (any non-empty PUT over HTTP/1.1), and
     /// a server that never answers it still gets the body (after the library's 250 ms
     /// wait, not libcurl's second).

@@ -79,6 +79,26 @@ final class PriorityTests: NginxTestCase {
         XCTAssertNotNil(t1.queueHost)
     }
 
+    /// The per-host queue's key: scheme, host and port as the URL writes them, without
+    /// user information, path, query or fragment; loads of one host share it, another
+    /// port or scheme does not.
+    func testQueueKeyIsTheURLsOrigin() throws {
+        var h1 = SessionConfiguration.ephemeral
+        h1.http2Enabled = false
+        func key(_ text: String) throws -> String? {
+            let t = try CurlTransfer(loop: CurlLoop.shared)
+            CurlOptions.apply(to: t, request: Request(url: URL(string: text)!), configuration: h1, protocols: "http,https")
+            return t.queueHost
+        }
+        XCTAssertEqual(try key("http://127.0.0.1:8080/a/b?c=1#d"), "http://127.0.0.1:8080")
+        XCTAssertEqual(try key("http://u:p@127.0.0.1:8080/x"), "http://127.0.0.1:8080")
+        XCTAssertEqual(try key("HTTPS://example.com"), "https://example.com")
+        XCTAssertEqual(try key("http://[::1]:81/"), "http://[::1]:81")
+        XCTAssertEqual(try key("http://127.0.0.1:8080/one"), try key("http://127.0.0.1:8080/two?x"))
+        XCTAssertNotEqual(try key("http://127.0.0.1:8080/"), try key("http://127.0.0.1:8081/"))
+        XCTAssertNotEqual(try key("http://127.0.0.1:8080/"), try key("https://127.0.0.1:8080/"))
+    }
+
     /// The same through a session: a task's priority reaches its handler's request.
     func testATasksPriorityReachesItsHandler() async throws {
         var c = SessionConfiguration.ephemeral
