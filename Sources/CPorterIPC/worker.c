@@ -10,7 +10,6 @@
 #include <linux/filter.h>
 #include <linux/landlock.h>
 #include <linux/seccomp.h>
-#include <malloc.h>
 #include <sched.h>
 #include <signal.h>
 #include <spawn.h>
@@ -574,10 +573,6 @@ int porter_worker_sandbox(const porter_sandbox *box, char *report, size_t cap) {
     if (box->memory_bytes) {
         struct rlimit m = { box->memory_bytes, box->memory_bytes };
         if (setrlimit(RLIMIT_AS, &m) != 0) return -1;
-        /* glibc reserves 64 MiB of address space per malloc arena, up to 8 per core: with
-         * a thread per load that was a quarter of the default limit, gone before the
-         * threads the loads need. A few arenas serve a worker as well. */
-        (void)mallopt(M_ARENA_MAX, 4);
     }
     if (box->cpu_seconds) {
         struct rlimit c = { box->cpu_seconds, box->cpu_seconds + 5 };
