@@ -91,6 +91,8 @@ public struct PluginHandlerFactory: ProtocolHandlerFactory, @unchecked Sendable 
     let abiMinor: Int
     /// The local services it declared (ABI 1.3 `needs`, checked by the loader).
     let needs: UInt32
+    /// Bounds the plugin's loads alive at once in this process (`PluginLoadGate`).
+    let gate = PluginLoadGate()
 
     init(descriptor d: porter_plugin_descriptor, schemes: [PluginScheme], needs: UInt32) {
         abiMinor = Int(d.abi_minor)
@@ -123,7 +125,7 @@ public struct PluginHandlerFactory: ProtocolHandlerFactory, @unchecked Sendable 
                             client: any ProtocolClient) -> any ProtocolHandler {
         let (needs, name) = (self.needs, self.name)
         return PluginHandler(load: PluginLoad(client: client, request: request, vtable: vtable, pluginName: name,
-                                              pluginContext: pluginContext, cached: cachedResponse,
+                                              pluginContext: pluginContext, gate: gate, cached: cachedResponse,
                                               refusal: PluginScheme.refusal(of: request, by: name, schemes: pluginSchemes, abiMinor: abiMinor),
                                               connectService: { LocalService.connect($0, declared: needs, plugin: name) }))
     }
@@ -131,8 +133,8 @@ public struct PluginHandlerFactory: ProtocolHandlerFactory, @unchecked Sendable 
 
 /// The `ProtocolHandler` a plugin's load runs behind.
 ///
-/// The plugin's handler functions (`start`, `stop`, `pause`, `resume`) run on a serial
-/// queue of this load's own, as a worker runs them (`WorkerServer`): the host calls
+/// The plugin's handler functions (`start`, `stop`, `pause`, `resume`, `destroy`) run on
+/// the load's own serial queue (`PluginLoad.queue`), as in a worker: the host calls
 /// `startLoading` and the rest on the task's executor, which may be the libcurl loop
 /// (after a redirect from http) or the session's queue, and never waits there for plugin
 /// code. A plugin stuck in one of them holds its own load, no other transfer.
@@ -142,7 +144,7 @@ final class PluginHandler: ProtocolHandler, @unchecked Sendable {
     static var schemes: Set<String> { [] }
 
     let load: PluginLoad
-    private let calls = DispatchQueue(label: "porter.plugin.load")
+    private var calls: DispatchQueue { load.queue }
 
     init(load: PluginLoad) { self.load = load }
 
@@ -151,7 +153,7 @@ final class PluginHandler: ProtocolHandler, @unchecked Sendable {
         var table = porter_handler_vtable()
         table.struct_size = UInt32(MemoryLayout<porter_handler_vtable>.size)
         self.init(load: PluginLoad(client: client, request: request, vtable: table, pluginName: "unknown",
-                                   pluginContext: nil))
+                                   pluginContext: nil, gate: PluginLoadGate()))
     }
 
     func startLoading() { calls.async { [load] in load.start() } }

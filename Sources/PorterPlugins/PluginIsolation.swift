@@ -52,6 +52,12 @@ public struct PluginIsolation: Sendable {
     /// is never given up silently.
     public var inProcessWithoutWorker = false
 
+    /// The most loads of one plugin file alive at once in one process (a worker, or the
+    /// host for an in-process plugin): started and not yet destroyed, finished or not.
+    /// Past it a load's start waits, in order, for an earlier load's `destroy` to return,
+    /// so the plugin's resources per load stay bounded however fast loads come.
+    public static let liveLoadLimit = 64
+
     public init() {}
 
     public static var `default`: PluginIsolation {

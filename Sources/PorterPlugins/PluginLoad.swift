@@ -10,12 +10,22 @@ import PorterCore
 /// the task's `ProtocolClient`, and makes sure `stop` and `destroy` are called as the
 /// header promises: `stop` at most once and never after `destroy`, `destroy` exactly
 /// once after a successful `start`, once the load ended or was stopped.
+///
+/// The plugin's handler functions run on `queue`, a serial queue of this load's own (in
+/// process and in a worker alike): a plugin stuck in one holds its own load, no other.
+/// `destroy` runs there too, as soon as the load ended, and until it returned the load
+/// keeps its place in `gate` (`PluginLoadGate`): the loads a plugin holds at once stay
+/// bounded however fast the host starts new ones.
 final class PluginLoad: @unchecked Sendable {
     let client: any ProtocolClient
     let request: Request
     let vtable: porter_handler_vtable
     let pluginName: String
     let cRequest: CRequest
+    /// Where the plugin's `start`, `stop`, `pause`, `resume` and `destroy` are called.
+    let queue = DispatchQueue(label: "porter.plugin.load")
+    /// The plugin's bound on loads alive at once (one per plugin in a process).
+    let gate: PluginLoadGate
 
     private struct State {
         /// `start` returned 0; `loadContext` is the plugin's.
@@ -28,6 +38,8 @@ final class PluginLoad: @unchecked Sendable {
         var stopRequested = false
         var stopCalled = false
         var destroyed = false
+        /// Waiting in `gate` for a slot (the plugin has not seen the load).
+        var waitingForSlot = false
         var pendingPause: Bool?
         var challenges: [UInt64: AuthenticationChallenge] = [:]
         var body: (any BodyStream)?
@@ -56,11 +68,12 @@ final class PluginLoad: @unchecked Sendable {
     let connectService: (@Sendable (Int32) -> Result<Int32, PorterError>)?
 
     init(client: any ProtocolClient, request: Request, vtable: porter_handler_vtable, pluginName: String,
-         pluginContext: UnsafeMutableRawPointer?, cached: CachedResponse? = nil, bodyLength: Int64? = nil,
+         pluginContext: UnsafeMutableRawPointer?, gate: PluginLoadGate, cached: CachedResponse? = nil, bodyLength: Int64? = nil,
          checkCanHandle: Bool = false, refusal: PorterError? = nil,
          connectService: (@Sendable (Int32) -> Result<Int32, PorterError>)? = nil,
          onDestroyed: (@Sendable () -> Void)? = nil) {
         self.refusal = refusal
+        self.gate = gate
         self.connectService = connectService
         self.client = client
         self.request = request
@@ -101,14 +114,14 @@ final class PluginLoad: @unchecked Sendable {
     private func goLive() { Self.live.withLock { $0[token] = self } }
     private func die() { _ = Self.live.withLock { $0.removeValue(forKey: token) } }
 
-    // MARK: - host side (the load's queue: `PluginHandler`, or a worker's per-load queue)
+    // MARK: - host side (on `queue`)
 
     /// The host stops listening: no report reaches the client from now on (the plugin's
     /// `stop` follows on the load's queue).
     func silence() { state.withLock { $0.silenced = true } }
 
     func start() {
-        guard let startFunction = vtable.start else {
+        guard vtable.start != nil else {
             client.didFail(with: PorterError(.unsupportedURL, "plugin \(pluginName) has no start function", url: request.url))
             return
         }
@@ -135,6 +148,28 @@ final class PluginLoad: @unchecked Sendable {
             onDestroyed?()
             return
         }
+        // The plugin sees the load once it has a slot; until then a stop takes it out of
+        // the line (`stop`).
+        state.withLock { $0.waitingForSlot = true }
+        let admitted = gate.enter(token) { [self] in queue.async { self.startAdmitted() } }
+        if admitted { startAdmitted() }
+    }
+
+    /// `start`, with a slot in `gate` taken for this load (given back by `destroyOnce`, or
+    /// here when the plugin never gets the load).
+    private func startAdmitted() {
+        guard let startFunction = vtable.start else { return }
+        let stoppedMeanwhile = state.withLock { s -> Bool in
+            s.waitingForSlot = false
+            guard s.silenced, !s.started, !s.destroyed else { return false }
+            s.destroyed = true
+            return true
+        }
+        if stoppedMeanwhile {
+            gate.leave()
+            onDestroyed?()
+            return
+        }
         goLive()
         var context: UnsafeMutableRawPointer?
         var error = [CChar](repeating: 0, count: 512)
@@ -143,6 +178,7 @@ final class PluginLoad: @unchecked Sendable {
         if rc != 0 {
             state.withLock { $0.silenced = true; $0.destroyed = true }
             die()
+            gate.leave()
             let message = CErrorBuffer.read(error)
             let code = PorterError.Code(rawValue: Int(rc)) ?? .unknown
             client.didFail(with: PorterError(code, message.isEmpty ? "plugin \(pluginName) refused the request" : message,
@@ -169,6 +205,17 @@ final class PluginLoad: @unchecked Sendable {
     }
 
     func stop() {
+        // Stopped while waiting for a slot: the plugin never sees the load.
+        let waiting = state.withLock { s -> Bool in
+            guard s.waitingForSlot, !s.destroyed else { return false }
+            s.silenced = true
+            return true
+        }
+        if waiting, gate.withdraw(token) {
+            state.withLock { $0.waitingForSlot = false; $0.destroyed = true }
+            onDestroyed?()
+            return
+        }
         let context = state.withLock { s -> UnsafeMutableRawPointer?? in
             s.silenced = true
             guard !s.destroyed, !s.stopCalled, !s.ended else { return nil }
@@ -203,10 +250,14 @@ final class PluginLoad: @unchecked Sendable {
         guard let context else { return }
         let destroy = vtable.destroy
         let box = UnsafeSendable(context)
-        // Never on the plugin's own thread: it may join that thread in destroy.
-        DispatchQueue.global().async {
+        // On the load's queue: never on the plugin's own thread (it may join that thread
+        // in destroy), never behind other loads' work (a destroy that hangs holds its own
+        // load only), and at once — not when a thread of a shared pool is free, which let
+        // finished loads pile up while new ones started on fresh threads.
+        queue.async {
             destroy?(box.value)
             self.die()
+            self.gate.leave()
             self.onDestroyed?()
         }
     }

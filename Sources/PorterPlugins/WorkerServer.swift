@@ -140,20 +140,20 @@ public enum PluginWorkerServer {
         return pointers.withUnsafeBufferPointer(body)
     }
 
-    /// One load in the worker: the plugin's `PluginLoad`, its serial queue (start and stop
-    /// never run at once, and a plugin stuck in one never blocks the others) and the
-    /// body the host streams.
+    /// One load in the worker: the plugin's `PluginLoad` (whose serial queue runs the
+    /// plugin's functions: start and stop never run at once, and a plugin stuck in one
+    /// never blocks the others) and the body the host streams.
     final class Load: @unchecked Sendable {
         let id: UInt64
-        let queue: DispatchQueue
-        var pluginLoad: PluginLoad?
+        let pluginLoad: PluginLoad
         let client: WorkerClient
         let body: RemoteBody?
-        init(id: UInt64, client: WorkerClient, body: RemoteBody?) {
+        var queue: DispatchQueue { pluginLoad.queue }
+        init(id: UInt64, pluginLoad: PluginLoad, client: WorkerClient, body: RemoteBody?) {
             self.id = id
+            self.pluginLoad = pluginLoad
             self.client = client
             self.body = body
-            self.queue = DispatchQueue(label: "porter.worker.load.\(id)")
         }
     }
 
@@ -217,13 +217,13 @@ public enum PluginWorkerServer {
                     send(.destroyed(load: id))
                     return
                 }
-                load.queue.async { load.pluginLoad?.stop() }
+                load.queue.async { load.pluginLoad.stop() }
             // The plugin's code never runs on this thread: a plugin that blocks in a
             // callback holds its own load's queue, not the reading of the host's messages.
             case .pause(let id):
-                if let load = loads.withLock({ $0[id] }) { load.queue.async { load.pluginLoad?.pause(true) } }
+                if let load = loads.withLock({ $0[id] }) { load.queue.async { load.pluginLoad.pause(true) } }
             case .resume(let id):
-                if let load = loads.withLock({ $0[id] }) { load.queue.async { load.pluginLoad?.pause(false) } }
+                if let load = loads.withLock({ $0[id] }) { load.queue.async { load.pluginLoad.pause(false) } }
             case .reply(let id, let challenge, let answer):
                 if let load = loads.withLock({ $0[id] }) { load.queue.async { load.client.answer(challenge, answer) } }
             case .bodyEnd(let id, let failure):
@@ -279,9 +279,8 @@ public enum PluginWorkerServer {
             configuration.logger = Logger(label: "porter.plugin-worker") { _ in WorkerLogHandler(server: self, load: id) }
             let client = WorkerClient(server: self, load: id, configuration: configuration)
             let cached = wire.cached.map { CachedResponse(response: $0.response(fallback: url), data: Data()) }
-            let load = Load(id: id, client: client, body: body)
             let pluginLoad = PluginLoad(client: client, request: request, vtable: factory.vtable, pluginName: factory.name,
-                                        pluginContext: factory.pluginContext, cached: cached,
+                                        pluginContext: factory.pluginContext, gate: factory.gate, cached: cached,
                                         bodyLength: wire.bodyLength, checkCanHandle: true,
                                         connectService: { [weak self] service in
                                             guard let self else { return .failure(PorterError(.cancelled, "the worker is ending")) }
@@ -292,7 +291,7 @@ public enum PluginWorkerServer {
                                             _ = self.loads.withLock { $0.removeValue(forKey: id) }
                                             self.send(.destroyed(load: id))
                                         })
-            load.pluginLoad = pluginLoad
+            let load = Load(id: id, pluginLoad: pluginLoad, client: client, body: body)
             loads.withLock { $0[id] = load }
             load.queue.async { pluginLoad.start() }
         }

@@ -238,6 +238,89 @@ final class IsolationTests: XCTestCase {
         return -1
     }
 
+    /// A plugin's finished loads are destroyed as they finish, not whenever a thread is
+    /// free: the plugin's resources for a load (here a thread per load, joined in destroy)
+    /// never pile up, however fast the host starts the next loads. The test plugin's
+    /// /linger keeps its thread 20 ms after it finished, so each destroy waits on it; 2,000
+    /// of them, 32 at a time, in a worker and in process. Before the fix destroys ran on
+    /// the two threads of the global queue while starts ran on threads made on demand:
+    /// hundreds of finished loads waited for their destroy (in a worker, each holding an
+    /// 8 MiB stack until the address-space limit ended the run: "cannot start a thread").
+    func testFinishedLoadsDoNotPileUpAwaitingDestroy() async throws {
+        let limit = PluginIsolation.liveLoadLimit
+        for (registry, isolated) in [(Self.registry, true), (Self.inProcess, false)] {
+            let mode = isolated ? "isolated" : "in process"
+            _ = try await text("ptest://h/reset-peak", registry)
+            let s = session(registry)
+            let url = URL(string: "ptest://h/linger")!
+            let bodies = try await withThrowingTaskGroup(of: String.self) { group -> [String: Int] in
+                var started = 0, seen: [String: Int] = [:]
+                func add() {
+                    group.addTask { String(decoding: try await s.data(from: url).0, as: UTF8.self) }
+                    started += 1
+                }
+                while started < 32 { add() }
+                while let body = try await group.next() {
+                    seen[body, default: 0] += 1
+                    if started < 2000 { add() }
+                }
+                return seen
+            }
+            XCTAssertEqual(bodies, ["lingered": 2000], mode)
+            let peak = try await counter("peak", registry)
+            // The loads in flight, and at most the limit's worth of finished ones (plus the
+            // /counters load itself).
+            XCTAssertLessThanOrEqual(peak, limit + 1, "\(mode): loads alive at once in the plugin")
+            XCTAssertGreaterThan(peak, 0, mode)
+            s.invalidateAndCancel()
+        }
+        try await assertStillServing()
+    }
+
+    /// Past `PluginIsolation.liveLoadLimit` loads alive at once, a load waits for a slot:
+    /// a cancel while it waits ends it (the plugin never sees it), and the next waiting
+    /// load starts as soon as a held one is destroyed. In a worker and in process.
+    func testLoadsPastTheLimitWaitForASlot() async throws {
+        let limit = PluginIsolation.liveLoadLimit
+        for (registry, isolated) in [(Self.registry, true), (Self.inProcess, false)] {
+            let mode = isolated ? "isolated" : "in process"
+            // Loads an earlier test left alive for good (in process, /hang-stop's: a load
+            // whose stop never returns is never destroyed, and keeps its slot).
+            let before = try await counter("live", registry)
+            XCTAssertLessThan(before, limit, mode)
+            let s = session(registry)
+            var held: [AsyncBytes] = []
+            // Each /slow load sends a byte and holds its slot until stopped; a load left
+            // alive for good holds one too.
+            for _ in 0..<(limit - before) {
+                held.append(try await s.bytes(from: URL(string: "ptest://h/slow")!).0)
+            }
+            let cancelled = Task { try await s.data(from: URL(string: "ptest://h/hello")!) }
+            cancelled.cancel()
+            do {
+                _ = try await cancelled.value
+                XCTFail("\(mode): a cancelled load past the limit completed")
+            } catch {}
+            let next = Task { try await s.data(from: URL(string: "ptest://h/hello")!) }
+            held.removeFirst().task.cancel()
+            let (body, _) = try await next.value
+            XCTAssertEqual(String(decoding: body, as: UTF8.self), "hello from ptest", mode)
+            for h in held { h.task.cancel() }
+            held.removeAll()
+            // Every slot comes back: the plugin ends with the loads alive it had before.
+            let deadline = Date().addingTimeInterval(60)
+            var live = -1
+            while Date() < deadline {
+                live = try await counter("live", registry)
+                if live == before { break }
+                try await Task.sleep(nanoseconds: 20_000_000)
+            }
+            XCTAssertEqual(live, before, "\(mode): loads left alive in the plugin")
+            s.invalidateAndCancel()
+        }
+        try await assertStillServing()
+    }
+
     /// fork() fails in a worker (seccomp): no fork bomb, no programs run.
     func testForkBombIsBounded() async throws {
         let isolated = try await text("ptest://h/fork-bomb")

@@ -15,7 +15,11 @@
  *   /missing        fails with PORTER_ERR_FILE_DOES_NOT_EXIST
  *   /upload         reads the request body; body "received N"
  *   /refuse         start() refuses with PORTER_ERR_NO_PERMISSIONS_TO_READ_FILE
- *   /counters       the plugin's counters as text (works in process and in a worker)
+ *   /counters       the plugin's counters as text (works in process and in a worker);
+ *                   "peak" is the most loads alive at once (started, not destroyed)
+ *   /reset-peak     sets that mark to the loads alive now; body "reset"
+ *   /linger         body "lingered"; the load's thread lives on for 20 ms after it
+ *                   finished, so a destroy (which joins it) waits for it
  *   /events         the event log (see -DEVENTS)
  *   /cookie         Set-Cookie "plugin=baked"; body "cookie=" and the request's Cookie
  *                   field ("-" when it has none)
@@ -133,7 +137,7 @@ __attribute__((visibility("default"))) int testplugin_full_loads(void) { return 
 __attribute__((visibility("default"))) int testplugin_validations(void) { return __atomic_load_n(&validations, __ATOMIC_SEQ_CST); }
 
 /* Counts loads alive (started, not destroyed), for leak checks. */
-static int live_loads;
+static int live_loads, peak_loads;
 __attribute__((visibility("default"))) int testplugin_live_loads(void) {
     return __atomic_load_n(&live_loads, __ATOMIC_SEQ_CST);
 }
@@ -278,11 +282,18 @@ static void *run(void *arg) {
         host->did_finish(l->client);
     } else if (strcmp(path, "/counters") == 0) {
         char text[256];
-        snprintf(text, sizeof text, "full_loads=%d validations=%d pauses=%d live=%d late=%d flooded=%d",
+        snprintf(text, sizeof text, "full_loads=%d validations=%d pauses=%d live=%d late=%d flooded=%d peak=%d",
                  __atomic_load_n(&full_loads, __ATOMIC_SEQ_CST), __atomic_load_n(&validations, __ATOMIC_SEQ_CST),
                  testplugin_pauses(), __atomic_load_n(&live_loads, __ATOMIC_SEQ_CST) - 1,
-                 __atomic_load_n(&late_calls, __ATOMIC_SEQ_CST), __atomic_load_n(&flooded, __ATOMIC_SEQ_CST));
+                 __atomic_load_n(&late_calls, __ATOMIC_SEQ_CST), __atomic_load_n(&flooded, __ATOMIC_SEQ_CST),
+                 __atomic_load_n(&peak_loads, __ATOMIC_SEQ_CST));
         body_text(l, text);
+    } else if (strcmp(path, "/reset-peak") == 0) {
+        __atomic_store_n(&peak_loads, __atomic_load_n(&live_loads, __ATOMIC_SEQ_CST), __ATOMIC_SEQ_CST);
+        body_text(l, "reset");
+    } else if (strcmp(path, "/linger") == 0) {
+        body_text(l, "lingered");
+        usleep(20000);
     } else if (strcmp(path, "/events") == 0) {
         static char log_copy[65536];
         size_t n = testplugin_events(log_copy, sizeof log_copy - 1);
@@ -670,7 +681,9 @@ static int32_t t_start(void *ctx, const porter_request *r, porter_client *client
     l->request = r;
     pthread_mutex_init(&l->lock, NULL);
     pthread_cond_init(&l->cond, NULL);
-    __atomic_add_fetch(&live_loads, 1, __ATOMIC_SEQ_CST);
+    int now = __atomic_add_fetch(&live_loads, 1, __ATOMIC_SEQ_CST);
+    for (int peak = __atomic_load_n(&peak_loads, __ATOMIC_SEQ_CST);
+         now > peak && !__atomic_compare_exchange_n(&peak_loads, &peak, now, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);) {}
     if (pthread_create(&l->thread, NULL, run, l) != 0) {
         __atomic_sub_fetch(&live_loads, 1, __ATOMIC_SEQ_CST);
         free(l);
