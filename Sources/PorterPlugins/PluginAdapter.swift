@@ -91,7 +91,7 @@ public struct PluginHandlerFactory: ProtocolHandlerFactory, @unchecked Sendable 
     let abiMinor: Int
     /// The local services it declared (ABI 1.3 `needs`, checked by the loader).
     let needs: UInt32
-    /// Bounds the plugin's loads alive at once in this process (`PluginLoadGate`).
+    /// Bounds the plugin's finished loads awaiting destroy in this process (`PluginLoadGate`).
     let gate = PluginLoadGate()
 
     init(descriptor d: porter_plugin_descriptor, schemes: [PluginScheme], needs: UInt32) {

@@ -52,10 +52,11 @@ public struct PluginIsolation: Sendable {
     /// is never given up silently.
     public var inProcessWithoutWorker = false
 
-    /// The most loads of one plugin file alive at once in one process (a worker, or the
-    /// host for an in-process plugin): started and not yet destroyed, finished or not.
-    /// Past it a load's start waits, in order, for an earlier load's `destroy` to return,
-    /// so the plugin's resources per load stay bounded however fast loads come.
+    /// The most loads of one plugin file that may await their `destroy` at once in one
+    /// process (a worker, or the host for an in-process plugin): ended or stopped, their
+    /// destroy queued and not returned. While that many wait, a new load's start waits,
+    /// in order, for one of those destroys to return, so what finished loads hold stays
+    /// bounded however fast loads come (`PluginLoadGate`). Running loads do not count.
     public static let liveLoadLimit = 64
 
     public init() {}

@@ -14,8 +14,8 @@ import PorterCore
 /// The plugin's handler functions run on `queue`, a serial queue of this load's own (in
 /// process and in a worker alike): a plugin stuck in one holds its own load, no other.
 /// `destroy` runs there too, as soon as the load ended, and until it returned the load
-/// keeps its place in `gate` (`PluginLoadGate`): the loads a plugin holds at once stay
-/// bounded however fast the host starts new ones.
+/// counts in `gate` (`PluginLoadGate`): finished loads awaiting destroy stay bounded
+/// however fast the host starts new ones.
 final class PluginLoad: @unchecked Sendable {
     let client: any ProtocolClient
     let request: Request
@@ -24,7 +24,7 @@ final class PluginLoad: @unchecked Sendable {
     let cRequest: CRequest
     /// Where the plugin's `start`, `stop`, `pause`, `resume` and `destroy` are called.
     let queue = DispatchQueue(label: "porter.plugin.load")
-    /// The plugin's bound on loads alive at once (one per plugin in a process).
+    /// The plugin's bound on loads awaiting destroy (one per plugin in a process).
     let gate: PluginLoadGate
 
     private struct State {
@@ -38,7 +38,7 @@ final class PluginLoad: @unchecked Sendable {
         var stopRequested = false
         var stopCalled = false
         var destroyed = false
-        /// Waiting in `gate` for a slot (the plugin has not seen the load).
+        /// Waiting for `gate` to open (the plugin has not seen the load).
         var waitingForSlot = false
         var pendingPause: Bool?
         var challenges: [UInt64: AuthenticationChallenge] = [:]
@@ -148,15 +148,14 @@ final class PluginLoad: @unchecked Sendable {
             onDestroyed?()
             return
         }
-        // The plugin sees the load once it has a slot; until then a stop takes it out of
-        // the line (`stop`).
+        // The plugin sees the load once the gate lets it; until then a stop takes it out
+        // of the line (`stop`).
         state.withLock { $0.waitingForSlot = true }
         let admitted = gate.enter(token) { [self] in queue.async { self.startAdmitted() } }
         if admitted { startAdmitted() }
     }
 
-    /// `start`, with a slot in `gate` taken for this load (given back by `destroyOnce`, or
-    /// here when the plugin never gets the load).
+    /// `start`, the gate having let the load through.
     private func startAdmitted() {
         guard let startFunction = vtable.start else { return }
         let stoppedMeanwhile = state.withLock { s -> Bool in
@@ -166,7 +165,6 @@ final class PluginLoad: @unchecked Sendable {
             return true
         }
         if stoppedMeanwhile {
-            gate.leave()
             onDestroyed?()
             return
         }
@@ -178,7 +176,6 @@ final class PluginLoad: @unchecked Sendable {
         if rc != 0 {
             state.withLock { $0.silenced = true; $0.destroyed = true }
             die()
-            gate.leave()
             let message = CErrorBuffer.read(error)
             let code = PorterError.Code(rawValue: Int(rc)) ?? .unknown
             client.didFail(with: PorterError(code, message.isEmpty ? "plugin \(pluginName) refused the request" : message,
@@ -205,7 +202,7 @@ final class PluginLoad: @unchecked Sendable {
     }
 
     func stop() {
-        // Stopped while waiting for a slot: the plugin never sees the load.
+        // Stopped while waiting at the gate: the plugin never sees the load.
         let waiting = state.withLock { s -> Bool in
             guard s.waitingForSlot, !s.destroyed else { return false }
             s.silenced = true
@@ -248,6 +245,7 @@ final class PluginLoad: @unchecked Sendable {
             return .some(s.loadContext)
         }
         guard let context else { return }
+        gate.destroyQueued()
         let destroy = vtable.destroy
         let box = UnsafeSendable(context)
         // On the load's queue: never on the plugin's own thread (it may join that thread
@@ -257,7 +255,7 @@ final class PluginLoad: @unchecked Sendable {
         queue.async {
             destroy?(box.value)
             self.die()
-            self.gate.leave()
+            self.gate.destroyReturned()
             self.onDestroyed?()
         }
     }
@@ -275,8 +273,10 @@ final class PluginLoad: @unchecked Sendable {
             logger.debug("plugin \(pluginName): report after the end of \(request.url.absoluteString) ignored")
             return
         }
-        body(client)
+        // The end's destroy is queued (and counted in `gate`) before the client hears of
+        // the end, so a load started after this one completed sees it counted.
         if end { destroyOnce() }
+        body(client)
     }
 
     func didReceiveResponse(_ response: Response) { report { $0.didReceive(response, cacheStoragePolicy: .allowed) } }

@@ -1,6 +1,6 @@
 import Foundation
 import Porter
-import PorterPlugins
+@testable import PorterPlugins
 import PorterTestSupport
 import XCTest
 
@@ -268,46 +268,32 @@ final class IsolationTests: XCTestCase {
             }
             XCTAssertEqual(bodies, ["lingered": 2000], mode)
             let peak = try await counter("peak", registry)
-            // The loads in flight, and at most the limit's worth of finished ones (plus the
-            // /counters load itself).
-            XCTAssertLessThanOrEqual(peak, limit + 1, "\(mode): loads alive at once in the plugin")
+            // The 32 loads in flight, at most the limit's worth of finished ones awaiting
+            // destroy, and the /counters load itself.
+            XCTAssertLessThanOrEqual(peak, 32 + limit + 1, "\(mode): loads alive at once in the plugin")
             XCTAssertGreaterThan(peak, 0, mode)
             s.invalidateAndCancel()
         }
         try await assertStillServing()
     }
 
-    /// Past `PluginIsolation.liveLoadLimit` loads alive at once, a load waits for a slot:
-    /// a cancel while it waits ends it (the plugin never sees it), and the next waiting
-    /// load starts as soon as a held one is destroyed. In a worker and in process.
-    func testLoadsPastTheLimitWaitForASlot() async throws {
-        let limit = PluginIsolation.liveLoadLimit
+    /// Running loads are not limited: more than `PluginIsolation.liveLoadLimit` of one
+    /// plugin's loads run at once, each answered (the gate counts only finished loads
+    /// awaiting destroy; a start held back while others run would time out unseen by the
+    /// plugin). /slow answers a byte and runs until stopped. In a worker and in process.
+    func testMoreLoadsThanTheLimitRunAtOnce() async throws {
+        let count = PluginIsolation.liveLoadLimit + 8
         for (registry, isolated) in [(Self.registry, true), (Self.inProcess, false)] {
             let mode = isolated ? "isolated" : "in process"
-            // Loads an earlier test left alive for good (in process, /hang-stop's: a load
-            // whose stop never returns is never destroyed, and keeps its slot).
             let before = try await counter("live", registry)
-            XCTAssertLessThan(before, limit, mode)
             let s = session(registry)
-            var held: [AsyncBytes] = []
-            // Each /slow load sends a byte and holds its slot until stopped; a load left
-            // alive for good holds one too.
-            for _ in 0..<(limit - before) {
-                held.append(try await s.bytes(from: URL(string: "ptest://h/slow")!).0)
+            var running: [AsyncBytes] = []
+            for _ in 0..<count {
+                running.append(try await s.bytes(from: URL(string: "ptest://h/slow")!).0)
             }
-            let cancelled = Task { try await s.data(from: URL(string: "ptest://h/hello")!) }
-            cancelled.cancel()
-            do {
-                _ = try await cancelled.value
-                XCTFail("\(mode): a cancelled load past the limit completed")
-            } catch {}
-            let next = Task { try await s.data(from: URL(string: "ptest://h/hello")!) }
-            held.removeFirst().task.cancel()
-            let (body, _) = try await next.value
-            XCTAssertEqual(String(decoding: body, as: UTF8.self), "hello from ptest", mode)
-            for h in held { h.task.cancel() }
-            held.removeAll()
-            // Every slot comes back: the plugin ends with the loads alive it had before.
+            XCTAssertEqual(running.count, count, mode)
+            for r in running { r.task.cancel() }
+            running.removeAll()
             let deadline = Date().addingTimeInterval(60)
             var live = -1
             while Date() < deadline {
@@ -316,6 +302,65 @@ final class IsolationTests: XCTestCase {
                 try await Task.sleep(nanoseconds: 20_000_000)
             }
             XCTAssertEqual(live, before, "\(mode): loads left alive in the plugin")
+            s.invalidateAndCancel()
+        }
+        try await assertStillServing()
+    }
+
+    /// While `PluginIsolation.liveLoadLimit` of a plugin's finished loads await their
+    /// destroy, a new load waits at the gate: a cancel while it waits ends it (the plugin
+    /// never sees it), and the loads waiting go on as soon as a destroy returns. The test
+    /// plugin's /hold-destroy?FILE finishes at once and its destroy waits for FILE. In a
+    /// worker and in process; in process the gate itself is watched, so the waiting load
+    /// is seen waiting, not merely slow.
+    func testStartsWaitWhileTheLimitsWorthOfFinishedLoadsAwaitDestroy() async throws {
+        let limit = PluginIsolation.liveLoadLimit
+        let hello = URL(string: "ptest://h/hello")!
+        for (registry, isolated) in [(Self.registry, true), (Self.inProcess, false)] {
+            let mode = isolated ? "isolated" : "in process"
+            // Loads an earlier test left alive for good (in process, /hang-stop's: a load
+            // whose stop never returns is never destroyed).
+            let before = try await counter("live", registry)
+            let gate = isolated ? nil : registry.registrations.lazy.compactMap { $0.factory as? PluginHandlerFactory }
+                .first { $0.schemes.contains("ptest") }?.gate
+            XCTAssertTrue(isolated || gate != nil, "the in-process plugin's gate")
+            func waitForWaiting(_ n: Int) async throws {
+                guard let gate else { return }
+                let deadline = Date().addingTimeInterval(60)
+                while gate.counts.waiting != n, Date() < deadline { try await Task.sleep(nanoseconds: 5_000_000) }
+                XCTAssertEqual(gate.counts.waiting, n, "\(mode): loads waiting at the gate")
+            }
+            let release = NSTemporaryDirectory() + "porter-release-\(UUID().uuidString)"
+            defer { unlink(release) }
+            let s = session(registry)
+            for _ in 0..<limit {
+                let (body, _) = try await s.data(from: URL(string: "ptest://h/hold-destroy?\(release)")!)
+                XCTAssertEqual(String(decoding: body, as: UTF8.self), "held", mode)
+            }
+            if let gate { XCTAssertEqual(gate.counts.ending, limit, "\(mode): destroys awaited") }
+            let cancelled = Task { try await s.data(from: hello) }
+            try await waitForWaiting(1)
+            cancelled.cancel()
+            do {
+                _ = try await cancelled.value
+                XCTFail("\(mode): a cancelled load at the closed gate completed")
+            } catch {}
+            try await waitForWaiting(0)
+            let next = Task { try await s.data(from: hello) }
+            try await waitForWaiting(1)
+            XCTAssertTrue(FileManager.default.createFile(atPath: release, contents: nil))
+            let (body, _) = try await next.value
+            XCTAssertEqual(String(decoding: body, as: UTF8.self), "hello from ptest", mode)
+            // Every held load is destroyed: the plugin ends with the loads alive it had before.
+            let deadline = Date().addingTimeInterval(60)
+            var live = -1
+            while Date() < deadline {
+                live = try await counter("live", registry)
+                if live == before { break }
+                try await Task.sleep(nanoseconds: 20_000_000)
+            }
+            XCTAssertEqual(live, before, "\(mode): loads left alive in the plugin")
+            if let gate { XCTAssertEqual(gate.counts.ending, 0, mode) }
             s.invalidateAndCancel()
         }
         try await assertStillServing()

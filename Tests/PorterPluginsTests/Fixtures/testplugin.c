@@ -20,6 +20,8 @@
  *   /reset-peak     sets that mark to the loads alive now; body "reset"
  *   /linger         body "lingered"; the load's thread lives on for 20 ms after it
  *                   finished, so a destroy (which joins it) waits for it
+ *   /hold-destroy?PATH  body "held"; the load's destroy waits until the file PATH exists
+ *                   (at most 120 s), so finished loads can be kept awaiting destroy
  *   /events         the event log (see -DEVENTS)
  *   /cookie         Set-Cookie "plugin=baked"; body "cookie=" and the request's Cookie
  *                   field ("-" when it has none)
@@ -294,6 +296,8 @@ static void *run(void *arg) {
     } else if (strcmp(path, "/linger") == 0) {
         body_text(l, "lingered");
         usleep(20000);
+    } else if (starts_with(path, "/hold-destroy?")) {
+        body_text(l, "held");
     } else if (strcmp(path, "/events") == 0) {
         static char log_copy[65536];
         size_t n = testplugin_events(log_copy, sizeof log_copy - 1);
@@ -710,6 +714,10 @@ static void t_destroy(void *p) {
     load_t *l = p;
     t_stop(l);
     if (l->has_thread) pthread_join(l->thread, NULL);
+    if (starts_with(path_of(l->request->url), "/hold-destroy?")) {
+        const char *file = strchr(l->request->url, '?') + 1;
+        for (int i = 0; i < 24000 && access(file, F_OK) != 0; i++) usleep(5000);
+    }
     if (strcmp(path_of(l->request->url), "/late-after-destroy") == 0) call_late_from_a_thread(l->client);
     pthread_mutex_destroy(&l->lock);
     pthread_cond_destroy(&l->cond);
