@@ -57,7 +57,16 @@ enum RequestHead {
         if let cookieLine { lines[cookieLine] = "Cookie: " + cookies.joined(separator: "; ") }
         let hasFields = !fields.isEmpty
         func present(_ name: HTTPField.Name) -> Bool { hasFields && fields[name] != nil }
-        if !present(.userAgent), !suppressed.contains("user-agent") { plan.userAgent = userAgent }
+        // libcurl also sends CURLOPT_USERAGENT in a proxy's CONNECT (custom lines never go
+        // there), as curl sends its -A: the request's own User-Agent when it has one (its
+        // line still goes to the server: libcurl adds no second one), else the default.
+        if !suppressed.contains("user-agent") {
+            if !present(.userAgent) {
+                plan.userAgent = userAgent
+            } else if let own = fields[.userAgent], !own.isEmpty, !own.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) {
+                plan.userAgent = own
+            }
+        }
         // Offered only when Porter decodes what comes back (decodesContentEncoding).
         if !present(.acceptEncoding), !suppressed.contains("accept-encoding"), decodes {
             lines.append(acceptEncodingLine)

@@ -258,6 +258,26 @@ extension MisbehavingServerTests {
         XCTAssertFalse(none.stdout.lowercased().contains("user-agent"), none.stdout)
     }
 
+    /// A proxy's CONNECT carries the User-Agent the request does, as curl's does: the
+    /// default one, or -A's (libcurl sends CURLOPT_USERAGENT there; custom lines never go).
+    func testAProxysConnectCarriesTheRequestsUserAgentAsCurlsDoes() throws {
+        func connectHead(_ program: String, _ extra: [String]) throws -> String {
+            let target = "t-\(UUID().uuidString.prefix(8).lowercased()).invalid:443"
+            _ = try runProcess(program, ["-s", "-x", base] + extra + ["https://\(target)/"], environment: ["http_proxy": nil, "https_proxy": nil])
+            return try runProcess(program, ["-s", base + "/connect-head?\(target)"], environment: ["http_proxy": nil]).stdout
+        }
+        func agents(_ head: String) -> [String] {
+            head.components(separatedBy: "\r\n").filter { $0.lowercased().hasPrefix("user-agent:") }
+        }
+        let plain = try connectHead(porterBinary, [])
+        XCTAssertTrue(plain.hasPrefix("CONNECT "), plain)
+        XCTAssertEqual(agents(plain), ["User-Agent: Porter/\(porterVersion)"], plain)
+        let mine = try connectHead(porterBinary, ["-A", "mine/1"])
+        let curls = try connectHead("/usr/bin/curl", ["-A", "mine/1"])
+        XCTAssertEqual(agents(curls), ["User-Agent: mine/1"], "curl's own CONNECT: \(curls)")
+        XCTAssertEqual(agents(mine), agents(curls), mine)
+    }
+
     /// -T asks "Expect: 100-continue" as curl does (any non-empty PUT over HTTP/1.1), and
     /// a server that never answers it still gets the body (after the library's 250 ms
     /// wait, not libcurl's second).

@@ -6,7 +6,7 @@ Paths: /reset (RST after 1000 of 100000 bytes), /stall (10 bytes then silence),
 /empty (closes without a byte), /forever (redirects to itself with a counter),
 /weird-status (status 999), /junk-headers (a line without a colon), /odd-headers
 (odd bytes, a bad field name, an empty value), /wrong-range (a 206 for bytes 0-9 whatever
-was asked), /huge-header (a 400 KiB header field), /bad-version (HTTP/4.2), /echo-head (the request head as the body), /retry-503?K (503 twice, then 200),
+was asked), /huge-header (a 400 KiB header field), /bad-version (HTTP/4.2), /echo-head (the request head as the body), CONNECT (kept, then refused: /connect-head?HOST:PORT gives the head back), /retry-503?K (503 twice, then 200),
 /ignore-expect (never sends 100 Continue), /many-headers (six 52 KiB fields: over libcurl's 300 KiB
 for a whole head, each under its 100 KiB for one field), /escape-status (ESC and BEL in the reason
 phrase, a C1 CSI in a field), /disposition?cd=PCT (Content-Disposition: the percent-decoded bytes),
@@ -21,6 +21,7 @@ _counts = {}
 _counts_lock = threading.Lock()
 _bombs = {}
 _recorded = []
+_connects = {}
 _recorded_lock = threading.Lock()
 _bombs_lock = threading.Lock()
 
@@ -45,6 +46,18 @@ class Handler(socketserver.BaseRequestHandler):
             data += chunk
         path = data.split(b" ", 2)[1].decode("latin-1")
         s = self.request
+        if data.startswith(b"CONNECT "):
+            # As a proxy: the CONNECT head is kept under its target (/connect-head?TARGET
+            # gives it back) and the tunnel refused.
+            with _recorded_lock:
+                _connects[path] = data.split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n"
+            s.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+            return
+        if path.startswith("/connect-head?"):
+            with _recorded_lock:
+                head = _connects.get(path.split("?", 1)[1], b"none")
+            s.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(head) + head)
+            return
         if path.startswith("/reset"):
             s.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 1000)
             time.sleep(0.05)
