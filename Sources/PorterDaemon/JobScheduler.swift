@@ -531,6 +531,12 @@ struct JobScheduler {
             }
             waiting[session] = hosts.isEmpty ? nil : hosts
         }
+        // A down host nobody is running or queueing for any more is forgotten once its
+        // wait is over (else each dead host:port would stay for porterd's life).
+        for (host, down) in downHosts where down.until <= now && activeByHost[host, default: 0] == 0
+            && !waiting.values.contains(where: { $0[host] != nil }) {
+            downHosts[host] = nil
+        }
         // A down host's queue goes on when its wait ends.
         if let wake, admissionAt.map({ wake < $0 }) ?? true {
             admissionAt = wake

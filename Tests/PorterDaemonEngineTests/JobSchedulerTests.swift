@@ -373,6 +373,21 @@ final class JobSchedulerTests: XCTestCase {
         XCTAssertNil(s.downHosts["a.example"])
     }
 
+    /// A down host whose tasks are all gone is forgotten once its wait is over: a
+    /// long-lived porterd does not keep an entry for every dead host it ever saw.
+    func testADownHostWithNothingLeftIsForgotten() {
+        var s = S(policy: Self.policy())
+        let refused = PorterError(.cannotConnectToHost, "refused")
+        _ = step(&s, .add(Self.ticket(1), .suspended))
+        XCTAssertEqual(started(step(&s, .resume(1), at: 0)), ["start(1#1)"])
+        _ = step(&s, .attemptEnded(1, attempt: 1, .failure(refused)), at: 0.5)
+        XCTAssertNotNil(s.downHosts["a.example"])
+        _ = step(&s, .cancel(1, resumeData: false), at: 0.6)
+        XCTAssertNotNil(s.downHosts["a.example"], "its wait is not over yet")
+        _ = step(&s, .timerFired(S.admissionTimer, at: 1.5), at: 1.5)
+        XCTAssertNil(s.downHosts["a.example"], "nothing runs or waits there any more")
+    }
+
     func testTheJournalsJobsContinueAfterARestart() {
         var s = S(policy: Self.policy())
         XCTAssertEqual(step(&s, .add(Self.ticket(1), .running(nextAttempt: nil)), at: 100), ["start(1#1)"])
