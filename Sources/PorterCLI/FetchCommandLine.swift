@@ -157,6 +157,9 @@ enum FetchCommandLine {
         // What the root would not hand to `fetch` unchanged (help, version, subcommands,
         // `--`, a first word that is empty).
         guard PorterCommand.parsesAsFetch(arguments) else { return nil }
+        // ArgumentParser refuses a word of three or more leading dashes wherever it stands
+        // (even as the value -z takes whatever follows): its error, then.
+        if arguments.contains(where: { $0.hasPrefix("---") }) { return nil }
         var o = FetchOptions()
         var used = [Bool](repeating: false, count: arguments.count)
         var positional: [String] = []

@@ -85,7 +85,9 @@ final class FetchCommandLineTests: XCTestCase {
         for line in [[], [""], ["-h"], ["--help"], ["data:,x", "--version"], ["--", "data:,x"], ["-K", "f", "data:,x"], ["--config=f", "data:,x"],
                      ["--nope", "data:,x"], ["-q", "data:,x"], ["-ofile", "data:,x"], ["--max-time", "x", "data:,x"], ["-o"], ["-o", "-s", "data:,x"], ["--max-redirs", "-1", "data:,x"],
                      ["--silent=1", "data:,x"], ["-s=", "data:,x"], ["-so=f", "data:,x"], ["---x", "data:,x"], ["cache", "stats"], ["data:,x", "help"],
-                     ["--output", "--", "data:,x"], ["-=x", "data:,x"]] {
+                     ["--output", "--", "data:,x"], ["-=x", "data:,x"],
+                     // A word of three dashes, even where -z takes any word (ArgumentParser refuses it anywhere).
+                     ["-z", "---x", "data:,x"], ["-z", "---", "data:,x"]] {
             XCTAssertNil(FetchCommandLine.parse(line), "\(line)")
         }
     }
