@@ -23,7 +23,9 @@ prefix=$(installed_prefix "$work/prefix")
 P=$prefix/bin/porter
 export XDG_RUNTIME_DIR=$work/run XDG_STATE_HOME=$work/state PORTERD_PATH=$prefix/bin/porterd PORTERD_IDLE_EXIT=5
 mkdir -m 700 "$work/run"
-ms() { python3 -c "import time; print(int(time.time()*1000))"; }
+# Milliseconds from bash's own clock: a clock in another program (python3 -c, as before)
+# put that program's start-up, 20 to 300 ms on a busy machine, inside every interval.
+ms() { local t=${EPOCHREALTIME/./}; echo $((10#$t / 1000)); }
 
 N=${BG_TASKS:-10000}
 dead=$(free_port)
@@ -33,15 +35,21 @@ t0=$(ms)
 (cd "$work/out" && "$P" --background scale -O --url-list "$work/urls.txt" >/dev/null)
 t1=$(ms)
 sleep 2
-t2=$(ms)
-count=$("$P" jobs scale | wc -l)
-t3=$(ms)
+# Listing: the best of five (each a whole `porter jobs` run, the process's start included).
+list_ms=""
+for _ in 1 2 3 4 5; do
+    t2=$(ms)
+    "$P" jobs scale > "$work/list.txt"
+    t3=$(ms)
+    [ -z "$list_ms" ] || [ $((t3 - t2)) -lt "$list_ms" ] && list_ms=$((t3 - t2))
+done
+count=$(wc -l < "$work/list.txt")
 pid=$(cat "$work/run/porter/porterd.pid")
 rss=$(awk '/VmHWM/ {print int($2/1024)}' "/proc/$pid/status")
 read -r listed attach_ms all_ms <<<"$("$bench" background-list scale)"
 rss_after=$(awk '/VmHWM/ {print int($2/1024)}' "/proc/$pid/status")
 echo "| $N tasks queued in one session (one \`porter --background -O --url-list\`) | $((t1 - t0)) ms |"
-echo "| porter jobs listing all $count of them (process start included) | $((t3 - t2)) ms |"
+echo "| porter jobs listing all $count of them (process start included; best of 5) | $list_ms ms |"
 echo "| an app's background session attaching to them (porterd sends all $listed) | $attach_ms ms |"
 echo "| then \`session.allTasks\` | $all_ms ms |"
 echo "| porterd peak RSS with them | $rss MiB ($rss_after MiB once it has sent them all to an app) |"

@@ -217,7 +217,8 @@ for run in $(seq "$runs"); do
     echo "run $run of $runs: background sessions (porterd)..." >&2
     background=$(bash Benchmarks/background.sh)
     echo "run $run of $runs: WebSocket 16 MiB echo..." >&2
-    websocket=$(B=$B PEERS=$PEERS bash Benchmarks/websocket.sh)
+    websocket=$(B=$B PEERS=$PEERS bash Benchmarks/websocket.sh) \
+        || websocket="(\`Benchmarks/websocket.sh\` failed: its error is above in make bench's output)"
     {
         echo "# Run $run of $runs"
         echo

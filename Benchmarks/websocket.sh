@@ -26,7 +26,8 @@ read -r ws wss raw echo deflate <<<"$ports"
 exec 3< <("$python" Tests/PorterWebSocketTests/wsserver.py $ws $wss $raw $echo $deflate \
     "$work/leaf.pem" "$work/leaf.key" "$work/closes.log" 2>"$work/server.log")
 server=$!
-read -r ready _ <&3 || true
+ready=""
+read -r -t 60 ready _ <&3 || true
 [ "$ready" = READY ] || { echo "websocket.sh: wsserver.py did not start: $(cat "$work/server.log")" >&2; exit 1; }
 
 size=$((16 << 20))

@@ -77,7 +77,7 @@ fi
 dpkg-query -W -f='${Status} ${Version}' porter | grep -qx "install ok installed $version" && ok \
     || bad "dpkg does not list porter $version as installed"
 # A program with packed relative relocations needs glibc 2.36: the package must say so.
-if readelf -V /usr/bin/porter | grep -q GLIBC_ABI_DT_RELR; then
+if grep -q GLIBC_ABI_DT_RELR <<<"$(readelf -V /usr/bin/porter)"; then
     depends=$(dpkg-query -W -f='${Depends}' porter)
     grep -q 'libc6 (>= 2.36)' <<<"$depends" && ok || bad "porter needs glibc 2.36 (DT_RELR); Depends: $depends"
 fi

@@ -112,7 +112,7 @@ done
 # has lld: a fall-back to gold would quietly cost every start 2 MB of relocations.
 if [ -x "$(dirname "$(readlink -f "$(command -v swiftc)")")/ld.lld" ]; then
     for program in porter porterd; do
-        readelf -SW "$usr/bin/$program" | grep -q '\.relr\.dyn' && ok || bad "the installed $program has no packed relative relocations"
+        grep -q '\.relr\.dyn' <<<"$(readelf -SW "$usr/bin/$program")" && ok || bad "the installed $program has no packed relative relocations"
     done
 fi
 grep -qx libswiftCore.so <<<"$(needed "$usr/bin/porter-plugin-worker")" && grep -qx libswiftCore.so <<<"$(needed "$usr/lib/porter/plugins/libPorterSFTPPlugin.so")" \

@@ -95,7 +95,7 @@ done | sed 's/:.*//' | sort -u | paste -sd, | sed 's/,/, /g')
 # porter and porterd are linked with packed relative relocations (scripts/link-static.py),
 # which only glibc 2.36 and later can load (they name the version GLIBC_ABI_DT_RELR).
 for f in "${elves[@]}"; do
-    if readelf -V "$f" 2>/dev/null | grep -q 'GLIBC_ABI_DT_RELR'; then
+    if grep -q 'GLIBC_ABI_DT_RELR' <<<"$(readelf -V "$f" 2>/dev/null)"; then
         depends=$(sed -E 's/(^|, )libc6(,|$)/\1libc6 (>= 2.36)\2/' <<<"$depends")
         break
     fi
