@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 @testable import PorterCLI
+import PorterTestSupport
 import XCTest
 
 /// The start-up parser of `fetch` (FetchCommandLine) against ArgumentParser, which stays
@@ -112,26 +113,12 @@ final class FetchCommandLineTests: XCTestCase {
         ]
         for (line, accepted) in lines {
             XCTAssertEqual(FetchCommandLine.parse(line) != nil, accepted, "\(line)")
-            let direct = try runPorter(line), viaArgumentParser = try runPorter(["fetch"] + line)
+            let direct = try runProcess(CLITests.porter, line, input: ""),
+                viaArgumentParser = try runProcess(CLITests.porter, ["fetch"] + line, input: "")
             XCTAssertEqual(direct.status, viaArgumentParser.status, "\(line)")
             XCTAssertEqual(direct.stdout, viaArgumentParser.stdout, "\(line)")
             XCTAssertEqual(direct.stderr, viaArgumentParser.stderr, "\(line)")
         }
-    }
-
-    private func runPorter(_ args: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: CLITests.porter)
-        p.arguments = args
-        let out = Pipe(), err = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        p.standardInput = FileHandle.nullDevice
-        try p.run()
-        let o = out.fileHandleForReading.readDataToEndOfFile()
-        let e = err.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
     }
 
     /// A generated corpus: command lines built from the option table (long and short

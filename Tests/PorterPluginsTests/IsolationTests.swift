@@ -232,6 +232,18 @@ final class IsolationTests: XCTestCase {
         return (listener, Int(UInt16(bigEndian: address.sin_port)))
     }
 
+    /// Waits (up to a minute) until the plugin holds `count` loads alive, as an event.
+    private func waitForLiveLoads(_ count: Int, _ registry: HandlerRegistry, _ mode: String) async throws {
+        let deadline = Date().addingTimeInterval(60)
+        var live = -1
+        while Date() < deadline {
+            live = try await counter("live", registry)
+            if live == count { break }
+            try await Task.sleep(nanoseconds: 20_000_000)
+        }
+        XCTAssertEqual(live, count, "\(mode): loads left alive in the plugin")
+    }
+
     private func counter(_ name: String, _ registry: HandlerRegistry) async throws -> Int {
         let text = try await text("ptest://h/counters", registry)
         for pair in text.split(separator: " ") where pair.hasPrefix(name + "=") { return Int(pair.dropFirst(name.count + 1)) ?? -1 }
@@ -294,14 +306,7 @@ final class IsolationTests: XCTestCase {
             XCTAssertEqual(running.count, count, mode)
             for r in running { r.task.cancel() }
             running.removeAll()
-            let deadline = Date().addingTimeInterval(60)
-            var live = -1
-            while Date() < deadline {
-                live = try await counter("live", registry)
-                if live == before { break }
-                try await Task.sleep(nanoseconds: 20_000_000)
-            }
-            XCTAssertEqual(live, before, "\(mode): loads left alive in the plugin")
+            try await waitForLiveLoads(before, registry, mode)
             s.invalidateAndCancel()
         }
         try await assertStillServing()
@@ -352,14 +357,7 @@ final class IsolationTests: XCTestCase {
             let (body, _) = try await next.value
             XCTAssertEqual(String(decoding: body, as: UTF8.self), "hello from ptest", mode)
             // Every held load is destroyed: the plugin ends with the loads alive it had before.
-            let deadline = Date().addingTimeInterval(60)
-            var live = -1
-            while Date() < deadline {
-                live = try await counter("live", registry)
-                if live == before { break }
-                try await Task.sleep(nanoseconds: 20_000_000)
-            }
-            XCTAssertEqual(live, before, "\(mode): loads left alive in the plugin")
+            try await waitForLiveLoads(before, registry, mode)
             if let gate { XCTAssertEqual(gate.counts.ending, 0, mode) }
             s.invalidateAndCancel()
         }
