@@ -18,13 +18,22 @@ public enum WSFixture {
             guard let made = mkdtemp(&template) else { throw NginxFixture.Failure.setup("mkdtemp") }
             let dir = String(cString: made)
             try NginxFixture.makeCertificates(in: dir)
-            let ports = try (0..<5).map { _ in try NginxFixture.freePort() }
-            let (p, port) = try startReadyServer(python, [root.appendingPathComponent("Tests/PorterWebSocketTests/wsserver.py").path]
-                                                 + ports.map(String.init) + [dir + "/leaf.pem", dir + "/leaf.key", dir + "/closes.log"])
             // One server for the whole run (two test classes use it): it ends itself when
-            // the test process is gone.
-            guard port == ports[0] else { throw NginxFixture.Failure.setup("wsserver.py did not start") }
-            return Ports(ws: ports[0], wss: ports[1], raw: ports[2], echo: ports[3], deflate: ports[4], dir: dir, process: p)
+            // the test process is gone. A port found free can be taken before the server
+            // binds it (another fixture's, or an outgoing connection's ephemeral port): the
+            // server then exits without READY and is started again on other ports (one CI
+            // run in three lost every WebSocket test to this).
+            for _ in 0..<5 {
+                let ports = try (0..<5).map { _ in try NginxFixture.freePort() }
+                let (p, port) = try startReadyServer(python, [root.appendingPathComponent("Tests/PorterWebSocketTests/wsserver.py").path]
+                                                     + ports.map(String.init) + [dir + "/leaf.pem", dir + "/leaf.key", dir + "/closes.log"])
+                if port == ports[0] {
+                    return Ports(ws: ports[0], wss: ports[1], raw: ports[2], echo: ports[3], deflate: ports[4], dir: dir, process: p)
+                }
+                if p.isRunning { p.terminate() }
+                p.waitUntilExit()
+            }
+            throw NginxFixture.Failure.setup("wsserver.py did not start (five tries)")
         }
         setup = made
         return made
