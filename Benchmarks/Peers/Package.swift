@@ -16,8 +16,10 @@ let package = Package(
         .executableTarget(name: "ahc-client", dependencies: [
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
         ]),
-        .executableTarget(name: "foundation-client"),
+        .target(name: "PeerSupport"),
+        .executableTarget(name: "foundation-client", dependencies: ["PeerSupport"]),
         .executableTarget(name: "ws-client", dependencies: [
+            "PeerSupport",
             .product(name: "WSClient", package: "swift-websocket"),
             .product(name: "WSCompression", package: "swift-websocket"),
             .product(name: "Logging", package: "swift-log"),

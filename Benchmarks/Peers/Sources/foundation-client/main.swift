@@ -3,6 +3,7 @@
 // foundation-client ws-echo URL BYTES  one BYTES binary message to a WebSocket echo server
 //                                      and back: prints "baseline_kib peak_kib"
 import Foundation
+import PeerSupport
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -21,16 +22,6 @@ final class Counter: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     }
 }
 
-/// The process's resident set now and its peak (VmRSS, VmHWM), KiB.
-func residentKiB() -> (now: Int, peak: Int) {
-    let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
-    func field(_ name: String) -> Int {
-        guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix(name + ":") }) else { return -1 }
-        return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") ?? -1
-    }
-    return (field("VmRSS"), field("VmHWM"))
-}
-
 func wsEcho(_ url: URL, _ bytes: Int) async throws {
     let task = URLSession.shared.webSocketTask(with: url)
     task.maximumMessageSize = 2 * bytes
@@ -43,7 +34,7 @@ func wsEcho(_ url: URL, _ bytes: Int) async throws {
         for i in stride(from: 0, to: bytes - 7, by: 8) { raw.storeBytes(of: generator.next() as UInt64, toByteOffset: i, as: UInt64.self) }
     }
     let baseline = residentKiB().now
-    try "5".write(toFile: "/proc/self/clear_refs", atomically: false, encoding: .utf8)
+    try resetPeakResident()
     try await task.send(.data(message))
     let back = try await task.receive()
     let peak = residentKiB().peak

@@ -5,18 +5,9 @@
 import Foundation
 import Logging
 import NIOCore
+import PeerSupport
 import WSClient
 import WSCompression
-
-/// The process's resident set now and its peak (VmRSS, VmHWM), KiB.
-func residentKiB() -> (now: Int, peak: Int) {
-    let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
-    func field(_ name: String) -> Int {
-        guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix(name + ":") }) else { return -1 }
-        return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") ?? -1
-    }
-    return (field("VmRSS"), field("VmHWM"))
-}
 
 let args = CommandLine.arguments
 guard args.count >= 4, args[1] == "ws-echo", let bytes = Int(args[3]) else {
@@ -40,7 +31,7 @@ do {
         try await outbound.write(.text("warm up"))
         _ = try await messages.next()
         let baseline = residentKiB().now
-        try "5".write(toFile: "/proc/self/clear_refs", atomically: false, encoding: .utf8)
+        try resetPeakResident()
         try await outbound.write(.binary(message))
         let back = try await messages.next()
         let peak = residentKiB().peak
